@@ -1,0 +1,51 @@
+"""zoaq_jax: adaptive zeroth-order optimization as composable Optax transformations.
+
+Estimators turn function values into gradient estimates (``updates``); backbones turn
+estimates into steps; aliases chain both with a learning rate. Every estimator is an
+``optax.GradientTransformationExtraArgs`` whose ``update`` takes the objective as the
+keyword ``value_fn`` and its data as keywords named after ``value_fn``'s parameters.
+"""
+
+from zoaq_jax._src.alias import mezo, radazo, statzo, zo_adamm, zo_sgd, zoaq, zoar
+from zoaq_jax._src.fixed import FixedEstimatorState, fixed_estimator
+from zoaq_jax._src.history import History
+from zoaq_jax._src.host import host_oracle
+from zoaq_jax._src.ledger import QueryLedger
+from zoaq_jax._src.loop import Trace, run
+from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
+from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
+from zoaq_jax._src.statzo import StatZOState, statzo_estimator
+from zoaq_jax._src.zo_adamm import ScaleByZOAdaMMState, scale_by_zo_adamm
+from zoaq_jax._src.zoaq import ZoAQState, zoaq_estimator
+from zoaq_jax._src.zoar import ZoARState, zoar_estimator
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConsistencyState",
+    "FixedEstimatorState",
+    "History",
+    "QueryLedger",
+    "ScaleByRAdaZOState",
+    "ScaleByZOAdaMMState",
+    "StatZOState",
+    "Trace",
+    "ZoAQState",
+    "ZoARState",
+    "fixed_estimator",
+    "host_oracle",
+    "mezo",
+    "monitor_consistency",
+    "radazo",
+    "run",
+    "scale_by_radazo",
+    "scale_by_zo_adamm",
+    "statzo",
+    "statzo_estimator",
+    "zo_adamm",
+    "zo_sgd",
+    "zoaq",
+    "zoaq_estimator",
+    "zoar",
+    "zoar_estimator",
+]

@@ -1,0 +1,354 @@
+"""Complete optimizers: an estimator, a backbone and a learning rate in ``optax.chain``.
+
+Each alias returns ``optax.chain(estimator, backbone, optax.scale_by_learning_rate(lr))``,
+so ``optax.tree.get(state, ...)`` reaches the estimator's diagnostics and any member can
+be swapped by building the chain by hand. ``learning_rate`` may be a float or an Optax
+schedule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optax
+
+from zoaq_jax._src import checks
+from zoaq_jax._src.fixed import fixed_estimator
+from zoaq_jax._src.radazo import scale_by_radazo
+from zoaq_jax._src.statzo import statzo_estimator
+from zoaq_jax._src.zo_adamm import scale_by_zo_adamm
+from zoaq_jax._src.zoaq import zoaq_estimator
+from zoaq_jax._src.zoar import zoar_estimator
+
+BACKBONES = ("radazo", "zo_adamm", "sgd")
+
+ScalarOrSchedule = float | optax.Schedule
+
+
+def backbone_transform(name: str, b1: float, b2: float, eps: float):
+    """The backbone called ``name``: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"`` (identity)."""
+    checks.choice("backbone", name, BACKBONES)
+    if name == "radazo":
+        return scale_by_radazo(b1=b1, b2=b2, eps=eps)
+    if name == "zo_adamm":
+        return scale_by_zo_adamm(b1=b1, b2=b2, eps=eps)
+    return optax.identity()
+
+
+def _chain(estimator, backbone, learning_rate: ScalarOrSchedule):
+    if not callable(learning_rate):
+        checks.positive("learning_rate", learning_rate)
+    return optax.chain(estimator, backbone, optax.scale_by_learning_rate(learning_rate))
+
+
+def zoaq(
+    learning_rate: ScalarOrSchedule,
+    k_min: int = 1,
+    k_max: int = 10,
+    k_step: int = 1,
+    n_hist: int = 8,
+    mu: float = 5e-3,
+    tau0: float = 1.0,
+    beta_tau: float = 0.9,
+    b1: float = 0.9,
+    b2: float = 0.99,
+    eps: float = 1e-8,
+    eps_anc: float = 1e-12,
+    reset: str = "min",
+    trigger: str = "cosine",
+    c_norm: float = 0.5,
+    tau_band: tuple[float, float] | None = None,
+    difference: str = "central",
+    directions: str = "gaussian",
+    controller: str = "adaptive",
+    backbone: str = "radazo",
+    key: Any = 0,
+) -> optax.GradientTransformationExtraArgs:
+    r"""ZoAQ on the R-AdaZO backbone, the paper's optimizer.
+
+    .. math:: x_{t+1} = x_t - \eta\, \mathrm{RAdaZO}(g_t), \quad g_t = \text{ZoAQ candidate}
+
+    See :func:`zoaq_estimator` for the controller and :func:`scale_by_radazo` for the
+    backbone; ``b1`` is shared by the gate's EMA and the backbone's first moment, as in
+    the paper.
+
+    Args:
+      learning_rate: step size :math:`\eta` or an Optax schedule.
+      k_min, k_max, k_step, n_hist, mu, tau0, beta_tau, b1, eps_anc, reset, trigger,
+        c_norm, tau_band, difference, directions, controller, key: see
+        :func:`zoaq_estimator`.
+      b2: backbone second-moment decay.
+      eps: backbone stability term.
+      backbone: ``"radazo"`` (paper), ``"zo_adamm"`` or ``"sgd"``.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import jax.numpy as jnp, optax, zoaq_jax
+      >>> f = lambda x: 0.5 * jnp.sum(x ** 2)
+      >>> opt = zoaq_jax.zoaq(learning_rate=1e-2, key=0)
+      >>> params = jnp.ones(10)
+      >>> state = opt.init(params)
+      >>> for _ in range(200):
+      ...     updates, state = opt.update(None, state, params, value_fn=f)
+      ...     params = optax.apply_updates(params, updates)
+      >>> bool(f(params) < 0.5 * f(jnp.ones(10)))
+      True
+
+    References:
+      ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling.
+    """
+    estimator = zoaq_estimator(
+        k_min=k_min, k_max=k_max, k_step=k_step, n_hist=n_hist, mu=mu, tau0=tau0,
+        beta_tau=beta_tau, b1=b1, eps_anc=eps_anc, reset=reset, trigger=trigger,
+        c_norm=c_norm, tau_band=tau_band, difference=difference, directions=directions,
+        controller=controller, key=key,
+    )
+    return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
+
+
+def radazo(
+    learning_rate: ScalarOrSchedule,
+    k: int = 10,
+    mu: float = 5e-3,
+    b1: float = 0.9,
+    b2: float = 0.99,
+    eps: float = 1e-8,
+    eps_in_sqrt: bool = False,
+    difference: str = "central",
+    directions: str = "gaussian",
+    key: Any = 0,
+) -> optax.GradientTransformationExtraArgs:
+    r"""R-AdaZO: a fixed ``k``-direction estimate on the refined adaptive backbone.
+
+    .. math:: x_{t+1} = x_t - \eta\, m_t / (\sqrt{v_t} + \epsilon),
+      \quad v_t = \beta_2 v_{t-1} + (1-\beta_2) m_t^2
+
+    Args:
+      learning_rate: step size or schedule.
+      k: directions per step.
+      mu, difference, directions, key: see :func:`fixed_estimator`.
+      b1, b2, eps, eps_in_sqrt: see :func:`scale_by_radazo`.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> opt = zoaq_jax.radazo(learning_rate=1e-3, k=10)
+      >>> params, state, trace = zoaq_jax.run(opt, lambda x: x @ x, jnp.ones(4), 10)
+      >>> int(trace.num_queries[-1])  # 10 steps x 10 directions x 2 calls
+      200
+
+    References:
+      Shu et al., Refining Adaptive Zeroth-Order Optimization at Ease, ICML 2025.
+    """
+    return _chain(
+        fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key),
+        scale_by_radazo(b1=b1, b2=b2, eps=eps, eps_in_sqrt=eps_in_sqrt),
+        learning_rate,
+    )
+
+
+def zo_adamm(
+    learning_rate: ScalarOrSchedule,
+    k: int = 10,
+    mu: float = 5e-3,
+    b1: float = 0.9,
+    b2: float = 0.99,
+    eps: float = 1e-8,
+    amsgrad: bool = False,
+    difference: str = "central",
+    directions: str = "gaussian",
+    key: Any = 0,
+) -> optax.GradientTransformationExtraArgs:
+    r"""ZO-AdaMM: a fixed ``k``-direction estimate on Adam-style moments.
+
+    .. math:: x_{t+1} = x_t - \eta\, m_t / (\sqrt{v_t} + \epsilon),
+      \quad v_t = \beta_2 v_{t-1} + (1-\beta_2) g_t^2
+
+    Args:
+      learning_rate: step size or schedule.
+      k: directions per step.
+      mu, difference, directions, key: see :func:`fixed_estimator`.
+      b1, b2, eps, amsgrad: see :func:`scale_by_zo_adamm`.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> opt = zoaq_jax.zo_adamm(learning_rate=1e-3, k=2, difference="forward")
+      >>> _, _, trace = zoaq_jax.run(opt, lambda x: x @ x, jnp.ones(4), 10)
+      >>> int(trace.num_queries[-1])  # 10 steps x (1 centre + 2 directions)
+      30
+
+    References:
+      Chen et al., ZO-AdaMM, NeurIPS 2019.
+    """
+    return _chain(
+        fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key),
+        scale_by_zo_adamm(b1=b1, b2=b2, eps=eps, amsgrad=amsgrad),
+        learning_rate,
+    )
+
+
+def zo_sgd(
+    learning_rate: ScalarOrSchedule,
+    k: int = 1,
+    mu: float = 5e-3,
+    difference: str = "central",
+    directions: str = "gaussian",
+    key: Any = 0,
+) -> optax.GradientTransformationExtraArgs:
+    r"""ZO-SGD: :math:`x_{t+1} = x_t - \eta g_t` with a fixed ``k``-direction estimate.
+
+    Args:
+      learning_rate: step size or schedule.
+      k, mu, difference, directions, key: see :func:`fixed_estimator`.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> opt = zoaq_jax.zo_sgd(learning_rate=0.05, k=4)
+      >>> params, _, trace = zoaq_jax.run(opt, lambda x: x @ x, jnp.ones(4), 100)
+      >>> bool(trace.value[-1] < 0.1 * trace.value[0])
+      True
+
+    References:
+      Ghadimi and Lan, Stochastic first- and zeroth-order methods for nonconvex
+      stochastic programming, 2013.
+    """
+    return _chain(
+        fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key),
+        optax.identity(),
+        learning_rate,
+    )
+
+
+def mezo(
+    learning_rate: ScalarOrSchedule,
+    k: int = 1,
+    mu: float = 1e-3,
+    weight_decay: float = 0.0,
+    key: Any = 0,
+) -> optax.GradientTransformationExtraArgs:
+    r"""MeZO: ZO-SGD with central Gaussian differences and decoupled weight decay.
+
+    .. math:: x_{t+1} = x_t - \eta \Big(\frac1k \sum_i p_i z_i + \lambda x_t\Big),
+      \quad p_i = \frac{f(x + \mu z_i) - f(x - \mu z_i)}{2\mu}
+
+    Directions are regenerated from per-step keys (MeZO's seed trick); in JAX the
+    perturbed parameters are materialised per evaluation rather than edited in place.
+
+    Args:
+      learning_rate: step size or schedule.
+      k: directions per step (``2k`` forward passes).
+      mu: perturbation scale.
+      weight_decay: :math:`\lambda \ge 0`.
+      key: integer seed or typed key.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> opt = zoaq_jax.mezo(learning_rate=1e-2, k=4)
+      >>> _, _, trace = zoaq_jax.run(opt, lambda x: x @ x, jnp.ones(4), 5)
+      >>> int(trace.num_queries[-1])  # 5 steps x 4 directions x 2 forward passes
+      40
+
+    References:
+      Malladi et al., Fine-Tuning Language Models with Just Forward Passes, NeurIPS 2023.
+    """
+    checks.non_negative("weight_decay", weight_decay)
+    return _chain(
+        fixed_estimator(k=k, mu=mu, difference="central", directions="gaussian", key=key),
+        optax.add_decayed_weights(weight_decay),
+        learning_rate,
+    )
+
+
+def zoar(
+    learning_rate: ScalarOrSchedule,
+    k: int = 1,
+    n_hist: int = 8,
+    mu: float = 5e-3,
+    difference: str = "forward",
+    b1: float = 0.9,
+    b2: float = 0.99,
+    eps: float = 1e-8,
+    backbone: str = "radazo",
+    key: Any = 0,
+) -> optax.GradientTransformationExtraArgs:
+    r"""ZoAR's history-reuse estimator on a backbone (R-AdaZO by default, as in the paper).
+
+    Args:
+      learning_rate: step size or schedule.
+      k, n_hist, mu, difference, key: see :func:`zoar_estimator`.
+      b1, b2, eps: backbone moments.
+      backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> opt = zoaq_jax.zoar(learning_rate=1e-3, k=2, n_hist=8)
+      >>> _, _, trace = zoaq_jax.run(opt, lambda x: x @ x, jnp.ones(4), 10)
+      >>> int(trace.num_queries[-1])  # forward form: k calls a step
+      20
+
+    References:
+      Qiu et al., Zeroth-Order Optimization is Secretly Single-Step Policy Optimization,
+      2025.
+    """
+    estimator = zoar_estimator(k=k, n_hist=n_hist, mu=mu, difference=difference, key=key)
+    return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
+
+
+def statzo(
+    learning_rate: ScalarOrSchedule,
+    k_min: int = 1,
+    k_max: int = 10,
+    k_step: int = 1,
+    theta: float = 0.5,
+    mu: float = 5e-3,
+    directions: str = "gaussian",
+    b1: float = 0.9,
+    b2: float = 0.99,
+    eps: float = 1e-8,
+    backbone: str = "radazo",
+    key: Any = 0,
+) -> optax.GradientTransformationExtraArgs:
+    r"""StatZO: norm-test adaptive sampling on a backbone (stabilized: R-AdaZO default).
+
+    Args:
+      learning_rate: step size or schedule.
+      k_min, k_max, k_step, theta, mu, directions, key: see :func:`statzo_estimator`.
+      b1, b2, eps: backbone moments.
+      backbone: ``"radazo"`` (the paper's stabilized StatZO), ``"zo_adamm"`` (the
+        original configuration) or ``"sgd"``.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> opt = zoaq_jax.statzo(learning_rate=1e-3, k_min=2, k_max=2)
+      >>> _, _, trace = zoaq_jax.run(opt, lambda x: x @ x, jnp.ones(4), 10)
+      >>> int(trace.num_queries[-1])  # 10 steps x (1 centre + 2 directions)
+      30
+
+    References:
+      Bollapragada, Karamanli and Wild, Derivative-free optimization via adaptive
+      sampling strategies, 2024.
+    """
+    estimator = statzo_estimator(
+        k_min=k_min, k_max=k_max, k_step=k_step, theta=theta, mu=mu, directions=directions,
+        key=key,
+    )
+    return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)

@@ -1,0 +1,119 @@
+"""Construction-time validation of hyperparameters.
+
+Every factory in :mod:`zoaq_jax` validates its arguments before it returns, so a bad
+setting fails where it was written, not deep inside a compiled step. Hyperparameters
+that arrive as tracers (for example from :func:`optax.inject_hyperparams` or from a
+``jax.vmap`` over settings) cannot be inspected; they are checked only when concrete.
+Structural sizes (``k_min``, ``k_max``, ``n_hist``, ...) fix array shapes and must be
+static Python integers.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def concrete_value(x: Any) -> float | None:
+    """Returns ``x`` as a Python float when it is concrete, else ``None``."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    try:
+        return float(np.asarray(x))
+    except (TypeError, ValueError):
+        return None
+
+
+def static_int(name: str, value: Any, minimum: int) -> int:
+    """Returns ``value`` as a Python int ``>= minimum`` or raises a clear error."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{name} sets an array shape and must be a static Python int, got a traced "
+            f"value. Under optax.inject_hyperparams, list {name!r} in static_args."
+        )
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got a bool.")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        arr = np.asarray(value)
+        if arr.shape != () or not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"{name} must be an int, got {value!r}.") from None
+        value = int(arr)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
+    return value
+
+
+def positive(name: str, value: Any) -> None:
+    """Raises ``ValueError`` unless a concrete ``value`` is finite and > 0."""
+    v = concrete_value(value)
+    if v is not None and not (np.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+
+
+def non_negative(name: str, value: Any) -> None:
+    """Raises ``ValueError`` unless a concrete ``value`` is finite and >= 0."""
+    v = concrete_value(value)
+    if v is not None and not (np.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+
+
+def decay(name: str, value: Any) -> None:
+    """Raises ``ValueError`` unless a concrete EMA factor lies in ``[0, 1)``."""
+    v = concrete_value(value)
+    if v is not None and not (0.0 <= v < 1.0):
+        raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
+
+
+def in_closed_interval(name: str, value: Any, lo: float, hi: float) -> None:
+    """Raises ``ValueError`` unless a concrete ``value`` lies in ``[lo, hi]``."""
+    v = concrete_value(value)
+    if v is not None and not (lo <= v <= hi):
+        raise ValueError(f"{name} must lie in [{lo}, {hi}], got {value!r}.")
+
+
+def choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    """Returns ``value`` if it is one of ``choices``, else raises ``ValueError``."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
+    return value
+
+
+def budget_grid(k_min: Any, k_max: Any, k_step: Any) -> tuple[int, int, int]:
+    """Validates the direction-budget grid ``{k_min, k_min + k_step, ..., k_max}``."""
+    k_min = static_int("k_min", k_min, 1)
+    k_max = static_int("k_max", k_max, 1)
+    k_step = static_int("k_step", k_step, 1)
+    if k_min > k_max:
+        raise ValueError(f"k_min must be <= k_max, got k_min={k_min} > k_max={k_max}.")
+    return k_min, k_max, k_step
+
+
+def as_key(key: Any) -> jax.Array:
+    """Returns a typed PRNG key from an integer seed or a typed key.
+
+    Raw ``uint32`` key arrays (the legacy ``jax.random.PRNGKey`` format) are refused
+    because they are indistinguishable from data; wrap them with
+    ``jax.random.wrap_key_data`` first.
+    """
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return jax.random.key(key)
+    arr = key if isinstance(key, jax.Array) else jnp.asarray(key)
+    if jnp.issubdtype(arr.dtype, jax.dtypes.prng_key):
+        if arr.shape != ():
+            raise ValueError(f"key must be a single key, got a key array of shape {arr.shape}.")
+        return arr
+    if arr.shape == () and jnp.issubdtype(arr.dtype, jnp.integer):
+        return jax.random.key(arr)
+    raise TypeError(
+        "key must be an integer seed or a typed key from jax.random.key; got an array of "
+        f"dtype {arr.dtype} and shape {arr.shape} (wrap legacy uint32 keys with "
+        "jax.random.wrap_key_data)."
+    )

@@ -1,0 +1,106 @@
+"""Random search directions, regenerated from PRNG keys instead of stored.
+
+A direction is a PyTree shaped like the parameters. Leaf ``i`` of the direction drawn
+from key ``k`` is ``normal(fold_in(k, i), leaf.shape)``, so a record needs only its key:
+the full direction is recomputed whenever it is needed, and no state array ever holds
+``n_hist * d`` numbers. Directions are drawn in at least float32, whatever the leaf
+dtype, so that bf16 parameters still get well-resolved directions.
+
+Two distributions are offered:
+
+* ``"gaussian"``: :math:`u \\sim \\mathcal N(0, I_d)`, so :math:`E[u u^\\top] = I`.
+* ``"sphere"``: :math:`u` uniform on the unit sphere, so :math:`E[u u^\\top] = I/d`; the
+  estimators multiply by :func:`estimator_scale` ``= d`` to stay unbiased (the R-AdaZO
+  paper's form).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+KINDS = ("gaussian", "sphere")
+
+# Up to this many numbers (16 Mi, 64 MiB in float32) a batch of directions is drawn in
+# one vectorised call; above it, directions are drawn when and where they are used.
+_BATCH_LIMIT = 1 << 24
+
+
+def compute_dtype(leaf: Any) -> jnp.dtype:
+    """The dtype directions and estimates use for a parameter leaf (>= float32)."""
+    return jnp.promote_types(jnp.result_type(leaf), jnp.float32)
+
+
+def dimension(like: Any) -> int:
+    """Total number of scalars in the PyTree ``like`` (the paper's ``d``)."""
+    return int(sum(np.prod(jnp.shape(x), dtype=np.int64) for x in jax.tree.leaves(like)))
+
+
+def estimator_scale(kind: str, like: Any) -> float:
+    """Factor that makes ``mean(r_i u_i)`` unbiased: ``d`` for sphere, 1 for gaussian."""
+    return float(dimension(like)) if kind == "sphere" else 1.0
+
+
+def fits_in_batch(n: int, like: Any) -> bool:
+    """Whether ``n`` directions shaped like ``like`` may be drawn in one batch."""
+    return n * dimension(like) <= _BATCH_LIMIT
+
+
+def sample(kind: str, key: jax.Array, like: Any) -> Any:
+    """Draws one direction shaped like ``like`` from ``key``."""
+    leaves, treedef = jax.tree.flatten(like)
+    z = [
+        jax.random.normal(jax.random.fold_in(key, i), jnp.shape(x), compute_dtype(x))
+        for i, x in enumerate(leaves)
+    ]
+    if kind == "sphere":
+        norm = jnp.sqrt(sum(jnp.sum(jnp.square(zi)) for zi in z))
+        z = [zi / norm.astype(zi.dtype) for zi in z]
+    return jax.tree.unflatten(treedef, z)
+
+
+def sample_many(kind: str, keys: jax.Array, like: Any) -> Any:
+    """Draws one direction per key; every leaf gains a leading axis of ``len(keys)``."""
+    return jax.vmap(lambda k: sample(kind, k, like))(keys)
+
+
+def weighted_sum(coeffs: jax.Array, directions: Any) -> Any:
+    """Returns ``sum_i coeffs[i] * directions[i]`` over the leading axis."""
+    return jax.tree.map(lambda u: jnp.tensordot(coeffs.astype(u.dtype), u, axes=1), directions)
+
+
+def regenerate_sum(kind: str, keys: jax.Array, coeffs: jax.Array, like: Any) -> Any:
+    """Returns ``sum_i coeffs[i] * u(keys[i])``, regenerating each direction from its key.
+
+    Small record sets are drawn together (one vectorised call); when
+    :func:`fits_in_batch` says no, the sum is accumulated one record at a time, so
+    memory stays ``O(d)`` for any history length.
+    """
+    if fits_in_batch(keys.shape[0], like):
+        return weighted_sum(coeffs, sample_many(kind, keys, like))
+
+    def add_one(total, record):
+        key, c = record
+        u = sample(kind, key, like)
+        return jax.tree.map(lambda t, ui: t + c.astype(ui.dtype) * ui, total, u), None
+
+    total, _ = jax.lax.scan(add_one, zeros(like), (keys, coeffs))
+    return total
+
+
+def perturb(params: Any, directions: Any, step: jax.Array) -> Any:
+    """Returns ``params + step * directions`` in the parameters' own dtypes.
+
+    ``directions`` may carry extra leading (batch) axes; ``step`` broadcasts against them.
+    """
+    return jax.tree.map(
+        lambda p, u: (p.astype(u.dtype) + step * u).astype(jnp.result_type(p)), params, directions
+    )
+
+
+def zeros(like: Any) -> Any:
+    """A zero estimate shaped like ``like`` in the compute dtypes."""
+    return jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), compute_dtype(x)), like)

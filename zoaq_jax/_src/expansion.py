@@ -1,0 +1,178 @@
+"""The accept-or-expand loop over nested sets of fresh directions.
+
+Adaptive estimators (ZoAQ, StatZO) grow the number ``K`` of fresh directions at the
+current point on the grid ``{k_min, k_min + k_step, ..., k_max}`` until a test passes.
+The candidate sets are nested: a retry buys only the ``k_step`` new directions (the last
+chunk is cut at ``k_max``) and keeps everything already bought. The loop is a
+``lax.while_loop``, so a step compiles once whatever budget it ends up spending.
+
+Batched execution: under ``jax.vmap`` the loop runs until the slowest lane accepts.
+Lanes that have accepted still execute the body (XLA evaluates the objective for them)
+but keep their carry unchanged, so their counts and records are exact; the extra
+evaluations are wasted compute, not queries. A chunk cut at ``k_max`` likewise evaluates
+its masked directions without counting them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from zoaq_jax._src import directions as dirs
+from zoaq_jax._src import ledger
+from zoaq_jax._src import oracle
+
+
+class Candidate(NamedTuple):
+    """The fresh records acquired so far at the current step, and the last test."""
+
+    k: jax.Array  # int32, fresh directions acquired (a grid point)
+    total: Any  # sum over finite fresh records of r_i u_i, shaped like the params
+    sq_norm: jax.Array  # float32, sum of ||r_i u_i||^2 (only with second_moment)
+    n_ok: jax.Array  # int32, finite fresh records
+    responses: jax.Array  # [capacity] float32 raw fresh responses
+    ok: jax.Array  # [capacity] bool, acquired and finite
+    score: jax.Array  # float32, score of the last test
+    accepted: jax.Array  # bool
+
+
+def capacity(k_min: int, k_max: int, k_step: int) -> int:
+    """Slots needed for the fresh records of one step, rounded up to whole chunks."""
+    return k_min + math.ceil((k_max - k_min) / k_step) * k_step
+
+
+def draw_step(
+    kind: str, key: jax.Array, slots: int, like: Any, retained_keys: jax.Array | None = None,
+) -> tuple[Any, Any]:
+    """Draws a step's ``slots`` fresh directions, and those of ``retained_keys``, at once.
+
+    Returns ``(retained, fresh)`` direction batches, or ``(None, None)`` when the batch
+    would be too large (:func:`directions.fits_in_batch`) and directions must be drawn
+    where they are used.
+    """
+    n_retained = 0 if retained_keys is None else retained_keys.shape[0]
+    if not dirs.fits_in_batch(n_retained + slots, like):
+        return None, None
+    keys = ledger.direction_keys(key, 0, slots)
+    if n_retained:
+        keys = jnp.concatenate([retained_keys, keys])
+    u = dirs.sample_many(kind, keys, like)
+    retained = jax.tree.map(lambda x: x[:n_retained], u) if n_retained else None
+    return retained, jax.tree.map(lambda x: x[n_retained:], u)
+
+
+def fresh_acquirer(
+    diff: oracle.FiniteDifference, params: Any, key: jax.Array, kind: str,
+    centre: jax.Array | None, drawn: Any = None,
+) -> Callable[[jax.Array, int], tuple[jax.Array, Any]]:
+    """``acquire(first, size)`` for :func:`accept_or_expand` at ``params``.
+
+    Fresh direction ``i`` of the step keyed by ``key`` comes from
+    ``ledger.direction_keys(key, i, 1)``. ``drawn``, when given, holds all of them drawn
+    in advance (leading axis ``capacity``): drawing them in one batch is much cheaper
+    than one draw per retry when ``d`` is small, and gives the same numbers.
+    """
+
+    def acquire(first: jax.Array, size: int) -> tuple[jax.Array, Any]:
+        if drawn is None:
+            u = dirs.sample_many(kind, ledger.direction_keys(key, first, size), params)
+        else:
+            u = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, first, size), drawn)
+        return diff.responses(params, u, centre), u
+
+    return acquire
+
+
+def accept_or_expand(
+    acquire: Callable[[jax.Array, int], tuple[jax.Array, Any]],
+    test: Callable[[Candidate], tuple[jax.Array, jax.Array]],
+    like: Any,
+    *,
+    k_min: int,
+    k_max: int,
+    k_step: int,
+    k_start: jax.Array | int,
+    second_moment: bool = False,
+) -> Candidate:
+    """Acquires fresh directions chunk by chunk until ``test`` accepts.
+
+    Args:
+      acquire: ``acquire(first, size)`` returns the responses ``[size]`` and the
+        directions (leading axis ``size``) of fresh indices ``first .. first+size-1``.
+      test: ``test(candidate)`` returns ``(score, passed)`` for the candidate built from
+        the records acquired so far.
+      like: the params, for the shape of the running sum.
+      k_min: first grid point; the first acquisition buys ``k_min`` directions.
+      k_max: last grid point; a candidate at ``k_max`` is accepted whatever its score.
+      k_step: grid spacing, the size of every later acquisition.
+      k_start: the first grid point at which the test is consulted (reset policies
+        may start a step above ``k_min``); earlier chunks are bought without a test.
+      second_moment: also accumulate ``sum ||r_i u_i||^2`` (for variance tests).
+
+    Returns:
+      The accepted :class:`Candidate`.
+    """
+    slots = capacity(k_min, k_max, k_step)
+
+    def absorb(cand: Candidate, first: jax.Array, size: int, count: jax.Array) -> Candidate:
+        responses, directions = acquire(first, size)
+        ok = (jnp.arange(size) < count) & jnp.isfinite(responses)
+        coeffs = jnp.where(ok, responses, 0.0)
+        total = jax.tree.map(jnp.add, cand.total, dirs.weighted_sum(coeffs, directions))
+        sq_norm = cand.sq_norm
+        if second_moment:
+            norms = sum(
+                jnp.sum(jnp.square(u).reshape(size, -1), axis=1).astype(jnp.float32)
+                for u in jax.tree.leaves(directions)
+            )
+            sq_norm = sq_norm + jnp.sum(jnp.square(coeffs) * norms)
+        return cand._replace(
+            k=jnp.asarray(first + count, jnp.int32),
+            total=total,
+            sq_norm=sq_norm,
+            n_ok=cand.n_ok + jnp.sum(ok, dtype=jnp.int32),
+            responses=jax.lax.dynamic_update_slice(cand.responses, responses, (first,)),
+            ok=jax.lax.dynamic_update_slice(cand.ok, ok, (first,)),
+        )
+
+    def decide(cand: Candidate) -> Candidate:
+        score, passed = test(cand)
+        accepted = (cand.k >= k_start) & (passed | (cand.k >= k_max))
+        return cand._replace(score=jnp.asarray(score, jnp.float32), accepted=accepted)
+
+    empty = Candidate(
+        k=jnp.zeros((), jnp.int32),
+        total=dirs.zeros(like),
+        sq_norm=jnp.zeros((), jnp.float32),
+        n_ok=jnp.zeros((), jnp.int32),
+        responses=jnp.zeros((slots,), jnp.float32),
+        ok=jnp.zeros((slots,), bool),
+        score=jnp.zeros((), jnp.float32),
+        accepted=jnp.zeros((), bool),
+    )
+    cand = decide(absorb(empty, jnp.zeros((), jnp.int32), k_min, jnp.int32(k_min)))
+    if k_max == k_min:
+        return cand
+
+    def expand(cand: Candidate) -> Candidate:
+        count = jnp.minimum(k_step, k_max - cand.k)
+        return decide(absorb(cand, cand.k, k_step, count))
+
+    return jax.lax.while_loop(lambda c: ~c.accepted, expand, cand)
+
+
+def finish(total: Any, n: jax.Array, scale: float) -> tuple[Any, jax.Array]:
+    """The estimate ``scale * total / n`` (compute dtypes) and whether it is usable.
+
+    An estimate is unusable when no finite record entered it or when it overflowed; it
+    is then returned as zeros so that it cannot poison any downstream state.
+    """
+    factor = scale / jnp.maximum(n, 1).astype(jnp.float32)
+    g = jax.tree.map(lambda t: t * factor.astype(t.dtype), total)
+    finite = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(g)]
+    usable = (n > 0) & jnp.all(jnp.stack(finite))
+    return jax.tree.map(lambda x: jnp.where(usable, x, 0), g), usable

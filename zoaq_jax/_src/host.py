@@ -1,0 +1,70 @@
+"""Objectives that live outside JAX (NumPy, PyTorch, simulators, remote services)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def host_oracle(
+    fn: Callable[..., Any],
+    *,
+    vectorized: bool = False,
+    dtype: Any = jnp.float32,
+) -> Callable[..., jax.Array]:
+    r"""Wraps a host-side objective so that the estimators can call it under ``jit``.
+
+    .. math:: \mathrm{value\_fn}(x, **kw) = \mathrm{fn}(\mathrm{numpy}(x), **\mathrm{numpy}(kw))
+
+    The wrapped function calls ``fn`` through :func:`jax.pure_callback` with NumPy
+    arrays (convert to ``torch.from_numpy`` inside ``fn`` if needed) and keeps ``fn``'s
+    signature, so keyword data is still matched by name. ``fn`` must be a pure function
+    of its arguments: JAX may call it in any order, and under ``jax.vmap`` or a batched
+    ``while_loop`` it is also called for lanes whose result is discarded (those calls
+    are not counted in ``num_queries``; they are wasted host work).
+
+    Args:
+      fn: ``fn(params, **kwargs) -> float``, params as a PyTree of NumPy arrays.
+      vectorized: ``fn`` accepts a leading batch axis on every argument (unbatched
+        arguments get an axis of size 1) and returns one value per row; batches of
+        perturbations then arrive in one host call instead of one call each.
+      dtype: dtype of the returned value.
+
+    Returns:
+      A JAX-traceable ``value_fn`` with ``fn``'s signature.
+
+    Example:
+      >>> import jax, numpy as np, jax.numpy as jnp, optax, zoaq_jax
+      >>> calls = []
+      >>> def sphere(x, shift):  # plain NumPy
+      ...     calls.append(1)
+      ...     return float(np.sum((x - shift) ** 2))
+      >>> f = zoaq_jax.host_oracle(sphere)
+      >>> est = zoaq_jax.fixed_estimator(k=3, difference="forward")
+      >>> params = jnp.zeros(4)
+      >>> g, state = est.update(None, est.init(params), params, value_fn=f, shift=jnp.ones(4))
+      >>> len(calls), int(optax.tree.get(state, "num_queries"))  # 1 centre + 3 directions
+      (4, 4)
+
+    References:
+      JAX documentation, External callbacks (``jax.pure_callback``).
+    """
+    result = jax.ShapeDtypeStruct((), dtype)
+
+    def on_host(*args, **kwargs):
+        out = np.asarray(fn(*args, **kwargs), dtype=dtype)
+        return out.reshape(out.shape[:1]) if vectorized and out.ndim else out.reshape(())
+
+    @functools.wraps(fn)
+    def value_fn(*args, **kwargs):
+        return jax.pure_callback(
+            on_host, result, *args,
+            vmap_method="expand_dims" if vectorized else "sequential", **kwargs,
+        )
+
+    return value_fn

@@ -1,0 +1,115 @@
+"""The objective as the estimators see it: keyword binding, checks, finite differences.
+
+Estimators receive the objective as ``value_fn`` and its data as further keywords, as
+Optax's line searches do: the keywords whose names match ``value_fn``'s parameters are
+forwarded, the rest are left for the other members of an ``optax.chain``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from zoaq_jax._src import directions as dirs
+
+DIFFERENCES = ("central", "forward")
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any]):
+    """Returns ``x -> value_fn(x, **kw)`` with ``kw`` taken from ``extra_args`` by name.
+
+    Args:
+      value_fn: the objective; its first parameter receives the (perturbed) params.
+      params: the current parameters, used to check the call.
+      extra_args: keywords given to ``update``; those that ``value_fn`` names (all of
+        them if it takes ``**kwargs``) are forwarded.
+
+    Returns:
+      A function of the params alone returning a scalar array.
+
+    Raises:
+      TypeError: ``value_fn`` is not callable or cannot be called with the forwarded
+        keywords (for example a required data argument is missing).
+      ValueError: ``value_fn`` does not return a real scalar.
+    """
+    if not callable(value_fn):
+        raise TypeError(f"value_fn must be callable, got {type(value_fn).__name__}.")
+    try:
+        signature = inspect.signature(value_fn)
+    except (TypeError, ValueError):  # builtins and some C extensions have none
+        signature = None
+    if signature is None or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
+    ):
+        kwargs = dict(extra_args)
+    else:
+        names = {p.name for p in list(signature.parameters.values())[1:] if p.kind in _NAMED}
+        kwargs = {k: v for k, v in extra_args.items() if k in names}
+    if signature is not None:
+        try:
+            signature.bind(params, **kwargs)
+        except TypeError as err:
+            given = "".join(f", {k}=..." for k in sorted(kwargs))
+            raise TypeError(
+                f"value_fn{signature} cannot be called as value_fn(params{given}): {err}. "
+                "Pass the data value_fn needs to update() as keywords named after its "
+                "parameters."
+            ) from None
+    fn = functools.partial(value_fn, **kwargs)
+    out = jax.eval_shape(fn, params)
+    shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if shape not in ((), (1,)) or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(
+            "value_fn must return a real floating-point scalar (shape () or (1,)); got "
+            f"{out!r}. Reduce the loss (e.g. take its mean) before returning it."
+        )
+    return lambda x: jnp.reshape(fn(x), ())
+
+
+class FiniteDifference(NamedTuple):
+    """A finite-difference scheme over a bound objective.
+
+    * central: :math:`r = (f(x + \\mu u) - f(x - \\mu u)) / (2\\mu)`, 2 calls a direction.
+    * forward: :math:`r = (f(x + \\mu u) - f(x)) / \\mu`, 1 call a direction plus one
+      centre value :math:`f(x)` per step, shared by all directions of the step.
+    """
+
+    fn: Callable[[Any], jax.Array]
+    mu: Any
+    scheme: str
+
+    @property
+    def calls_per_direction(self) -> int:
+        return 2 if self.scheme == "central" else 1
+
+    def centre(self, params: Any, value: Any) -> tuple[jax.Array | None, int]:
+        """The centre value ``f(x)`` and the oracle calls it cost.
+
+        Central differences need no centre (``None``, 0 calls). Forward differences use
+        ``value`` when the caller already has ``f(x)`` (it is then the caller's call to
+        count, 0 here), and query it otherwise (1 call).
+        """
+        if self.scheme == "central":
+            return None, 0
+        if value is not None:
+            return jnp.reshape(jnp.asarray(value, jnp.float32), ()), 0
+        return self.fn(params).astype(jnp.float32), 1
+
+    def values(self, params: Any, directions: Any) -> jax.Array:
+        """``f(x + mu u_i)`` for a batch of directions, in one vectorised call."""
+        return jax.vmap(self.fn)(dirs.perturb(params, directions, self.mu)).astype(jnp.float32)
+
+    def responses(self, params: Any, directions: Any, centre: jax.Array | None) -> jax.Array:
+        """Scalar responses ``r_i`` for a batch of directions (leading axis)."""
+        if self.scheme == "forward":
+            return (self.values(params, directions) - centre) / self.mu
+        both = jax.tree.map(lambda u: jnp.concatenate([u, -u]), directions)
+        plus, minus = jnp.split(self.values(params, both), 2)
+        return (plus - minus) / (2 * self.mu)

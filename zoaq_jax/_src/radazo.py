@@ -1,0 +1,81 @@
+"""R-AdaZO: the refined adaptive zeroth-order backbone (Shu et al., ICML 2025)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from zoaq_jax._src import checks
+from zoaq_jax._src import directions as dirs
+
+
+class ScaleByRAdaZOState(NamedTuple):
+    """State of :func:`scale_by_radazo` (moments in at least float32)."""
+
+    count: jax.Array  # int32
+    mu: Any  # first moment m
+    nu: Any  # second moment of the first moment, v
+
+
+def scale_by_radazo(
+    b1: float = 0.9,
+    b2: float = 0.99,
+    eps: float = 1e-8,
+    eps_in_sqrt: bool = False,
+) -> optax.GradientTransformation:
+    r"""Rescales estimates by R-AdaZO's refined second moment of the first moment.
+
+    .. math::
+
+      m_t = \beta_1 m_{t-1} + (1 - \beta_1) g_t, \qquad
+      v_t = \beta_2 v_{t-1} + (1 - \beta_2) m_t^2, \qquad
+      u_t = \frac{m_t}{\sqrt{v_t} + \epsilon}
+      \;\Big(\text{or } \frac{m_t}{\sqrt{v_t + \epsilon}} \text{ with eps\_in\_sqrt}\Big),
+
+    without bias correction. The default places :math:`\epsilon` outside the root, as
+    the public R-AdaZO and ZoAR code (and the ZoAQ experiments) do; ``eps_in_sqrt=True``
+    is the R-AdaZO paper's formula. Chain with ``optax.scale_by_learning_rate`` to get
+    :math:`x_{t+1} = x_t - \eta u_t`.
+
+    Args:
+      b1: first-moment decay :math:`\beta_1 \in [0, 1)`.
+      b2: second-moment decay :math:`\beta_2 \in [0, 1)`.
+      eps: stability term :math:`\epsilon \ge 0`.
+      eps_in_sqrt: put :math:`\epsilon` inside the square root (paper form).
+
+    Returns:
+      An :class:`optax.GradientTransformation`; updates keep the params' dtypes.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> tx = zoaq_jax.scale_by_radazo()
+      >>> u, _ = tx.update(jnp.array([2.0, -4.0]), tx.init(jnp.zeros(2)))
+      >>> [round(float(x), 4) for x in u]  # m / sqrt(v) = sign(g) / sqrt(1 - b2)
+      [10.0, -10.0]
+
+    References:
+      Shu et al., Refining Adaptive Zeroth-Order Optimization at Ease, ICML 2025.
+    """
+    checks.decay("b1", b1)
+    checks.decay("b2", b2)
+    checks.non_negative("eps", eps)
+
+    def init_fn(params):
+        zeros = dirs.zeros(params)
+        return ScaleByRAdaZOState(count=jnp.zeros((), jnp.int32), mu=zeros, nu=zeros)
+
+    def update_fn(updates, state, params=None):
+        del params
+        mu = optax.tree.update_moment(updates, state.mu, b1, 1)
+        nu = optax.tree.update_moment_per_elem_norm(mu, state.nu, b2, 2)
+        if eps_in_sqrt:
+            scaled = jax.tree.map(lambda m, v: m / jnp.sqrt(v + eps), mu, nu)
+        else:
+            scaled = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
+        new_state = ScaleByRAdaZOState(count=optax.safe_increment(state.count), mu=mu, nu=nu)
+        return optax.tree.cast_like(scaled, updates), new_state
+
+    return optax.GradientTransformation(init_fn, update_fn)

@@ -1,0 +1,83 @@
+"""ZO-AdaMM: Adam-style moments for zeroth-order estimates (Chen et al., 2019)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from zoaq_jax._src import checks
+from zoaq_jax._src import directions as dirs
+
+
+class ScaleByZOAdaMMState(NamedTuple):
+    """State of :func:`scale_by_zo_adamm`; ``nu_max`` is ``None`` without AMSGrad."""
+
+    count: jax.Array  # int32
+    mu: Any
+    nu: Any
+    nu_max: Any
+
+
+def scale_by_zo_adamm(
+    b1: float = 0.9,
+    b2: float = 0.99,
+    eps: float = 1e-8,
+    amsgrad: bool = False,
+) -> optax.GradientTransformation:
+    r"""Rescales estimates by ZO-AdaMM's Adam-style moments, without bias correction.
+
+    .. math::
+
+      m_t = \beta_1 m_{t-1} + (1 - \beta_1) g_t, \qquad
+      v_t = \beta_2 v_{t-1} + (1 - \beta_2) g_t^2, \qquad
+      u_t = \frac{m_t}{\sqrt{\hat v_t} + \epsilon},
+
+    with :math:`\hat v_t = v_t` (the ZoAR code's ``adam`` rule, used by the benchmarks)
+    or :math:`\hat v_t = \max(\hat v_{t-1}, v_t)` with ``amsgrad=True`` (the original
+    ZO-AdaMM paper).
+
+    Args:
+      b1: first-moment decay :math:`\beta_1 \in [0, 1)`.
+      b2: second-moment decay :math:`\beta_2 \in [0, 1)`.
+      eps: stability term :math:`\epsilon \ge 0`.
+      amsgrad: keep the running maximum of :math:`v`.
+
+    Returns:
+      An :class:`optax.GradientTransformation`; updates keep the params' dtypes.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> tx = zoaq_jax.scale_by_zo_adamm()
+      >>> u, _ = tx.update(jnp.array([2.0, -4.0]), tx.init(jnp.zeros(2)))
+      >>> [round(float(x), 4) for x in u]  # (1-b1) g / sqrt((1-b2) g^2)
+      [1.0, -1.0]
+
+    References:
+      Chen et al., ZO-AdaMM: Zeroth-Order Adaptive Momentum Method for Black-Box
+      Optimization, NeurIPS 2019.
+    """
+    checks.decay("b1", b1)
+    checks.decay("b2", b2)
+    checks.non_negative("eps", eps)
+
+    def init_fn(params):
+        zeros = dirs.zeros(params)
+        return ScaleByZOAdaMMState(
+            count=jnp.zeros((), jnp.int32), mu=zeros, nu=zeros, nu_max=zeros if amsgrad else None
+        )
+
+    def update_fn(updates, state, params=None):
+        del params
+        mu = optax.tree.update_moment(updates, state.mu, b1, 1)
+        nu = optax.tree.update_moment_per_elem_norm(updates, state.nu, b2, 2)
+        nu_max = jax.tree.map(jnp.maximum, state.nu_max, nu) if amsgrad else None
+        scaled = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu_max if amsgrad else nu)
+        new_state = ScaleByZOAdaMMState(
+            count=optax.safe_increment(state.count), mu=mu, nu=nu, nu_max=nu_max
+        )
+        return optax.tree.cast_like(scaled, updates), new_state
+
+    return optax.GradientTransformation(init_fn, update_fn)
