@@ -85,14 +85,17 @@ def zoaq(
       An :class:`optax.GradientTransformationExtraArgs`.
 
     Example:
-      >>> import jax.numpy as jnp, optax, zoaq_jax
+      >>> import jax, jax.numpy as jnp, optax, zoaq_jax
       >>> f = lambda x: 0.5 * jnp.sum(x ** 2)
       >>> opt = zoaq_jax.zoaq(learning_rate=1e-2, key=0)
+      >>> @jax.jit
+      ... def step(params, state):
+      ...     updates, state = opt.update(None, state, params, value_fn=f)
+      ...     return optax.apply_updates(params, updates), state
       >>> params = jnp.ones(10)
       >>> state = opt.init(params)
       >>> for _ in range(200):
-      ...     updates, state = opt.update(None, state, params, value_fn=f)
-      ...     params = optax.apply_updates(params, updates)
+      ...     params, state = step(params, state)
       >>> bool(f(params) < 0.5 * f(jnp.ones(10)))
       True
 

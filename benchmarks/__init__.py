@@ -1,0 +1,1 @@
+"""Benchmarks for zoaq_jax: ``python -m benchmarks <command> --help``."""

@@ -1,0 +1,39 @@
+"""One CLI for all benchmarks: ``python -m benchmarks {synthetic,attack,llm} ...``.
+
+Each command lives in ``benchmarks/<command>/cli.py`` and exposes
+``add_arguments(parser)`` and ``main(args) -> int``. Commands are imported only when
+chosen, so a command's optional dependencies never break the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "synthetic": ("benchmarks.synthetic.cli", "synthetic objectives (the paper's Section 5.1)"),
+    "attack": ("benchmarks.attack.cli", "black-box adversarial attacks on MNIST / CIFAR-10"),
+    "llm": ("benchmarks.llm.cli", "forward-only LoRA fine-tuning of language models"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", metavar="command", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        parser.parse_args(argv)  # prints help or a usage error
+        return 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    command = argparse.ArgumentParser(prog=f"python -m benchmarks {argv[0]}",
+                                      description=module.__doc__,
+                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    module.add_arguments(command)
+    return int(module.main(command.parse_args(argv[1:])) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Helpers shared by the benchmark commands: progress, timing, machine facts, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def progress(iterable: Iterable, *, total: int | None = None, desc: str = "") -> Iterable:
+    """A tqdm progress bar on stderr (plain iteration when stderr is not wanted)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, dynamic_ncols=True, leave=True)
+
+
+def pin_to_cores(cores: Sequence[int]) -> None:
+    """Restricts this process (and the XLA threads it starts later) to ``cores``.
+
+    On small problems XLA's CPU runtime spends more time synchronising its intra-op
+    threads than computing; one process per core is several times faster than one
+    process on all cores. Call before the first JAX computation.
+    """
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(cores))
+
+
+def available_cores() -> list[int]:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def machine_info() -> dict[str, Any]:
+    """Facts about the machine and software a result was measured on."""
+    import jax
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": len(available_cores()),
+        "memory_gib": _memory_gib(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "devices": [str(d.device_kind) for d in jax.devices()],
+        "backend": jax.default_backend(),
+    }
+
+
+def _memory_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(next(ln for ln in f if ln.startswith("MemTotal")).split()[1])
+        return round(kib / 2**20, 1)
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...`` then ``sw.seconds``."""
+
+    def __enter__(self) -> "Stopwatch":
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds = time.perf_counter() - self._start
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Converts NumPy/JAX scalars and arrays (recursively) to JSON types."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return to_jsonable(np.asarray(obj).tolist())
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None if np.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    return obj
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    """Writes ``obj`` as indented JSON, creating parent folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(to_jsonable(obj), indent=1) + "\n")
+    return path
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def mean_std(values: Sequence[float], fmt: str = "{:.3g}") -> str:
+    """``mean ± std`` of ``values`` (population std, as the paper's tables)."""
+    arr = np.asarray(values, dtype=float)
+    return f"{fmt.format(arr.mean())} ± {fmt.format(arr.std())}"
