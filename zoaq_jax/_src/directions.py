@@ -68,8 +68,28 @@ def sample_many(kind: str, keys: jax.Array, like: Any) -> Any:
 
 
 def weighted_sum(coeffs: jax.Array, directions: Any) -> Any:
-    """Returns ``sum_i coeffs[i] * directions[i]`` over the leading axis."""
-    return jax.tree.map(lambda u: jnp.tensordot(coeffs.astype(u.dtype), u, axes=1), directions)
+    """Returns ``sum_i coeffs[i] * directions[i]`` over the leading axis.
+
+    Written as a product and a reduction (not a ``dot``): XLA then adds in the same order
+    whether or not the computation is batched, so ``vmap`` reproduces unbatched runs
+    bit for bit. The same holds for :func:`dot` and :func:`norm`.
+    """
+
+    def one(u):
+        c = coeffs.astype(u.dtype).reshape(coeffs.shape + (1,) * (u.ndim - 1))
+        return jnp.sum(c * u, axis=0)
+
+    return jax.tree.map(one, directions)
+
+
+def dot(a: Any, b: Any) -> jax.Array:
+    """Inner product of two PyTrees of the same structure."""
+    return sum(jnp.sum(x * y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def norm(a: Any) -> jax.Array:
+    """Euclidean norm of a PyTree."""
+    return jnp.sqrt(dot(a, a))
 
 
 def regenerate_sum(kind: str, keys: jax.Array, coeffs: jax.Array, like: Any) -> Any:

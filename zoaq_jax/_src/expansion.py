@@ -165,14 +165,16 @@ def accept_or_expand(
     return jax.lax.while_loop(lambda c: ~c.accepted, expand, cand)
 
 
-def finish(total: Any, n: jax.Array, scale: float) -> tuple[Any, jax.Array]:
+def finish(total: Any, n: jax.Array, scale: float, n_fresh: jax.Array) -> tuple[Any, jax.Array]:
     """The estimate ``scale * total / n`` (compute dtypes) and whether it is usable.
 
-    An estimate is unusable when no finite record entered it or when it overflowed; it
-    is then returned as zeros so that it cannot poison any downstream state.
+    ``n`` counts the records in ``total`` and ``n_fresh`` the finite fresh ones among
+    them. An estimate is unusable when no finite fresh response entered it (retained
+    records alone say nothing about the current point) or when it overflowed; it is
+    then returned as zeros so that it cannot poison any downstream state.
     """
     factor = scale / jnp.maximum(n, 1).astype(jnp.float32)
     g = jax.tree.map(lambda t: t * factor.astype(t.dtype), total)
     finite = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(g)]
-    usable = (n > 0) & jnp.all(jnp.stack(finite))
+    usable = (n_fresh > 0) & jnp.all(jnp.stack(finite))
     return jax.tree.map(lambda x: jnp.where(usable, x, 0), g), usable

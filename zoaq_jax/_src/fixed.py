@@ -82,7 +82,8 @@ def fixed_estimator(
             params,
             k_min=k, k_max=k, k_step=1, k_start=k,
         )
-        g, _ = expansion.finish(cand.total, cand.n_ok, dirs.estimator_scale(directions, params))
+        g, _ = expansion.finish(cand.total, cand.n_ok, dirs.estimator_scale(directions, params),
+                                cand.n_ok)
         new_ledger = ledger.advance(
             state.ledger, k=cand.k, calls=centre_calls + diff.calls_per_direction * cand.k,
             nonfinite=cand.k - cand.n_ok,

@@ -16,7 +16,7 @@ class ConsistencyState(NamedTuple):
     """State of :func:`monitor_consistency`."""
 
     ema: Any  # EMA of the updates seen so far
-    consistency: jax.Array  # float32, cos(updates, ema before this step); NaN while ema = 0
+    consistency: jax.Array  # float32, cos(updates, previous ema); NaN if either is zero
 
 
 def monitor_consistency(b1: float = 0.9) -> optax.GradientTransformation:
@@ -57,8 +57,8 @@ def monitor_consistency(b1: float = 0.9) -> optax.GradientTransformation:
 
     def update_fn(updates, state, params=None):
         del params
-        norms = optax.tree.norm(updates) * optax.tree.norm(state.ema)
-        cos = optax.tree.vdot(updates, state.ema) / jnp.where(norms > 0, norms, 1.0)
+        norms = dirs.norm(updates) * dirs.norm(state.ema)
+        cos = dirs.dot(updates, state.ema) / jnp.where(norms > 0, norms, 1.0)
         consistency = jnp.where(norms > 0, cos, jnp.nan).astype(jnp.float32)
         ema = optax.tree.update_moment(updates, state.ema, b1, 1)
         return updates, ConsistencyState(ema=ema, consistency=consistency)

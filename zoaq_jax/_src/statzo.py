@@ -95,7 +95,7 @@ def statzo_estimator(
 
         def test(cand):
             n = cand.n_ok.astype(jnp.float32)
-            mean_sq = optax.tree.norm(cand.total, squared=True) / jnp.maximum(n * n, 1.0)
+            mean_sq = dirs.dot(cand.total, cand.total) / jnp.maximum(n * n, 1.0)
             variance = (cand.sq_norm - n * mean_sq) / jnp.maximum(n - 1.0, 1.0)
             score = jnp.sqrt(jnp.maximum(variance, 0.0) / jnp.maximum(n, 1.0)
                              / jnp.maximum(mean_sq, 1e-30))
@@ -107,7 +107,8 @@ def statzo_estimator(
             test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_min,
             second_moment=True,
         )
-        g, _ = expansion.finish(cand.total, cand.n_ok, dirs.estimator_scale(directions, params))
+        g, _ = expansion.finish(cand.total, cand.n_ok, dirs.estimator_scale(directions, params),
+                                cand.n_ok)
         new_state = StatZOState(
             ledger=ledger.advance(
                 state.ledger, k=cand.k, calls=centre_calls + cand.k, nonfinite=cand.k - cand.n_ok

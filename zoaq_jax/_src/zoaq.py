@@ -74,10 +74,12 @@ def zoaq_estimator(
 
     NaN/inf policy: a non-finite response is discarded (it was a query, so it is
     counted in ``num_queries`` and in ``num_nonfinite``) and never enters the estimate,
-    ``m``, ``tau`` or the buffer; discarded records leave the candidate smaller, so the
-    gate may expand within the budget. A step left without any finite record (or with
-    a non-finite forward centre value, which ends the step at once) returns zeros and
-    leaves ``m``, ``tau`` and the buffer unchanged.
+    ``m``, ``tau`` or the buffer; discarded records leave the candidate smaller, and a
+    candidate without any finite fresh response scores :math:`-\infty`, so the gate
+    expands within the budget. A step that ends without a finite fresh response (or
+    with a non-finite forward centre value, which ends the step at once) returns zeros
+    and leaves ``m``, ``tau`` and the buffer unchanged: retained records alone say
+    nothing about the current point.
 
     Args:
       k_min: smallest fresh budget :math:`K_{\min} \ge 1`.
@@ -168,7 +170,7 @@ def zoaq_estimator(
         step_key = ledger.step_key(state.ledger)
         scale = dirs.estimator_scale(directions, params)
         k_start, tau, m = state.next_k, state.tau, state.ema
-        m_norm = optax.tree.norm(m)
+        m_norm = dirs.norm(m)
         warm = m_norm <= eps_anc
 
         retained = history.valid(state.history)
@@ -193,14 +195,15 @@ def zoaq_estimator(
         def test(cand):
             total, n = candidate(cand)
             if trigger == "cosine":
-                t_norm = optax.tree.norm(total)
-                cos = optax.tree.vdot(total, m) / jnp.maximum(t_norm * m_norm, 1e-30)
-                score = jnp.where(warm, tau, jnp.where((n == 0) | (t_norm == 0), -jnp.inf, cos))
+                t_norm = dirs.norm(total)
+                cos = dirs.dot(total, m) / jnp.maximum(t_norm * m_norm, 1e-30)
+                empty = (cand.n_ok == 0) | (t_norm == 0)
+                score = jnp.where(warm, tau, jnp.where(empty, -jnp.inf, cos))
                 passed = score >= tau
             else:
                 g = jax.tree.map(lambda t: t * (scale / jnp.maximum(n, 1)), total)
-                ratio = optax.tree.norm(optax.tree.sub(g, m)) / jnp.maximum(m_norm, 1e-30)
-                score = jnp.where(warm, 0.0, jnp.where(n == 0, jnp.inf, ratio))
+                ratio = dirs.norm(optax.tree.sub(g, m)) / jnp.maximum(m_norm, 1e-30)
+                score = jnp.where(warm, 0.0, jnp.where(cand.n_ok == 0, jnp.inf, ratio))
                 passed = score <= c_norm
             if controller == "always_accept":
                 passed = True
@@ -210,7 +213,7 @@ def zoaq_estimator(
             expansion.fresh_acquirer(diff, params, step_key, directions, centre, drawn),
             test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
         )
-        g, usable = expansion.finish(*candidate(cand), scale)
+        g, usable = expansion.finish(*candidate(cand), scale, cand.n_ok)
         score = cand.score
 
         ema = jax.tree.map(lambda mi, gi: jnp.where(usable, b1 * mi + (1 - b1) * gi, mi), m, g)

@@ -42,7 +42,7 @@ def zoar_estimator(
       gradients over the newest :math:`N_{hist} + 1` steps (``2k`` calls a step).
 
     Non-finite values are discarded (counted in ``num_nonfinite``) and never enter the
-    buffer. With ``n_hist=0`` and central differences this is exactly
+    buffer; a step without any finite fresh value returns zeros. With ``n_hist=0`` and central differences this is exactly
     :func:`fixed_estimator`.
 
     Args:
@@ -97,8 +97,8 @@ def zoar_estimator(
             baseline = jnp.sum(jnp.where(kept, coeffs, 0.0)) / jnp.maximum(n, 1)
             coeffs = (coeffs - baseline) / mu
         total = dirs.regenerate_sum("gaussian", records.keys, jnp.where(kept, coeffs, 0.0), params)
-        g, _ = expansion.finish(total, n, 1.0)
         n_ok = jnp.sum(ok, dtype=jnp.int32)
+        g, _ = expansion.finish(total, n, 1.0, n_ok)
         new_ledger = ledger.advance(
             state.ledger, k=k, calls=diff.calls_per_direction * k, nonfinite=k - n_ok
         )

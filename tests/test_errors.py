@@ -1,0 +1,154 @@
+"""Bad input fails early and clearly; NaN/inf responses never poison the state."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import zoaq_jax
+from helpers import diag, jitted_update, wavy
+
+D = 8
+
+
+@pytest.mark.parametrize(
+    "factory, kwargs, error, match",
+    [
+        (zoaq_jax.zoaq_estimator, dict(k_min=5, k_max=2), ValueError, "k_min must be <= k_max"),
+        (zoaq_jax.zoaq_estimator, dict(k_min=0), ValueError, "k_min must be >= 1"),
+        (zoaq_jax.zoaq_estimator, dict(k_step=0), ValueError, "k_step"),
+        (zoaq_jax.zoaq_estimator, dict(n_hist=-1), ValueError, "n_hist"),
+        (zoaq_jax.zoaq_estimator, dict(k_max=2.5), TypeError, "k_max must be an int"),
+        (zoaq_jax.zoaq_estimator, dict(mu=0.0), ValueError, "mu must be a finite number > 0"),
+        (zoaq_jax.zoaq_estimator, dict(mu=-1e-3), ValueError, "mu"),
+        (zoaq_jax.zoaq_estimator, dict(mu=float("nan")), ValueError, "mu"),
+        (zoaq_jax.zoaq_estimator, dict(tau0=1.5), ValueError, "tau0"),
+        (zoaq_jax.zoaq_estimator, dict(beta_tau=1.0), ValueError, "beta_tau"),
+        (zoaq_jax.zoaq_estimator, dict(b1=-0.1), ValueError, "b1"),
+        (zoaq_jax.zoaq_estimator, dict(reset="max"), ValueError, "reset must be one of"),
+        (zoaq_jax.zoaq_estimator, dict(trigger="l2"), ValueError, "trigger"),
+        (zoaq_jax.zoaq_estimator, dict(difference="backward"), ValueError, "difference"),
+        (zoaq_jax.zoaq_estimator, dict(directions="uniform"), ValueError, "directions"),
+        (zoaq_jax.zoaq_estimator, dict(controller="greedy"), ValueError, "controller"),
+        (zoaq_jax.zoaq_estimator, dict(tau_band=(0.6, 0.2)), ValueError, "lo <= hi"),
+        (zoaq_jax.zoaq_estimator, dict(eps_anc=-1.0), ValueError, "eps_anc"),
+        (zoaq_jax.fixed_estimator, dict(k=0), ValueError, "k must be >= 1"),
+        (zoaq_jax.zoar_estimator, dict(n_hist=-2), ValueError, "n_hist"),
+        (zoaq_jax.statzo_estimator, dict(theta=0.0), ValueError, "theta"),
+        (zoaq_jax.statzo_estimator, dict(k_min=3, k_max=1), ValueError, "k_min must be <= k_max"),
+        (zoaq_jax.scale_by_radazo, dict(b2=1.0), ValueError, "b2"),
+        (zoaq_jax.scale_by_zo_adamm, dict(eps=-1.0), ValueError, "eps"),
+        (zoaq_jax.monitor_consistency, dict(b1=2.0), ValueError, "b1"),
+        (zoaq_jax.zoaq, dict(learning_rate=-1e-3), ValueError, "learning_rate"),
+        (zoaq_jax.zoaq, dict(learning_rate=1e-3, backbone="adam"), ValueError, "backbone"),
+        (zoaq_jax.radazo, dict(learning_rate=0.0), ValueError, "learning_rate"),
+        (zoaq_jax.mezo, dict(learning_rate=1e-3, weight_decay=-1.0), ValueError, "weight_decay"),
+    ],
+)
+def test_invalid_hyperparameters_fail_at_construction(factory, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        factory(**kwargs)
+
+
+def test_bad_keys_are_refused():
+    with pytest.raises(TypeError, match="wrap_key_data"):
+        zoaq_jax.zoaq_estimator(key=jnp.zeros(2, jnp.uint32)).init(jnp.zeros(D))
+    with pytest.raises(ValueError, match="single key"):
+        zoaq_jax.fixed_estimator(key=jax.random.split(jax.random.key(0), 2)).init(jnp.zeros(D))
+
+
+def test_structural_args_must_be_static_under_inject_hyperparams():
+    factory = optax.inject_hyperparams(zoaq_jax.zoaq)  # k_max etc. not declared static
+    opt = factory(learning_rate=1e-2)
+    state = opt.init(jnp.zeros(D))
+    with pytest.raises(TypeError, match="static_args"):
+        jax.jit(lambda s, p: opt.update(None, s, p, value_fn=wavy))(state, jnp.zeros(D))
+
+
+def test_non_scalar_objective_fails_at_first_call():
+    est = zoaq_jax.zoaq_estimator()
+    with pytest.raises(ValueError, match="scalar"):
+        est.update(None, est.init(jnp.zeros(D)), jnp.zeros(D), value_fn=lambda x: x**2)
+    with pytest.raises(ValueError, match="floating-point"):
+        est.update(None, est.init(jnp.zeros(D)), jnp.zeros(D),
+                   value_fn=lambda x: jnp.sum(x > 0))
+
+
+def test_objective_missing_its_data_fails_clearly():
+    def loss(params, batch):
+        return jnp.sum((params - batch) ** 2)
+
+    est = zoaq_jax.fixed_estimator()
+    with pytest.raises(TypeError, match="batch"):
+        est.update(None, est.init(jnp.zeros(D)), jnp.zeros(D), value_fn=loss)
+    with pytest.raises(TypeError, match="batch"):  # a misspelt keyword is not forwarded
+        est.update(None, est.init(jnp.zeros(D)), jnp.zeros(D), value_fn=loss, bach=jnp.ones(D))
+    with pytest.raises(TypeError, match="callable"):
+        est.update(None, est.init(jnp.zeros(D)), jnp.zeros(D), value_fn=3.0)
+
+
+def test_run_validates_its_schedule():
+    opt = zoaq_jax.zo_sgd(1e-3)
+    with pytest.raises(ValueError, match="multiple of log_every"):
+        zoaq_jax.run(opt, wavy, jnp.zeros(D), 10, log_every=3)
+    with pytest.raises(ValueError, match="log_every"):
+        zoaq_jax.run(opt, wavy, jnp.zeros(D), 10, log_every=0)
+
+
+def holey(x):
+    """NaN wherever the first coordinate exceeds 0.3: a simulator that crashes."""
+    return jnp.where(x[0] > 0.3, jnp.nan, jnp.sum(jnp.cos(x) * x**2))
+
+
+@pytest.mark.parametrize("difference", ["central", "forward"])
+def test_nonfinite_responses_are_discarded_and_counted(difference):
+    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=6, n_hist=4, mu=0.5, difference=difference,
+                                  key=0)
+    update = jitted_update(est, holey)
+    x = jnp.zeros(D)
+    state = est.init(x)
+    for _ in range(30):
+        g, state = update(state, x)
+        assert np.all(np.isfinite(g))
+        x = x - 0.05 * g
+        for leaf in (state.ema, state.tau, state.history.responses):
+            assert np.all(np.isfinite(leaf))
+    assert diag(state, "num_nonfinite") > 0  # mu = 0.5 reaches into the NaN region
+    assert diag(state, "num_queries") > diag(state, "num_nonfinite")
+
+
+def test_a_step_without_any_finite_response_changes_nothing():
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, n_hist=4, key=0)
+    update = jitted_update(est, wavy)
+    x = jnp.ones(D)
+    state = est.init(x)
+    for _ in range(3):
+        _, state = update(state, x)
+    broken = jitted_update(est, lambda x: jnp.float32(jnp.inf) * jnp.sum(x))
+    g, after = broken(state, x)
+    np.testing.assert_array_equal(g, jnp.zeros(D))
+    np.testing.assert_array_equal(after.ema, state.ema)
+    assert float(after.tau) == float(state.tau)
+    np.testing.assert_array_equal(after.history.responses, state.history.responses)
+    assert diag(after, "last_k") == 3  # the zero candidate scores -inf: expands to k_max
+    assert diag(after, "num_queries") == diag(state, "num_queries") + 6
+    assert diag(after, "num_nonfinite") == diag(state, "num_nonfinite") + 3
+
+
+def test_nonfinite_forward_centre_ends_the_step_at_once():
+    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=8, difference="forward", key=0)
+    x = jnp.ones(D)
+    state = est.init(x)
+    _, state = jitted_update(est, wavy)(state, x)
+    g, after = jitted_update(est, lambda x: jnp.float32(jnp.nan) + jnp.sum(x))(state, x)
+    np.testing.assert_array_equal(g, jnp.zeros(D))
+    assert diag(after, "last_k") == 2
+    assert diag(after, "num_queries") == diag(state, "num_queries") + 3
+
+
+def test_optimizers_survive_a_nan_region_end_to_end():
+    for opt in (zoaq_jax.zoaq(1e-2, mu=0.5, key=1), zoaq_jax.radazo(1e-2, k=4, mu=0.5, key=1),
+                zoaq_jax.statzo(1e-2, k_max=4, mu=0.5, key=1)):
+        params, state, trace = zoaq_jax.run(opt, holey, -jnp.ones(D), 60)
+        assert np.all(np.isfinite(params))

@@ -1,0 +1,40 @@
+"""The research loop and the consistency monitor."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import zoaq_jax
+from helpers import quadratic, wavy
+
+
+def test_run_trace_layout_and_progress():
+    opt = zoaq_jax.zoaq(1e-2, key=0)
+    params, state, trace = zoaq_jax.run(opt, quadratic, jnp.ones(10), 300, log_every=100,
+                                        a=jnp.zeros(10))
+    np.testing.assert_array_equal(trace.step, [0, 100, 200, 300])
+    assert float(trace.value[0]) == 5.0 and float(trace.value[-1]) < 2.5
+    assert int(trace.num_queries[0]) == 0 and np.all(np.diff(trace.num_queries) > 0)
+    assert int(trace.num_queries[-1]) == int(optax.tree.get(state, "num_queries"))
+    np.testing.assert_allclose(trace.value[-1], quadratic(params), rtol=1e-6)
+
+
+def test_run_fills_missing_diagnostics():
+    _, _, trace = zoaq_jax.run(zoaq_jax.radazo(1e-3, k=2), wavy, jnp.ones(4), 4)
+    assert np.all(np.isnan(trace.last_score)) and np.all(np.isnan(trace.tau))
+    np.testing.assert_array_equal(trace.last_k[1:], 2)
+
+
+def test_monitor_equals_zoaq_score_after_warm_start():
+    b1 = 0.8
+    opt = optax.chain(zoaq_jax.zoaq_estimator(k_max=5, b1=b1, key=2),
+                      zoaq_jax.monitor_consistency(b1=b1), optax.scale(-1e-2))
+    step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=wavy))
+    params, state = jnp.ones(8), opt.init(jnp.ones(8))
+    for t in range(15):
+        u, state = step(params, state)
+        params = params + u
+        if t > 0:
+            np.testing.assert_allclose(optax.tree.get(state, "consistency"),
+                                       optax.tree.get(state, "last_score"), rtol=1e-5)
