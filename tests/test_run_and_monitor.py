@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import zoaq_jax
 from helpers import quadratic, wavy
@@ -38,3 +39,17 @@ def test_monitor_equals_zoaq_score_after_warm_start():
         if t > 0:
             np.testing.assert_allclose(optax.tree.get(state, "consistency"),
                                        optax.tree.get(state, "last_score"), rtol=1e-5)
+
+
+def test_run_continues_from_a_state_and_traces_extras():
+    opt = optax.chain(zoaq_jax.zoaq_estimator(k_max=4, key=3), zoaq_jax.monitor_consistency(),
+                      optax.scale(-1e-2))
+    p1, s1, t1 = zoaq_jax.run(opt, wavy, jnp.ones(6), 20, extras=("consistency",))
+    p2, s2, t2 = zoaq_jax.run(opt, wavy, p1, 20, init_state=s1, extras=("consistency",))
+    p_all, s_all, _ = zoaq_jax.run(opt, wavy, jnp.ones(6), 40)
+    np.testing.assert_allclose(p2, p_all, rtol=1e-5, atol=1e-6)
+    assert int(t2.num_queries[-1]) == int(optax.tree.get(s_all, "num_queries"))
+    assert t1.extras["consistency"].shape == (21,) and np.isnan(t1.extras["consistency"][0])
+    assert np.all(np.isfinite(t2.extras["consistency"]))
+    with pytest.raises(KeyError, match="no diagnostic named"):
+        zoaq_jax.run(opt, wavy, jnp.ones(6), 2, extras=("nonexistent",))

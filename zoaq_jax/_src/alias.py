@@ -68,15 +68,15 @@ def zoaq(
 
     .. math:: x_{t+1} = x_t - \eta\, \mathrm{RAdaZO}(g_t), \quad g_t = \text{ZoAQ candidate}
 
-    See :func:`zoaq_estimator` for the controller and :func:`scale_by_radazo` for the
+    See :func:`zoaq_estimator` for the controller and its arguments (``k_min``,
+    ``k_max``, ``k_step``, ``n_hist``, ``mu``, ``tau0``, ``beta_tau``, ``b1``,
+    ``eps_anc``, ``reset``, ``trigger``, ``c_norm``, ``tau_band``, ``difference``,
+    ``directions``, ``controller``, ``key``) and :func:`scale_by_radazo` for the
     backbone; ``b1`` is shared by the gate's EMA and the backbone's first moment, as in
     the paper.
 
     Args:
       learning_rate: step size :math:`\eta` or an Optax schedule.
-      k_min, k_max, k_step, n_hist, mu, tau0, beta_tau, b1, eps_anc, reset, trigger,
-        c_norm, tau_band, difference, directions, controller, key: see
-        :func:`zoaq_estimator`.
       b2: backbone second-moment decay.
       eps: backbone stability term.
       backbone: ``"radazo"`` (paper), ``"zo_adamm"`` or ``"sgd"``.

@@ -25,10 +25,18 @@ class Trace(NamedTuple):
     last_k: jax.Array  # int32, fresh directions at the last step before the log point
     last_score: jax.Array  # float32
     tau: jax.Array  # float32
+    extras: dict  # name -> float32 array, the diagnostics requested with ``extras=``
 
 
 def _diagnostic(state: Any, name: str, default: Any, dtype) -> jax.Array:
     return jnp.asarray(optax.tree.get(state, name, default), dtype)
+
+
+def _required(state: Any, name: str) -> jax.Array:
+    value = optax.tree.get(state, name)
+    if value is None:
+        raise KeyError(f"extras: no diagnostic named {name!r} in the optimizer state.")
+    return jnp.asarray(value, jnp.float32)
 
 
 def run(
@@ -38,6 +46,8 @@ def run(
     num_steps: int,
     *,
     log_every: int = 1,
+    init_state: Any = None,
+    extras: tuple[str, ...] = (),
     **fn_kwargs: Any,
 ) -> tuple[Any, Any, Trace]:
     r"""Runs ``num_steps`` updates of ``opt`` on ``value_fn`` as one compiled program.
@@ -56,6 +66,10 @@ def run(
       params: initial parameters (any PyTree).
       num_steps: number of updates, a multiple of ``log_every``.
       log_every: trace period in steps.
+      init_state: optimizer state to continue from (default ``opt.init(params)``), e.g.
+        the state returned by an earlier ``run`` when the objective changes.
+      extras: further diagnostics to trace, by the name ``optax.tree.get`` finds them
+        under (e.g. ``"consistency"`` from :func:`monitor_consistency`).
       **fn_kwargs: data for ``value_fn``.
 
     Returns:
@@ -83,7 +97,7 @@ def run(
         )
 
     @jax.jit
-    def go(params, kwargs):
+    def go(params, kwargs, init_state):
         f = oracle.bind(value_fn, params, kwargs)
 
         def record(step, params, state):
@@ -94,6 +108,7 @@ def run(
                 last_k=_diagnostic(state, "last_k", 0, jnp.int32),
                 last_score=_diagnostic(state, "last_score", jnp.nan, jnp.float32),
                 tau=_diagnostic(state, "tau", jnp.nan, jnp.float32),
+                extras={name: _required(state, name) for name in extras},
             )
 
         def one_step(carry, _):
@@ -105,7 +120,7 @@ def run(
             carry, _ = jax.lax.scan(one_step, carry, None, length=log_every)
             return carry, record((i + 1) * log_every, *carry)
 
-        state = opt.init(params)
+        state = opt.init(params) if init_state is None else init_state
         first = record(0, params, state)
         (params, state), rest = jax.lax.scan(
             one_period, (params, state), jnp.arange(num_steps // log_every)
@@ -113,4 +128,4 @@ def run(
         trace = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
         return params, state, trace
 
-    return go(params, fn_kwargs)
+    return go(params, fn_kwargs, init_state)

@@ -1,0 +1,102 @@
+"""Presets of the main comparison and of each ablation.
+
+``paper`` is the paper's protocol (d = 100, T = 60,000, 5 seeds, lr 1e-3, betas
+(0.9, 0.99), mu 5e-3, eps 1e-8, central differences). ``quick`` keeps the structure at
+a fraction of the cost (about a minute on 2 cores); ``tiny`` is for tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from benchmarks.synthetic.methods import MAIN_METHODS, Settings, Variant
+from benchmarks.synthetic.objectives import OBJECTIVES
+
+SWITCH = "rosenbrock>levy"  # the controlled objective switch (Appendix "Sharp Turn")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str  # "main" or the ablation's name
+    preset: str
+    dim: int
+    steps: int  # per phase for the objective switch
+    seeds: tuple[int, ...]
+    log_every: int
+    functions: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    settings: Settings = Settings()
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps * (2 if SWITCH in self.functions else 1)
+
+
+_SCALE = {  # preset -> (dim, steps, seeds, log_every)
+    "tiny": (10, 40, 2, 10),
+    "quick": (100, 4000, 3, 40),
+    "paper": (100, 60000, 5, 100),
+}
+
+_QUICK_METHODS = ("zoaq", "radazo-k2", "radazo-k10", "statzo", "zoar-k10")
+
+
+def main(preset: str) -> Protocol:
+    dim, steps, seeds, log_every = _SCALE[preset]
+    methods = {"tiny": ("zoaq", "radazo-k10"), "quick": _QUICK_METHODS}.get(preset, MAIN_METHODS)
+    return Protocol("main", preset, dim, steps, tuple(range(seeds)), log_every,
+                    tuple(OBJECTIVES), tuple(Variant(m) for m in methods))
+
+
+def _zoaq(key: str, values, labels=None) -> tuple[Variant, ...]:
+    labels = labels or [f"{key}={v}" for v in values]
+    return tuple(Variant("zoaq", ((key, v),), label) for v, label in zip(values, labels))
+
+
+ABLATIONS = {
+    # Appendix "Reset Ablation" (Table "performance across reset strategies").
+    "reset": (("quadratic", "cubic", "levy", "rosenbrock"), _zoaq("reset", ("min", "half", "linear"))),
+    # Appendix "Threshold Sensitivity" (Table "sensitivity of the initial threshold").
+    "tau0": (("quadratic", "rosenbrock"), _zoaq("tau0", (-0.5, -0.1, 0.0, 0.3, 0.5, 1.0))),
+    # History window: the paper sweeps it on MNIST attacks; here on two synthetic functions.
+    "nhist": (("quadratic", "rosenbrock"), _zoaq("n_hist", (0, 2, 4, 8, 16, 32))),
+    # Appendix "Trigger Metric Ablation": Rosenbrock at d = 10,000.
+    "trigger": (("rosenbrock",), _zoaq("trigger", ("cosine", "norm"), ["ZoAQ (cosine)", "ZoAQ-Norm"])),
+    # Appendix "Controller Variants", at the neutral threshold tau0 = 0 the paper uses.
+    "controller": (("quadratic", "rosenbrock"), tuple(
+        Variant("zoaq", (("controller", c), ("tau0", 0.0)), label)
+        for c, label in (("adaptive", "Adaptive"), ("always_accept", "AlwaysMomentum"),
+                         ("fresh_on_expand", "AlwaysGradient")))),
+    # Appendix "Controlled Objective Switch": Rosenbrock for T steps, then Levy for T.
+    "switch": ((SWITCH,), (Variant("zoaq"), Variant("radazo-k10"))),
+}
+
+_ABLATION_SCALE = {  # preset -> ablation -> (dim, steps, seeds, log_every) overrides
+    "tiny": {"trigger": (50, 40, 2, 10)},
+    "quick": {"trigger": (10000, 1000, 2, 20), "switch": (100, 2000, 3, 20)},
+    "paper": {"trigger": (10000, 10000, 3, 100), "switch": (100, 15000, 5, 100)},
+}
+
+
+def ablation(name: str, preset: str) -> Protocol:
+    functions, variants = ABLATIONS[name]
+    dim, steps, seeds, log_every = _ABLATION_SCALE[preset].get(name, _SCALE[preset])
+    return Protocol(name, preset, dim, steps, tuple(range(seeds)), log_every, functions,
+                    variants)
+
+
+def restrict(protocol: Protocol, functions=None, variants=None, seeds=None, steps=None):
+    """The protocol with some fields overridden from the command line."""
+    changes = {}
+    if functions:
+        changes["functions"] = tuple(functions)
+    if variants:
+        changes["variants"] = tuple(variants)
+    if seeds:
+        changes["seeds"] = tuple(range(seeds))
+    if steps:
+        changes["steps"] = steps
+        changes["log_every"] = max(1, min(protocol.log_every, steps // 10))
+        while steps % changes["log_every"]:
+            changes["log_every"] -= 1
+    return replace(protocol, **changes)

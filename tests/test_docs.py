@@ -1,0 +1,28 @@
+"""The documentation builds without warnings and its tutorial runs as written."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_docs_build_fails_on_no_warning(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+         str(ROOT / "docs"), str(tmp_path / "html")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "html" / "api.html").exists()
+
+
+def test_tutorial_code_blocks_run_in_order():
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 5
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/tutorial.md", "exec"), namespace)  # noqa: S102
+    assert namespace["trace"].value.shape == (64, 3)

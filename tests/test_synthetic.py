@@ -1,0 +1,100 @@
+"""The synthetic benchmark: objectives, the vmapped runner, and the CLI end to end."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zoaq_jax
+from benchmarks.__main__ import main as cli
+from benchmarks.synthetic import protocol, runner
+from benchmarks.synthetic.methods import Settings, Variant
+from benchmarks.synthetic.objectives import OBJECTIVES
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_objectives_vanish_at_their_minimiser_and_are_positive_elsewhere(name):
+    obj = OBJECTIVES[name]
+    for d in (2, 10, 100):
+        assert abs(float(obj.fn(jnp.asarray(obj.minimiser(d))))) < 1e-5
+        xs = jax.random.normal(jax.random.key(d), (50, d)) * 2.0
+        assert np.all(np.asarray(jax.vmap(obj.fn)(xs)) > 0)
+    grad = jax.grad(obj.fn)(jnp.asarray(obj.minimiser(10)) + 1e-3)
+    assert np.all(np.isfinite(grad))
+
+
+def test_objective_values_at_known_points():
+    d = 10
+    ones, zeros = jnp.ones(d), jnp.zeros(d)
+    assert float(OBJECTIVES["quadratic"].fn(ones)) == pytest.approx(5.0)
+    assert float(OBJECTIVES["cubic"].fn(ones)) == pytest.approx(d * (0.5 + 1 / 3))
+    assert float(OBJECTIVES["rosenbrock"].fn(zeros)) == pytest.approx(d - 1)
+    w = 0.75  # Levy at x = 0: w = 1 - 1/4
+    levy0 = (np.sin(np.pi * w) ** 2 + (d - 1) * 0.0625 * (1 + 10 * np.sin(np.pi * w + 1) ** 2)
+             + 0.0625 * (1 + np.sin(2 * np.pi * w) ** 2))
+    assert float(OBJECTIVES["levy"].fn(zeros)) == pytest.approx(levy0, rel=1e-5)
+    assert float(OBJECTIVES["ackley"].fn(ones)) == pytest.approx(
+        -20 * np.exp(-0.2) - np.exp(1.0) + 20 + np.e, rel=1e-5)
+
+
+def test_runtime_objective_switch_matches_each_objective():
+    x = jax.random.normal(jax.random.key(0), (7,))
+    for name, fid in runner.FUNCTION_IDS.items():
+        assert float(runner.objective(x, fid)) == pytest.approx(float(OBJECTIVES[name].fn(x)))
+
+
+def test_vmapped_unit_equals_per_seed_runs():
+    p = protocol.restrict(protocol.main("tiny"), functions=["rosenbrock"], seeds=2)
+    unit = runner.Unit(p, Variant("zoaq"))
+    (result,) = runner.run_unit(unit)
+    for i, seed in enumerate(p.seeds):
+        x0 = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (p.dim,))
+        opt = unit.variant.build(Settings(), jax.random.fold_in(jax.random.key(seed), 1))
+        _, _, trace = zoaq_jax.run(opt, OBJECTIVES["rosenbrock"].fn, x0, p.steps,
+                                   log_every=p.log_every)
+        assert result["num_queries"][i] == int(trace.num_queries[-1])
+        np.testing.assert_array_equal(result["trace"]["last_k"][i], trace.last_k)
+        assert result["final_gap"][i] == pytest.approx(float(trace.value[-1]), rel=1e-3)
+
+
+def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
+    code = cli(["synthetic", "--preset", "tiny", "--functions", "quadratic", "levy",
+                "--out", str(tmp_path), "--workers", "1"])
+    assert code == 0
+    data = json.loads((tmp_path / "synthetic.json").read_text())
+    recs = data["records"]
+    assert {(r["function"], r["method"], r["seed"]) for r in recs} == {
+        (f, m, s) for f in ("quadratic", "levy") for m in ("zoaq", "radazo-k10") for s in (0, 1)}
+    for r in recs:
+        assert r["num_queries"] > 0 and np.isfinite(r["final_gap"])
+        assert len(r["trace"]["value"]) == len(r["trace"]["step"]) == 5
+        if r["method"] == "radazo-k10":
+            assert r["num_queries"] == 2 * 10 * 40
+    assert {u["method"] for u in data["units"]} == {"zoaq", "radazo-k10"}
+    pngs = sorted((tmp_path / "synthetic").glob("*.png"))
+    assert len(pngs) == 5 and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    report = (tmp_path / "synthetic.md").read_text()
+    assert "### Levy" in report and "saving vs R-AdaZO K=10" in report
+    # the report keeps hand-written text outside the generated block
+    (tmp_path / "synthetic.md").write_text(report + "\n## Discussion\n\nkeep me\n")
+    cli(["synthetic", "--preset", "tiny", "--functions", "quadratic", "--methods", "zoaq",
+         "radazo-k10", "--out", str(tmp_path), "--workers", "1"])
+    again = (tmp_path / "synthetic.md").read_text()
+    assert "keep me" in again and "### Levy" not in again
+
+
+def test_objective_switch_ablation_continues_the_run(tmp_path):
+    assert cli(["synthetic", "--ablation", "switch", "--preset", "tiny", "--seeds", "1",
+                "--out", str(tmp_path), "--workers", "1"]) == 0
+    data = json.loads((tmp_path / "synthetic_switch.json").read_text())
+    for r in data["records"]:
+        steps = r["trace"]["step"]
+        assert steps[0] == 0 and steps[-1] == 80 and np.all(np.diff(steps) > 0)
+        assert np.all(np.diff(r["trace"]["num_queries"]) > 0)  # queries keep accumulating
+
+
+def test_cli_rejects_unknown_methods(tmp_path):
+    with pytest.raises(SystemExit, match="unknown method"):
+        cli(["synthetic", "--preset", "tiny", "--methods", "adam", "--out", str(tmp_path)])
