@@ -1,4 +1,4 @@
-"""One CLI for all benchmarks: ``python -m benchmarks {synthetic,attack,llm} ...``.
+"""One CLI for all benchmarks: ``python -m benchmarks {synthetic,attack,llm,overhead} ...``.
 
 Each command lives in ``benchmarks/<command>/cli.py`` and exposes
 ``add_arguments(parser)`` and ``main(args) -> int``. Commands are imported only when
@@ -15,6 +15,7 @@ COMMANDS = {
     "synthetic": ("benchmarks.synthetic.cli", "synthetic objectives (the paper's Section 5.1)"),
     "attack": ("benchmarks.attack.cli", "black-box adversarial attacks on MNIST / CIFAR-10"),
     "llm": ("benchmarks.llm.cli", "forward-only LoRA fine-tuning of language models"),
+    "overhead": ("benchmarks.overhead.cli", "ZoAQ step cost against R-AdaZO at equal calls"),
 }
 
 

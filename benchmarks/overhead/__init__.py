@@ -1,0 +1,1 @@
+"""Controller overhead: the cost of a ZoAQ step against a fixed-K step."""
