@@ -218,3 +218,13 @@ def test_statzo_score_is_the_relative_standard_error():
     np.testing.assert_allclose(g, mean, rtol=1e-4, atol=1e-3)
     assert diag(state, "last_score") == pytest.approx(np.sqrt(var / 4) / np.linalg.norm(mean),
                                                       rel=1e-3)
+
+
+def test_statzo_central_differences_cost_two_calls_a_direction():
+    est = zoaq_jax.statzo_estimator(k_min=3, k_max=3, difference="central", key=0)
+    x = jnp.ones(D)
+    g, state = jitted_update(est, wavy)(est.init(x), x)
+    fixed = zoaq_jax.fixed_estimator(k=3, key=0)
+    h, _ = jitted_update(fixed, wavy)(fixed.init(x), x)
+    assert diag(state, "num_queries") == 6
+    np.testing.assert_allclose(g, h, rtol=1e-6)

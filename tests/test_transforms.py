@@ -229,3 +229,15 @@ def test_chain_with_backtracking_linesearch_decreases_the_objective():
         values.append(float(wavy(params)))
     assert values[-1] < values[0] - 0.5
     assert all(b <= a + 1e-4 for a, b in zip(values, values[1:]))  # Armijo: no increase
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_state_can_be_donated(name):
+    """No two state leaves share a buffer, so ``donate_argnums`` works."""
+    opt = OPTIMIZERS[name](0)
+    step = jax.jit(lambda s, p: opt.update(None, s, p, value_fn=separable, data=DATA)[1],
+                   donate_argnums=0)
+    state = opt.init(PARAMS)
+    state = step(state, PARAMS)
+    state = step(state, PARAMS)
+    assert diag(state, "num_queries") > 0

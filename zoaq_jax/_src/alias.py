@@ -321,6 +321,7 @@ def statzo(
     theta: float = 0.5,
     mu: float = 5e-3,
     directions: str = "gaussian",
+    difference: str = "forward",
     b1: float = 0.9,
     b2: float = 0.99,
     eps: float = 1e-8,
@@ -331,7 +332,8 @@ def statzo(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, k_step, theta, mu, directions, key: see :func:`statzo_estimator`.
+      k_min, k_max, k_step, theta, mu, directions, difference, key: see
+        :func:`statzo_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"`` (the paper's stabilized StatZO), ``"zo_adamm"`` (the
         original configuration) or ``"sgd"``.
@@ -352,6 +354,6 @@ def statzo(
     """
     estimator = statzo_estimator(
         k_min=k_min, k_max=k_max, k_step=k_step, theta=theta, mu=mu, directions=directions,
-        key=key,
+        difference=difference, key=key,
     )
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)

@@ -32,8 +32,11 @@ class QueryLedger(NamedTuple):
 
 def init(key: jax.Array) -> QueryLedger:
     """A fresh ledger for the run keyed by the typed key ``key``."""
-    zero = jnp.zeros((), jnp.int32)
-    return QueryLedger(key=key, step=zero, num_queries=zero, num_nonfinite=zero, last_k=zero)
+    def zero():  # one buffer each, so that the state can be donated to jit
+        return jnp.zeros((), jnp.int32)
+
+    return QueryLedger(key=key, step=zero(), num_queries=zero(), num_nonfinite=zero(),
+                       last_k=zero())
 
 
 def step_key(ledger: QueryLedger) -> jax.Array:

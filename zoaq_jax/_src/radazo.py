@@ -64,8 +64,9 @@ def scale_by_radazo(
     checks.non_negative("eps", eps)
 
     def init_fn(params):
-        zeros = dirs.zeros(params)
-        return ScaleByRAdaZOState(count=jnp.zeros((), jnp.int32), mu=zeros, nu=zeros)
+        # separate buffers for each moment, so that the state can be donated to jit
+        return ScaleByRAdaZOState(count=jnp.zeros((), jnp.int32), mu=dirs.zeros(params),
+                                  nu=dirs.zeros(params))
 
     def update_fn(updates, state, params=None):
         del params

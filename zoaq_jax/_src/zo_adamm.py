@@ -64,9 +64,10 @@ def scale_by_zo_adamm(
     checks.non_negative("eps", eps)
 
     def init_fn(params):
-        zeros = dirs.zeros(params)
+        # separate buffers for each moment, so that the state can be donated to jit
         return ScaleByZOAdaMMState(
-            count=jnp.zeros((), jnp.int32), mu=zeros, nu=zeros, nu_max=zeros if amsgrad else None
+            count=jnp.zeros((), jnp.int32), mu=dirs.zeros(params), nu=dirs.zeros(params),
+            nu_max=dirs.zeros(params) if amsgrad else None,
         )
 
     def update_fn(updates, state, params=None):
