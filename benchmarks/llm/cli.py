@@ -2,8 +2,10 @@
 
 Presets:
   smoke  tiny random LLaMA on synthetic data, seconds (CI).
-  cpu    SmolLM2-135M-Instruct on the movie-review snippets, sized to finish within an
-         hour on 2 CPU cores (few steps: a small real run, not the paper's protocol).
+  cpu    SmolLM2-135M-Instruct on the movie-review snippets (snippets that fit in 32
+         tokens), 100 steps, one seed, R-AdaZO K=4 as the fixed-K reference (MeZO K=4
+         costs the same FE), sized to finish within an hour on 2 shared CPU cores: a
+         small real run, not the paper's protocol.
   paper  the paper's protocol: 5,000 steps, eval every 250, 1000/500/1000 examples,
          3 seeds (meant for a GPU).
 Any preset value can be overridden by the matching option.
@@ -29,9 +31,10 @@ PRESETS = {
     "smoke": dict(model="tiny-llama", steps=12, eval_every=6, batch_size=4, n_train=32,
                   n_dev=8, n_test=8, seeds=[0], max_length=None, eval_batch_size=8,
                   probe_every=3, timing_reps=1),
-    "cpu": dict(model="smollm2", steps=150, eval_every=25, batch_size=16, n_train=1000,
-                n_dev=200, n_test=500, seeds=[0], max_length=32, eval_batch_size=16,
-                probe_every=10, timing_reps=3),
+    "cpu": dict(model="smollm2", steps=100, eval_every=20, batch_size=16, n_train=1000,
+                n_dev=200, n_test=400, seeds=[0], max_length=32, eval_batch_size=16,
+                probe_every=10, timing_reps=3,
+                methods=("radazo", "statzo", "zoaq-1-4", "zoaq-1-2")),
     "paper": dict(model="smollm2", steps=5000, eval_every=250, batch_size=16, n_train=1000,
                   n_dev=500, n_test=1000, seeds=[0, 1, 2], max_length=None,
                   eval_batch_size=16, probe_every=10, timing_reps=3),
@@ -120,7 +123,8 @@ def _run(args, preset: dict, cores: list[int]) -> int:
 
     wall0 = time.perf_counter()
     load_before = _load_average()
-    chosen = methods.get_methods(args.methods.split(",") if args.methods else list(methods.DEFAULT))
+    names = args.methods.split(",") if args.methods else list(preset.get("methods", methods.DEFAULT))
+    chosen = methods.get_methods(names)
     sizes = dict(n_train=preset["n_train"], n_dev=preset["n_dev"], n_test=preset["n_test"])
     task = tasks.get_task(args.task)
 

@@ -47,8 +47,13 @@ def opt_config(cfg: dict[str, Any]) -> OPTConfig:
 
 
 def llama_config(cfg: dict[str, Any]) -> LlamaConfig:
-    if cfg.get("rope_scaling"):
-        raise ValueError(f"rope_scaling {cfg['rope_scaling']!r} is not supported.")
+    # Older configs hold rope_theta / rope_scaling, transformers >= 5 rope_parameters.
+    rope = dict(cfg.get("rope_parameters") or {})
+    scaling = cfg.get("rope_scaling") or {}
+    kind = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+    if kind not in ("default", None):
+        raise ValueError(f"Rope scaling {kind!r} is not supported.")
+    theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
     return LlamaConfig(
         vocab_size=cfg["vocab_size"],
         hidden_size=cfg["hidden_size"],
@@ -58,7 +63,7 @@ def llama_config(cfg: dict[str, Any]) -> LlamaConfig:
         num_kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
         head_dim=cfg.get("head_dim"),
         rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
-        rope_theta=cfg.get("rope_theta", 10000.0),
+        rope_theta=float(theta),
         max_position_embeddings=cfg.get("max_position_embeddings", 2048),
         tie_word_embeddings=cfg.get("tie_word_embeddings", True),
     )
