@@ -96,7 +96,7 @@ def test_opt_checkpoint_folder_round_trip(tmp_path):
     words = ["<s>", "<pad>", "</s>", "<unk>", "a", "b", "Ġ", "Ġa", "Ġb", "ab", "Ġab"]
     vocab = {w: i for i, w in enumerate(words)}
     (tmp_path / "vocab.json").write_text(json.dumps(vocab))
-    (tmp_path / "merges.txt").write_text("#version: 0.2\na b\nĠ a\nĠa b\n")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\nĠ a\nĠa b\na b\n")
     model, tk, info = hf_loader.load(tmp_path)
     assert info["architecture"] == "opt"
     assert tk.add_bos and tk.prefix() == [cfg.bos_token_id]

@@ -132,8 +132,8 @@ def _run(args, preset: dict, cores: list[int]) -> int:
     filter_long = False
     if args.data:
         source = Path(args.data)
-    elif preset["model"].startswith("tiny-") and args.preset == "smoke":
-        source = None
+    elif args.preset == "smoke":
+        source = None  # synthetic: smoke runs never download anything
     elif args.task == "sst2":
         source, filter_long = fetch.movie_reviews(), True
     else:
