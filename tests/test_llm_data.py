@@ -65,8 +65,16 @@ def test_glue_sst2_folder(tmp_path):
 
 def test_superglue_copa_folder(tmp_path):
     def rec(i):
-        return json.dumps({"premise": f"Premise {i}.", "choice1": "A.", "choice2": "B.",
-                           "question": "cause" if i % 2 else "effect", "label": i % 2, "idx": i})
+        return json.dumps(
+            {
+                "premise": f"Premise {i}.",
+                "choice1": "A.",
+                "choice2": "B.",
+                "question": "cause" if i % 2 else "effect",
+                "label": i % 2,
+                "idx": i,
+            }
+        )
 
     (tmp_path / "train.jsonl").write_text("\n".join(rec(i) for i in range(400)) + "\n")
     (tmp_path / "val.jsonl").write_text("\n".join(rec(i) for i in range(100)) + "\n")

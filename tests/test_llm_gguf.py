@@ -1,22 +1,25 @@
 """GGUF path: a tiny LLaMA written with gguf's writer (llama.cpp layout) reads back exactly."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from benchmarks.llm import gguf_loader
+from benchmarks.llm.gguf_loader import permute_qk, unpermute_qk
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import jax.numpy as jnp  # noqa: E402
-
-from benchmarks.llm import gguf_loader  # noqa: E402
-from benchmarks.llm.gguf_loader import permute_qk, unpermute_qk  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 TOKENS = ["<|endoftext|>", "<|im_start|>", "a", "b", "c", "Ġ", "Ġa", "ab", "Ġab", "1", "2"]
 MERGES = ["Ġ a", "Ġa b", "a b"]
-QUANTIZED = {"token_embd.weight": Q.Q8_0, "blk.0.attn_q.weight": Q.Q8_0,
-             "blk.1.ffn_up.weight": Q.Q4_1}
+QUANTIZED = {
+    "token_embd.weight": Q.Q8_0,
+    "blk.0.attn_q.weight": Q.Q8_0,
+    "blk.1.ffn_up.weight": Q.Q4_1,
+}
 
 
 def _gguf_name(hf: str) -> str:
@@ -33,9 +36,16 @@ def _write_tiny_gguf(path, arch="llama"):
     whose weights equal what the file decodes to (quantization round-off included)."""
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        vocab_size=len(TOKENS), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        rms_norm_eps=1e-5, rope_theta=1000.0, tie_word_embeddings=True,
+        vocab_size=len(TOKENS),
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_theta=1000.0,
+        tie_word_embeddings=True,
         attn_implementation="eager",
     )
     hf = transformers.LlamaForCausalLM(cfg).eval()
@@ -57,8 +67,9 @@ def _write_tiny_gguf(path, arch="llama"):
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(0)
     writer.add_add_bos_token(False)
-    state = {k: v.detach().numpy().copy() for k, v in hf.state_dict().items()
-             if k != "lm_head.weight"}
+    state = {
+        k: v.detach().numpy().copy() for k, v in hf.state_dict().items() if k != "lm_head.weight"
+    }
     decoded = {}
     for name, w in state.items():
         g = _gguf_name(name)
@@ -98,7 +109,7 @@ def test_qk_permutation_round_trip():
 def test_gguf_logits_match_transformers(tmp_path):
     path = tmp_path / "tiny.gguf"
     hf, original = _write_tiny_gguf(path)
-    model, tk, info = gguf_loader.load(path)
+    model, _, info = gguf_loader.load(path)
     assert info["tensor_types"] == ["F32", "Q4_1", "Q8_0"]
     assert model.config.num_kv_heads == 2 and model.config.head_dim == 16
     assert model.lm_head is None  # tied, as SmolLM2

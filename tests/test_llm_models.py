@@ -1,14 +1,14 @@
 """Our NNX decoders against Hugging Face transformers (PyTorch) on tiny random configs."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from benchmarks.llm import hf_loader, llama, lora, opt
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import jax.numpy as jnp  # noqa: E402
-
-from benchmarks.llm import hf_loader, llama, lora, opt  # noqa: E402
 
 TOL = 1e-4
 
@@ -25,9 +25,16 @@ def _hf_logits(model, ids: np.ndarray) -> np.ndarray:
 def _tiny_llama_hf(tie: bool = True, kv_heads: int = 2):
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-        num_attention_heads=6, num_key_value_heads=kv_heads, max_position_embeddings=64,
-        rms_norm_eps=1e-5, rope_theta=500.0, tie_word_embeddings=tie,
+        vocab_size=97,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+        rope_theta=500.0,
+        tie_word_embeddings=tie,
         attn_implementation="eager",
     )
     model = transformers.LlamaForCausalLM(cfg).eval()
@@ -55,10 +62,19 @@ def test_llama_logits_match_transformers(tie, kv_heads):
 
 def _tiny_opt_hf(**overrides):
     torch.manual_seed(1)
-    kwargs = dict(vocab_size=91, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
-                  num_attention_heads=4, max_position_embeddings=40, word_embed_proj_dim=32,
-                  do_layer_norm_before=True, dropout=0.0, attention_dropout=0.0,
-                  attn_implementation="eager")
+    kwargs = dict(
+        vocab_size=91,
+        hidden_size=32,
+        ffn_dim=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=40,
+        word_embed_proj_dim=32,
+        do_layer_norm_before=True,
+        dropout=0.0,
+        attention_dropout=0.0,
+        attn_implementation="eager",
+    )
     kwargs.update(overrides)
     cfg = transformers.OPTConfig(**kwargs)
     model = transformers.OPTForCausalLM(cfg).eval()
@@ -73,8 +89,11 @@ def _tiny_opt_hf(**overrides):
 @pytest.mark.parametrize("prefixed", [True, False])
 def test_opt_logits_match_transformers(variant, prefixed):
     # opt-350m: post-LayerNorm (no final norm) and 16 -> 32 -> 16 projections.
-    overrides = {} if variant == "opt-125m-like" else dict(do_layer_norm_before=False,
-                                                           word_embed_proj_dim=16)
+    overrides = (
+        {}
+        if variant == "opt-125m-like"
+        else dict(do_layer_norm_before=False, word_embed_proj_dim=16)
+    )
     cfg, hf = _tiny_opt_hf(**overrides)
     state = _state(hf)
     if not prefixed:  # opt-350m's pytorch_model.bin has no "model." prefix

@@ -4,21 +4,26 @@ import json
 from collections import Counter
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
+from llm_helpers import tiny
 
 from benchmarks.llm import cli, lora, tasks, train
 from benchmarks.llm.methods import METHODS
-from llm_helpers import tiny
 
 
 def _bundle(task_name="sst2"):
     model, tk, task, splits = tiny(task_name, n=32)
     layout = tasks.measure(task, tk, splits.train + splits.dev + splits.test)
-    enc = {name: tasks.encode(task, tk, getattr(splits, name), layout,
-                              only_correct=(name == "train" and task.loss_kind == "option_lm"))
-           for name in ("train", "dev", "test")}
+    enc = {
+        name: tasks.encode(
+            task,
+            tk,
+            getattr(splits, name),
+            layout,
+            only_correct=(name == "train" and task.loss_kind == "option_lm"),
+        )
+        for name in ("train", "dev", "test")
+    }
     graphdef, adapters, base = lora.split(model)
     return train.Bundle(graphdef, adapters, base, task.loss_kind, **enc)
 
@@ -52,11 +57,14 @@ def test_fe_are_counted_exactly(name):
 
 def test_run_records_curve_best_checkpoint_and_timing():
     bundle = _bundle("copa")
-    cfg = train.TrainConfig(steps=4, eval_every=2, batch_size=4, eval_batch_size=8,
-                            probe_every=2, timing_reps=1)
+    cfg = train.TrainConfig(
+        steps=4, eval_every=2, batch_size=4, eval_batch_size=8, probe_every=2, timing_reps=1
+    )
     r = train.run(METHODS["zoaq-1-2"], 0, bundle, cfg, show=False)
     assert [c["step"] for c in r["curve"]] == [0, 2, 4]
-    assert r["total_fe"] == r["curve"][-1]["fe"] == sum(2 * int(k) * n for k, n in r["k_hist"].items())
+    assert (
+        r["total_fe"] == r["curve"][-1]["fe"] == sum(2 * int(k) * n for k, n in r["k_hist"].items())
+    )
     assert r["best_eval_loss"] == min(c["dev_loss"] for c in r["curve"])
     assert 0 <= r["accuracy"] <= 1 and 0 <= r["dev_accuracy"] <= 1
     t = r["timing"]
@@ -68,9 +76,23 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     parser = __import__("argparse").ArgumentParser()
     cli.add_arguments(parser)
     out, report = tmp_path / "out", tmp_path / "docs" / "llm.md"
-    args = parser.parse_args(["--preset", "smoke", "--methods", "radazo,zoaq-1-4", "--steps", "4",
-                              "--eval-every", "2", "--out", str(out), "--report", str(report),
-                              "--quiet"])
+    args = parser.parse_args(
+        [
+            "--preset",
+            "smoke",
+            "--methods",
+            "radazo,zoaq-1-4",
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--out",
+            str(out),
+            "--report",
+            str(report),
+            "--quiet",
+        ]
+    )
     assert cli.main(args) == 0
     payload = json.loads((out / "llm.json").read_text())
     assert [r["method"] for r in payload["results"]] == ["radazo", "zoaq-1-4"]
@@ -84,16 +106,25 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     assert "21714 ± 318" in text  # the paper's table alongside
     figure = report.parent / "llm" / "smoke_sst2.png"
     assert figure.read_bytes()[:4] == b"\x89PNG" and "(llm/smoke_sst2.png)" in text
+    # --render rewrites the page from the JSON alone.
+    again = tmp_path / "again.md"
+    args = parser.parse_args(["--render", str(out / "llm.json"), "--report", str(again)])
+    assert cli.main(args) == 0 and again.read_text() == text.replace(
+        "(llm/smoke_sst2.png)", "(llm/smoke_sst2.png)"
+    )
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--model", "gpt5"], "Unknown model 'gpt5'"),
-    (["--methods", "adam"], "Unknown method(s) ['adam']"),
-    (["--model", "opt:/does/not/exist"], "does not exist"),
-    (["--model", "gguf:/does/not/exist.gguf"], "does not exist"),
-    (["--task", "copa", "--model", "smollm2"], "COPA has no embedded data"),
-    (["--max-length", "3"], "longer than max_length=3"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--model", "gpt5"], "Unknown model 'gpt5'"),
+        (["--methods", "adam"], "Unknown method(s) ['adam']"),
+        (["--model", "opt:/does/not/exist"], "does not exist"),
+        (["--model", "gguf:/does/not/exist.gguf"], "does not exist"),
+        (["--task", "copa", "--model", "smollm2"], "COPA has no embedded data"),
+        (["--max-length", "3"], "longer than max_length=3"),
+    ],
+)
 def test_cli_reports_bad_input(argv, message, capsys, tmp_path):
     parser = __import__("argparse").ArgumentParser()
     cli.add_arguments(parser)

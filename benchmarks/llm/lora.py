@@ -49,8 +49,9 @@ class LoRALinear(nnx.Module):
         return self.base(x) + self.scale * ((x @ a) @ b)
 
 
-def apply_lora(model: nnx.Module, *, rank: int = RANK, alpha: float = ALPHA,
-               key: jax.Array | int = 0) -> nnx.Module:
+def apply_lora(
+    model: nnx.Module, *, rank: int = RANK, alpha: float = ALPHA, key: jax.Array | int = 0
+) -> nnx.Module:
     """Wraps the projections named by ``model.lora_targets()`` (q and v) in place.
 
     Returns the model. Each adapter draws ``A`` from its own key folded from ``key``.
@@ -59,7 +60,7 @@ def apply_lora(model: nnx.Module, *, rank: int = RANK, alpha: float = ALPHA,
     for i, (owner, name) in enumerate(model.lora_targets()):
         base = getattr(owner, name)
         if isinstance(base, LoRALinear):
-            raise ValueError("apply_lora was already applied to this model.")
+            raise ValueError("apply_lora was already applied to this model.")  # noqa: TRY004
         setattr(owner, name, LoRALinear(base, rank, alpha, jax.random.fold_in(key, i)))
     return model
 
@@ -95,8 +96,11 @@ def init_adapters(lora: Any, key: jax.Array | int) -> Any:
         names = "/".join(str(getattr(p, "key", getattr(p, "name", p))) for p in path)
         if "lora_a" in names:
             bound = 1.0 / leaf.shape[0] ** 0.5
-            out.append(jax.random.uniform(jax.random.fold_in(key, i), leaf.shape, jnp.float32,
-                                          -bound, bound))
+            out.append(
+                jax.random.uniform(
+                    jax.random.fold_in(key, i), leaf.shape, jnp.float32, -bound, bound
+                )
+            )
         elif "lora_b" in names:
             out.append(jnp.zeros(leaf.shape, jnp.float32))
         else:

@@ -40,6 +40,7 @@ class Method:
 def _central_chunks(k_min: int, k_step: int = 1):
     def chunks(k: int):
         return [(2 * k_min, True)] + [(2 * k_step, True)] * ((k - k_min) // k_step)
+
     return chunks
 
 
@@ -48,31 +49,60 @@ def _statzo_chunks(k: int):
 
 
 METHODS = {
-    "mezo": Method("mezo", "MeZO K=4", 4, 4,
-                   lambda lr, mu, seed: zoaq_jax.mezo(lr, k=4, mu=mu, key=seed),
-                   _central_chunks(4)),
-    "radazo": Method("radazo", "R-AdaZO K=4", 4, 4,
-                     lambda lr, mu, seed: zoaq_jax.radazo(lr, k=4, mu=mu, key=seed),
-                     _central_chunks(4)),
-    "statzo": Method("statzo", "StatZO K∈[2,4] (norm test, fwd diff.)", 2, 4,
-                     lambda lr, mu, seed: zoaq_jax.statzo(lr, k_min=2, k_max=4, theta=0.5,
-                                                          mu=mu, key=seed),
-                     _statzo_chunks),
-    "statzo-norm": Method("statzo-norm", "StatZO K∈[2,4] (paper's rule)", 2, 4,
-                          lambda lr, mu, seed: zoaq_jax.zoaq(
-                              lr, k_min=2, k_max=4, n_hist=0, mu=mu, trigger="norm",
-                              c_norm=0.5, key=seed),
-                          _central_chunks(2)),
-    "zoaq-1-4": Method("zoaq-1-4", "ZoAQ K∈[1,4]", 1, 4,
-                       lambda lr, mu, seed: zoaq_jax.zoaq(
-                           lr, k_min=1, k_max=4, n_hist=15, mu=mu, tau0=1.0, beta_tau=0.9,
-                           reset="min", key=seed),
-                       _central_chunks(1)),
-    "zoaq-1-2": Method("zoaq-1-2", "ZoAQ K∈[1,2]", 1, 2,
-                       lambda lr, mu, seed: zoaq_jax.zoaq(
-                           lr, k_min=1, k_max=2, n_hist=15, mu=mu, tau0=1.0, beta_tau=0.9,
-                           reset="min", key=seed),
-                       _central_chunks(1)),
+    "mezo": Method(
+        "mezo",
+        "MeZO K=4",
+        4,
+        4,
+        lambda lr, mu, seed: zoaq_jax.mezo(lr, k=4, mu=mu, key=seed),
+        _central_chunks(4),
+    ),
+    "radazo": Method(
+        "radazo",
+        "R-AdaZO K=4",
+        4,
+        4,
+        lambda lr, mu, seed: zoaq_jax.radazo(lr, k=4, mu=mu, key=seed),
+        _central_chunks(4),
+    ),
+    "statzo": Method(
+        "statzo",
+        "StatZO K∈[2,4] (norm test, fwd diff.)",
+        2,
+        4,
+        lambda lr, mu, seed: zoaq_jax.statzo(lr, k_min=2, k_max=4, theta=0.5, mu=mu, key=seed),
+        _statzo_chunks,
+    ),
+    "statzo-norm": Method(
+        "statzo-norm",
+        "StatZO K∈[2,4] (paper's rule)",
+        2,
+        4,
+        lambda lr, mu, seed: zoaq_jax.zoaq(
+            lr, k_min=2, k_max=4, n_hist=0, mu=mu, trigger="norm", c_norm=0.5, key=seed
+        ),
+        _central_chunks(2),
+    ),
+    "zoaq-1-4": Method(
+        "zoaq-1-4",
+        "ZoAQ K∈[1,4]",
+        1,
+        4,
+        lambda lr, mu, seed: zoaq_jax.zoaq(
+            lr, k_min=1, k_max=4, n_hist=15, mu=mu, tau0=1.0, beta_tau=0.9, reset="min", key=seed
+        ),
+        _central_chunks(1),
+    ),
+    "zoaq-1-2": Method(
+        "zoaq-1-2",
+        "ZoAQ K∈[1,2]",
+        1,
+        2,
+        lambda lr, mu, seed: zoaq_jax.zoaq(
+            lr, k_min=1, k_max=2, n_hist=15, mu=mu, tau0=1.0, beta_tau=0.9, reset="min", key=seed
+        ),
+        _central_chunks(1),
+    ),
 }
 
 DEFAULT = ("mezo", "radazo", "statzo", "zoaq-1-4", "zoaq-1-2")

@@ -23,14 +23,26 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def tiny_llama_config(vocab_size: int) -> llama.LlamaConfig:
-    return llama.LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
-                             num_layers=2, num_heads=4, num_kv_heads=2,
-                             max_position_embeddings=256)
+    return llama.LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=256,
+    )
 
 
 def tiny_opt_config(vocab_size: int) -> opt.OPTConfig:
-    return opt.OPTConfig(vocab_size=vocab_size, hidden_size=32, ffn_dim=64, num_layers=2,
-                         num_heads=4, max_position_embeddings=256)
+    return opt.OPTConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        ffn_dim=64,
+        num_layers=2,
+        num_heads=4,
+        max_position_embeddings=256,
+    )
 
 
 def load_model(spec: str, *, dtype: str = "float32", words: Sequence[str] = (), seed: int = 0):

@@ -19,13 +19,22 @@ import numpy as np
 from flax import nnx
 
 from benchmarks.llm.layers import (
-    Embedding, LayerNorm, Linear, as_param, causal_attention, module_list,
+    Embedding,
+    LayerNorm,
+    Linear,
+    as_param,
+    causal_attention,
+    module_list,
 )
 
 POSITION_OFFSET = 2  # OPT's learned position table starts at index 2
 
-ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "gelu_new": jax.nn.gelu,
-               "silu": jax.nn.silu}
+ACTIVATIONS = {
+    "relu": jax.nn.relu,
+    "gelu": jax.nn.gelu,
+    "gelu_new": jax.nn.gelu,
+    "silu": jax.nn.silu,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,18 +132,30 @@ class OPT(nnx.Module):
         w = weights
         self.embed_tokens = Embedding(w["decoder.embed_tokens.weight"], dtype=dtype)
         self.embed_positions = Embedding(w["decoder.embed_positions.weight"], dtype=dtype)
-        self.project_in = (Linear(np.asarray(w["decoder.project_in.weight"]).T, dtype=dtype)
-                           if cfg.projects else None)
-        self.project_out = (Linear(np.asarray(w["decoder.project_out.weight"]).T, dtype=dtype)
-                            if cfg.projects else None)
+        self.project_in = (
+            Linear(np.asarray(w["decoder.project_in.weight"]).T, dtype=dtype)
+            if cfg.projects
+            else None
+        )
+        self.project_out = (
+            Linear(np.asarray(w["decoder.project_out.weight"]).T, dtype=dtype)
+            if cfg.projects
+            else None
+        )
         self.final_layer_norm = (
-            LayerNorm(w["decoder.final_layer_norm.weight"], w["decoder.final_layer_norm.bias"],
-                      dtype=dtype)
-            if cfg.has_final_layer_norm else None
+            LayerNorm(
+                w["decoder.final_layer_norm.weight"],
+                w["decoder.final_layer_norm.bias"],
+                dtype=dtype,
+            )
+            if cfg.has_final_layer_norm
+            else None
         )
         self.layers = module_list(OPTBlock(cfg, w, i, dtype) for i in range(cfg.num_layers))
         head = w.get("lm_head.weight")
-        tied = head is None or np.array_equal(np.asarray(head), np.asarray(w["decoder.embed_tokens.weight"]))
+        tied = head is None or np.array_equal(
+            np.asarray(head), np.asarray(w["decoder.embed_tokens.weight"])
+        )
         self.lm_head = None if tied else as_param(np.asarray(head).T, dtype)
 
     def lora_targets(self):

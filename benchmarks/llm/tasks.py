@@ -56,8 +56,7 @@ class COPA:
 
     def context(self, ex: CopaExample) -> str:
         premise = ex.premise.strip()
-        if premise.endswith("."):
-            premise = premise[:-1]
+        premise = premise.removesuffix(".")
         return premise + (" because" if ex.question == "cause" else " so")
 
     @staticmethod
@@ -100,8 +99,14 @@ def _tokenize(task, tokenizer: Tokenizer, ex) -> tuple[list[int], list[list[int]
     return ctx, opts, task.label(ex)
 
 
-def measure(task, tokenizer: Tokenizer, examples: Sequence[Any], *,
-            max_length: int | None = None, multiple: int = 8) -> Layout:
+def measure(
+    task,
+    tokenizer: Tokenizer,
+    examples: Sequence[Any],
+    *,
+    max_length: int | None = None,
+    multiple: int = 8,
+) -> Layout:
     """The layout that fits ``examples``: lengths rounded up to ``multiple`` unless
     ``max_length`` is given, in which case longer examples are an error."""
     longest, opt_len, single = 0, 1, True
@@ -123,8 +128,15 @@ def measure(task, tokenizer: Tokenizer, examples: Sequence[Any], *,
     return Layout(max_length=max_length, option_length=opt_len, single_token=single)
 
 
-def encode(task, tokenizer: Tokenizer, examples: Sequence[Any], layout: Layout, *,
-           fast_path: bool | None = None, only_correct: bool = False) -> dict[str, np.ndarray]:
+def encode(
+    task,
+    tokenizer: Tokenizer,
+    examples: Sequence[Any],
+    layout: Layout,
+    *,
+    fast_path: bool | None = None,
+    only_correct: bool = False,
+) -> dict[str, np.ndarray]:
     """Fixed-shape arrays for ``examples``.
 
     Returns a dict of NumPy arrays with a leading example axis ``N``:
@@ -144,12 +156,12 @@ def encode(task, tokenizer: Tokenizer, examples: Sequence[Any], layout: Layout, 
         raise ValueError("No examples to encode.")
     c = 1 if only_correct else len(task.options(examples[0]))
     r = 1 if (fast or only_correct) else c
-    L, O = layout.max_length, layout.option_length
-    tokens = np.full((n, r, L), tokenizer.pad_id, np.int32)
+    length, opt_len = layout.max_length, layout.option_length
+    tokens = np.full((n, r, length), tokenizer.pad_id, np.int32)
     row = np.zeros((n, c), np.int32)
-    pos = np.zeros((n, c, O), np.int32)
-    tgt = np.zeros((n, c, O), np.int32)
-    mask = np.zeros((n, c, O), np.float32)
+    pos = np.zeros((n, c, opt_len), np.int32)
+    tgt = np.zeros((n, c, opt_len), np.int32)
+    mask = np.zeros((n, c, opt_len), np.float32)
     label = np.zeros((n,), np.int32)
     for i, ex in enumerate(examples):
         ctx, opts, y = _tokenize(task, tokenizer, ex)
@@ -160,17 +172,26 @@ def encode(task, tokenizer: Tokenizer, examples: Sequence[Any], layout: Layout, 
         label[i] = y
         for j, opt in enumerate(opts):
             seq = ctx if fast else ctx + opt
-            if len(ctx) + len(opt) > L or len(opt) > O:
-                raise ValueError(f"Example {i} does not fit the layout {layout} ({len(ctx)} + {len(opt)} tokens).")
+            if len(ctx) + len(opt) > length or len(opt) > opt_len:
+                raise ValueError(
+                    f"Example {i} ({len(ctx)} + {len(opt)} tokens) does not fit {layout}."
+                )
             k = 0 if fast else j
-            tokens[i, k, :len(seq)] = seq
+            tokens[i, k, : len(seq)] = seq
             row[i, j] = k
             m = len(opt)
             pos[i, j, :m] = len(ctx) - 1 + np.arange(m)
             tgt[i, j, :m] = opt
             mask[i, j, :m] = 1.0
-    return {"tokens": tokens, "row": row, "pos": pos, "tgt": tgt, "mask": mask, "label": label,
-            "weight": np.ones((n,), np.float32)}
+    return {
+        "tokens": tokens,
+        "row": row,
+        "pos": pos,
+        "tgt": tgt,
+        "mask": mask,
+        "label": label,
+        "weight": np.ones((n,), np.float32),
+    }
 
 
 def take(encoded: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
@@ -190,6 +211,7 @@ def eval_batches(encoded: dict[str, np.ndarray], batch_size: int):
 
 
 # ---------------------------------------------------------------- scoring (JAX)
+
 
 def option_scores(model, batch: dict[str, jax.Array]) -> jax.Array:
     """Mean log-probability of each candidate's option tokens, ``[B, C]`` float32."""

@@ -54,7 +54,8 @@ def _byte_level_bpe(vocab: Mapping[str, int], merges: Sequence[Any], split_digit
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.pre_tokenizer = (
         pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-        if split_digits else byte_level
+        if split_digits
+        else byte_level
     )
     backend.decoder = decoders.ByteLevel()
     return backend
@@ -130,7 +131,9 @@ def from_hf_dir(path: Path, config: Mapping[str, Any]) -> Tokenizer:
     )
 
 
-def word_level(words: Iterable[str], *, specials: Sequence[str] = ("<pad>", "<bos>", "<unk>")) -> Tokenizer:
+def word_level(
+    words: Iterable[str], *, specials: Sequence[str] = ("<pad>", "<bos>", "<unk>")
+) -> Tokenizer:
     """A word-level tokenizer (whitespace and punctuation split) for tiny models."""
     from tokenizers import Tokenizer as Backend
     from tokenizers import models, pre_tokenizers
@@ -140,5 +143,10 @@ def word_level(words: Iterable[str], *, specials: Sequence[str] = ("<pad>", "<bo
         vocab.setdefault(w, len(vocab))
     backend = Backend(models.WordLevel(vocab, unk_token=specials[2]))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return Tokenizer(backend=backend, bos_id=vocab[specials[1]], eos_id=None,
-                     pad_id=vocab[specials[0]], add_bos=True)
+    return Tokenizer(
+        backend=backend,
+        bos_id=vocab[specials[1]],
+        eos_id=None,
+        pad_id=vocab[specials[0]],
+        add_bos=True,
+    )

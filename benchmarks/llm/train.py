@@ -91,14 +91,19 @@ def batches(encoded: dict, batch_size: int, seed: int):
     while True:
         order = rng.permutation(n)
         for start in range(0, n - batch_size + 1, batch_size):
-            yield tasks.take(encoded, order[start:start + batch_size])
+            yield tasks.take(encoded, order[start : start + batch_size])
 
 
 def make_step(opt, loss):
     def step(lora, state, base, batch):
         updates, state = opt.update(None, state, lora, value_fn=loss, base=base, batch=batch)
-        return (optax.apply_updates(lora, updates), state,
-                optax.tree.get(state, "num_queries"), optax.tree.get(state, "last_k"))
+        return (
+            optax.apply_updates(lora, updates),
+            state,
+            optax.tree.get(state, "num_queries"),
+            optax.tree.get(state, "last_k"),
+        )
+
     return jax.jit(step)
 
 
@@ -110,12 +115,16 @@ def forward_call_seconds(bundle: Bundle, lora: Any, batch: dict, sizes, reps: in
     """
     out = {}
     loss = bundle.loss
+
+    def batched_loss(stacked, base, batch):
+        return jax.vmap(lambda one: loss(one, base, batch))(stacked)
+
     for n, batched in sorted(set(sizes)):
         key = str(n) if batched else "centre"
         if batched:
-            fn = jax.jit(lambda ls, base, batch: jax.vmap(lambda l: loss(l, base, batch))(ls))
-            noise = jax.random.normal(jax.random.key(n), (n,))
-            arg = jax.tree.map(lambda x: x[None] + 1e-2 * noise.reshape((n,) + (1,) * x.ndim), lora)
+            fn = jax.jit(batched_loss)
+            noise = 1e-2 * jax.random.normal(jax.random.key(n), (n,))
+            arg = jax.tree.map(lambda x, z=noise: x[None] + z.reshape((-1,) + (1,) * x.ndim), lora)
         else:
             fn, arg = bundle.probe, lora
         jax.block_until_ready(fn(arg, bundle.base, batch))
@@ -154,16 +163,30 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
         dev = evaluate(bundle, lora, bundle.dev, cfg.eval_batch_size)
         eval_s += time.perf_counter() - e0
         recent = [v for s, v in probes if s > t - cfg.eval_every]
-        curve.append({"step": t, "fe": fe, "dev_loss": dev["loss"], "dev_accuracy": dev["accuracy"],
-                      "train_loss": float(np.mean(recent)) if recent else None,
-                      "wall_s": time.perf_counter() - wall0})
+        curve.append(
+            {
+                "step": t,
+                "fe": fe,
+                "dev_loss": dev["loss"],
+                "dev_accuracy": dev["accuracy"],
+                "train_loss": float(np.mean(recent)) if recent else None,
+                "wall_s": time.perf_counter() - wall0,
+            }
+        )
         if dev["loss"] < best["loss"]:
-            best = {"loss": dev["loss"], "accuracy": dev["accuracy"], "step": t,
-                    "lora": jax.tree.map(lambda x: np.array(x, copy=True), lora)}
+            best = {
+                "loss": dev["loss"],
+                "accuracy": dev["accuracy"],
+                "step": t,
+                "lora": jax.tree.map(lambda x: np.array(x, copy=True), lora),
+            }
 
     do_eval(0)
-    bar = progress(range(1, cfg.steps + 1), total=cfg.steps, desc=f"{method.name} seed {seed}") \
-        if show else range(1, cfg.steps + 1)
+    bar = (
+        progress(range(1, cfg.steps + 1), total=cfg.steps, desc=f"{method.name} seed {seed}")
+        if show
+        else range(1, cfg.steps + 1)
+    )
     batch = first
     for t in bar:
         if t > 1:
@@ -228,8 +251,12 @@ def zero_shot(bundle: Bundle, cfg: TrainConfig) -> dict[str, float]:
     lora = lora_lib.init_adapters(bundle.lora, 0)
     dev = evaluate(bundle, lora, bundle.dev, cfg.eval_batch_size)
     test = evaluate(bundle, lora, bundle.test, cfg.eval_batch_size)
-    return {"dev_loss": dev["loss"], "dev_accuracy": dev["accuracy"],
-            "test_loss": test["loss"], "accuracy": test["accuracy"]}
+    return {
+        "dev_loss": dev["loss"],
+        "dev_accuracy": dev["accuracy"],
+        "test_loss": test["loss"],
+        "accuracy": test["accuracy"],
+    }
 
 
 def to_device(encoded: dict) -> dict:
