@@ -121,7 +121,7 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
         (["--methods", "adam"], "Unknown method(s) ['adam']"),
         (["--model", "opt:/does/not/exist"], "does not exist"),
         (["--model", "gguf:/does/not/exist.gguf"], "does not exist"),
-        (["--task", "copa", "--model", "smollm2"], "COPA has no embedded data"),
+        (["--preset", "cpu", "--task", "copa"], "COPA has no embedded data"),
         (["--max-length", "3"], "longer than max_length=3"),
     ],
 )
