@@ -322,7 +322,7 @@ def _run(args, preset: dict, cores: list[int]) -> int:
             "preset": args.preset,
             "task": args.task,
             "methods": [m.name for m in chosen],
-            **{k: preset[k] for k in ("steps", "eval_every", "batch_size", "seeds")},
+            **{k: preset[k] for k in ("steps", "eval_every", "batch_size", "seeds", "timing_reps")},
             "learning_rate": args.lr,
             "mu": args.mu,
             "data_seed": args.data_seed,

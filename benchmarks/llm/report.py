@@ -156,6 +156,14 @@ def _accept_rate(name: str, runs: list[dict]) -> str:
     return f"{100 * np.mean([r['immediate_accept_rate'] for r in runs]):.1f}%"
 
 
+def _interleaved(timings: list[dict]) -> str:
+    probes = [x["interleaved"] for x in timings if "interleaved" in x]
+    if not probes:
+        return "–"
+    share = 100 * np.mean([p["overhead_share"] for p in probes])
+    return f"{share:.1f}% (K={probes[0]['k']}, {probes[0]['step_s']:.2f} s/step)"
+
+
 def timing_rows(results: list[dict]) -> list[list[str]]:
     rows = []
     for name, runs in by_method(results).items():
@@ -167,6 +175,7 @@ def timing_rows(results: list[dict]) -> list[list[str]]:
                 f"{np.mean([x['fe_per_s'] for x in t]):.2f}",
                 f"{np.mean([x['step_s_mean'] for x in t]):.2f}",
                 f"{100 * np.mean([x['overhead_share'] for x in t]):.1f}%",
+                _interleaved(t),
                 ", ".join(f"{k}: {v:.3f}" for k, v in calls.items()),
                 f"{np.mean([x['compile_s'] for x in t]):.1f}",
                 f"{np.mean([x['eval_s'] for x in t]):.0f}",
@@ -258,15 +267,20 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
         "",
         "FE/s = FE / time inside training steps. Overhead = share of step time outside the "
         "forward passes, where forward time is the step's oracle calls (one vmapped call "
-        "per acquisition chunk) timed in isolation; calls lists those times (s) by the "
-        "number of forward passes batched in the call.",
+        "per acquisition chunk) timed in isolation. *Run*: all steps of the run against "
+        "call times measured once after training (sensitive to changes in machine load "
+        "during the run; can come out negative). *Back to back*: one step repeated "
+        f"{cfg.get('timing_reps', 3)} times from the final state, each repeat followed at "
+        "once by its oracle calls (the more robust figure). Oracle call lists the call "
+        "times (s) by the number of forward passes batched in the call.",
         "",
         markdown_table(
             [
                 "Method",
                 "FE/s",
                 "s/step",
-                "Overhead",
+                "Overhead (run)",
+                "Overhead (back to back)",
                 "Oracle call (s)",
                 "Compile (s)",
                 "Eval (s)",

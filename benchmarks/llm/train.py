@@ -67,8 +67,12 @@ class Bundle:
         def metrics(lora, base, batch):
             return tasks.batch_metrics(lora_lib.merge(graphdef, lora, base), batch, kind)
 
+        def batched_loss(stacked, base, batch):
+            return jax.vmap(lambda one: loss(one, base, batch))(stacked)
+
         self.loss = loss
         self.probe = jax.jit(loss)
+        self.batched = jax.jit(batched_loss)  # the oracle's vmapped call, for timing
         self.metrics = jax.jit(metrics)
 
 
@@ -107,34 +111,74 @@ def make_step(opt, loss):
     return jax.jit(step)
 
 
-def forward_call_seconds(bundle: Bundle, lora: Any, batch: dict, sizes, reps: int) -> dict:
-    """Median wall time of the objective vmapped over ``n`` perturbed adapters, per size.
+def _oracle_calls(bundle: Bundle, lora: Any, sizes) -> dict[str, tuple]:
+    """``{key: (fn, arg)}`` reproducing the estimator's oracle calls in isolation.
 
-    ``sizes`` holds ``(n, batched)``; unbatched entries time the plain objective (the
-    centre evaluation of forward differences). Keys are ``"n"`` or ``"centre"``.
+    ``sizes`` holds ``(n, batched)``: batched entries vmap the objective over ``n``
+    perturbed adapters (one acquisition chunk), unbatched ones are the plain objective
+    (the centre value of forward differences). Keys are ``"n"`` or ``"centre"``.
     """
-    out = {}
-    loss = bundle.loss
-
-    def batched_loss(stacked, base, batch):
-        return jax.vmap(lambda one: loss(one, base, batch))(stacked)
-
+    calls = {}
     for n, batched in sorted(set(sizes)):
-        key = str(n) if batched else "centre"
         if batched:
-            fn = jax.jit(batched_loss)
             noise = 1e-2 * jax.random.normal(jax.random.key(n), (n,))
             arg = jax.tree.map(lambda x, z=noise: x[None] + z.reshape((-1,) + (1,) * x.ndim), lora)
+            calls[str(n)] = (bundle.batched, arg)
         else:
-            fn, arg = bundle.probe, lora
-        jax.block_until_ready(fn(arg, bundle.base, batch))
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(arg, bundle.base, batch))
-            times.append(time.perf_counter() - t0)
-        out[key] = float(np.median(times))
+            calls["centre"] = (bundle.probe, lora)
+    return calls
+
+
+def _timed(fn, *args) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t0
+
+
+def forward_call_seconds(bundle: Bundle, lora: Any, batch: dict, sizes, reps: int) -> dict:
+    """Median wall time of each oracle call of ``sizes`` (see :func:`_oracle_calls`)."""
+    out = {}
+    for key, (fn, arg) in _oracle_calls(bundle, lora, sizes).items():
+        _timed(fn, arg, bundle.base, batch)  # compile
+        out[key] = float(np.median([_timed(fn, arg, bundle.base, batch) for _ in range(reps)]))
     return out
+
+
+def interleaved_overhead(
+    compiled, method: Method, bundle: Bundle, lora: Any, state: Any, batch: dict, reps: int
+) -> dict:
+    """Step time vs forward time, measured back to back to cancel drifts in machine load.
+
+    Repeats one step ``reps`` times from the same ``(lora, state, batch)`` (results
+    discarded; the step is deterministic, so ``K_t`` is the same each time) and right
+    after each repeat times the oracle calls that step makes, one by one.
+    """
+    k = int(compiled(lora, state, bundle.base, batch)[3])
+    chunks = method.chunks(k)
+    calls = _oracle_calls(bundle, lora, chunks)
+    for fn, arg in calls.values():
+        _timed(fn, arg, bundle.base, batch)  # compile
+    step_s, fwd_s = [], []
+    for _ in range(reps):
+        step_s.append(_timed(lambda: compiled(lora, state, bundle.base, batch)))
+        fwd_s.append(
+            sum(
+                _timed(
+                    calls[str(n) if b else "centre"][0],
+                    calls[str(n) if b else "centre"][1],
+                    bundle.base,
+                    batch,
+                )
+                for n, b in chunks
+            )
+        )
+    return {
+        "k": k,
+        "reps": reps,
+        "step_s": float(np.median(step_s)),
+        "forward_s": float(np.median(fwd_s)),
+        "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s)),
+    }
 
 
 def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bool = True) -> dict:
@@ -207,9 +251,11 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
     test = evaluate(bundle, best["lora"], bundle.test, cfg.eval_batch_size)
     eval_s += time.perf_counter() - e0
 
-    # Step time split: forward passes (timed in isolation) vs everything else.
+    # Step time split: forward passes (timed in isolation) vs everything else, (a) over
+    # the whole run with call times measured once at the end, (b) back to back.
     sizes = [c for k in set(ks) for c in method.chunks(k)]
     calls = forward_call_seconds(bundle, lora, batch, sizes, cfg.timing_reps)
+    probe = interleaved_overhead(compiled, method, bundle, lora, state, batch, cfg.timing_reps)
     fwd_s = sum(calls[str(n) if b else "centre"] for k in ks for n, b in method.chunks(k))
     total_step = float(np.sum(step_s))
     hist = Counter(ks)
@@ -241,6 +287,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
             "forward_call_s": calls,
             "forward_s_estimate": fwd_s,
             "overhead_share": 1.0 - fwd_s / total_step,
+            "interleaved": probe,
             "wall_s": time.perf_counter() - wall0,
         },
     }
