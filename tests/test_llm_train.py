@@ -104,13 +104,13 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     text = report.read_text()
     assert "| R-AdaZO K=4 | 32 ± 0 |" in text and "ZoAQ K∈[1,4]" in text
     assert "21714 ± 318" in text  # the paper's table alongside
-    figure = report.parent / "llm" / "smoke_sst2.png"
-    assert figure.read_bytes()[:4] == b"\x89PNG" and "(llm/smoke_sst2.png)" in text
+    figure = report.parent / "llm" / "llm_smoke_sst2.png"
+    assert figure.read_bytes()[:4] == b"\x89PNG" and "(llm/llm_smoke_sst2.png)" in text
     # --render rewrites the page from the JSON alone.
     again = tmp_path / "again.md"
     args = parser.parse_args(["--render", str(out / "llm.json"), "--report", str(again)])
     assert cli.main(args) == 0 and again.read_text() == text.replace(
-        "(llm/smoke_sst2.png)", "(llm/smoke_sst2.png)"
+        "(llm/llm_smoke_sst2.png)", "(llm/again_smoke_sst2.png)"
     )
 
 
@@ -131,3 +131,13 @@ def test_cli_reports_bad_input(argv, message, capsys, tmp_path):
     args = parser.parse_args(["--preset", "smoke", "--out", str(tmp_path), "--quiet"] + argv)
     assert cli.main(args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_fe_to_matched_loss_interpolates_the_reference_curve():
+    from benchmarks.llm.report import fe_to_reach
+
+    curve = [{"fe": 0, "dev_loss": 1.0}, {"fe": 100, "dev_loss": 0.8}, {"fe": 200, "dev_loss": 0.7}]
+    assert fe_to_reach(curve, 0.9) == pytest.approx(50.0)
+    assert fe_to_reach(curve, 0.75) == pytest.approx(150.0)
+    assert fe_to_reach(curve, 1.0) == 0.0
+    assert fe_to_reach(curve, 0.5) is None

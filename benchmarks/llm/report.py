@@ -146,6 +146,54 @@ def summary_rows(results: list[dict]) -> list[list[str]]:
     return rows
 
 
+def fe_to_reach(curve: list[dict], loss: float) -> float | None:
+    """FE at which a dev-loss curve first reaches ``loss`` (linear interpolation)."""
+    for prev, cur in zip(curve, curve[1:]):
+        if cur["dev_loss"] <= loss:
+            if prev["dev_loss"] <= loss:
+                return float(prev["fe"])
+            frac = (prev["dev_loss"] - loss) / (prev["dev_loss"] - cur["dev_loss"])
+            return prev["fe"] + frac * (cur["fe"] - prev["fe"])
+    return None
+
+
+def matched_rows(results: list[dict]) -> list[list[str]]:
+    """FE the fixed-K reference (same seed) needs to reach each method's best dev loss."""
+    groups = by_method(results)
+    ref_name = next((n for n in ("radazo", "mezo") if n in groups), None)
+    if ref_name is None:
+        return []
+    ref = {r["seed"]: r for r in groups[ref_name]}
+    rows = []
+    for name, runs in groups.items():
+        if name == ref_name:
+            continue
+        pairs = []
+        for r in runs:
+            if r["seed"] in ref:
+                pairs.append(
+                    (r["total_fe"], fe_to_reach(ref[r["seed"]]["curve"], r["best_eval_loss"]))
+                )
+        if not pairs:
+            continue
+        reached = [(fe, need) for fe, need in pairs if need is not None]
+        if len(reached) == len(pairs):
+            need = mean_std([n for _, n in reached], "{:.0f}")
+            saved = mean_std([100 * (1 - fe / n) for fe, n in reached], "{:.1f}") + "%"
+        else:
+            need, saved = f"not reached in {len(pairs) - len(reached)} of {len(pairs)} seeds", "–"
+        rows.append(
+            [
+                runs[0]["label"],
+                mean_std([fe for fe, _ in pairs], "{:.0f}"),
+                mean_std([r["best_eval_loss"] for r in runs], "{:.4f}"),
+                need,
+                saved,
+            ]
+        )
+    return rows
+
+
 def _accept_rate(name: str, runs: list[dict]) -> str:
     """Share of steps accepted at K_min (adaptive methods only)."""
     from benchmarks.llm.methods import METHODS
@@ -261,6 +309,21 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
         "",
         markdown_table(PAPER_HEADERS + ["Accept at K_min"], summary_rows(results)),
         "",
+        "FE to matched quality: the FE the fixed-K reference (R-AdaZO K=4, else MeZO; same "
+        "seed) needed to reach each method's best dev loss, interpolated linearly between "
+        "evaluations, and the FE saved at that matched loss.",
+        "",
+        markdown_table(
+            [
+                "Method",
+                "FE used",
+                "Best dev loss",
+                "Reference FE at that loss",
+                "FE saved at matched loss",
+            ],
+            matched_rows(results),
+        ),
+        "",
         f"![dev loss and accuracy vs FE]({figure})",
         "",
         "## Speed",
@@ -335,7 +398,8 @@ def write(out_dir: Path, report_path: Path | None, payload: dict[str, Any]) -> d
         fig_dir = report_path.parent / "llm"
         fig = plot(
             payload["results"],
-            fig_dir / f"{payload['config']['preset']}_{payload['config']['task']}.png",
+            fig_dir
+            / f"{report_path.stem}_{payload['config']['preset']}_{payload['config']['task']}.png",
             title,
         )
         report_path.parent.mkdir(parents=True, exist_ok=True)
