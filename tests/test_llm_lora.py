@@ -37,8 +37,9 @@ def test_adapters_start_as_identity():
     assert np.max(np.abs(np.asarray(lora.merge(graphdef, moved, base)(ids)) - with_lora)) > 1e-3
 
 
-def test_adapters_only_on_q_and_v_and_float32():
-    model, *_ = tiny()
+@pytest.mark.parametrize("arch", ["tiny-llama", "tiny-opt"])
+def test_adapters_only_on_q_and_v_and_float32(arch):
+    model, *_ = tiny(arch=arch)
     _, adapters, _ = lora.split(model)
     paths = [
         "/".join(str(getattr(p, "key", p)) for p in path)

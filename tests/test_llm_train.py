@@ -28,7 +28,7 @@ def _bundle(task_name="sst2"):
     return train.Bundle(graphdef, adapters, base, task.loss_kind, **enc)
 
 
-@pytest.mark.parametrize("name", ["mezo", "statzo", "zoaq-1-4"])
+@pytest.mark.parametrize("name", ["mezo", "statzo", "statzo-norm", "zoaq-1-4"])
 def test_fe_are_counted_exactly(name):
     """num_queries equals the forward passes actually executed, counted by a callback."""
     bundle = _bundle()
