@@ -1,0 +1,109 @@
+"""Building blocks shared by the decoders: dense layers, norms, embeddings, attention.
+
+Weights are stored in the layout of the checkpoints' consumers (``kernel`` is
+``[in, out]``) and in any dtype (float32 or bfloat16); every computation upcasts them to
+the activations' dtype (float32), so bf16 storage halves memory without changing the
+arithmetic of the forward pass beyond the rounding of the weights themselves.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+def as_param(value, dtype=None) -> nnx.Param:
+    """A frozen base weight (``nnx.Param``) from an array, cast to ``dtype`` if given."""
+    arr = jnp.asarray(value)
+    return nnx.Param(arr.astype(dtype) if dtype is not None else arr)
+
+
+class Linear(nnx.Module):
+    """``y = x @ kernel + bias`` with ``kernel`` of shape ``[in, out]``."""
+
+    def __init__(self, kernel, bias=None, *, dtype=None):
+        self.kernel = as_param(kernel, dtype)
+        self.bias = None if bias is None else as_param(bias, dtype)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.kernel[...].shape)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = x @ self.kernel[...].astype(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(x.dtype)
+        return y
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square norm (LLaMA): ``x / sqrt(mean(x^2) + eps) * weight`` in float32."""
+
+    def __init__(self, weight, eps: float, *, dtype=None):
+        self.weight = as_param(weight, dtype)
+        self.eps = float(eps)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
+        return (x32 * self.weight[...].astype(jnp.float32)).astype(x.dtype)
+
+
+class LayerNorm(nnx.Module):
+    """Layer norm with affine weight and bias (OPT), computed in float32."""
+
+    def __init__(self, weight, bias, eps: float = 1e-5, *, dtype=None):
+        self.weight = as_param(weight, dtype)
+        self.bias = as_param(bias, dtype)
+        self.eps = float(eps)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        mean = jnp.mean(x32, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+        y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
+        return (
+            y * self.weight[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
+        ).astype(x.dtype)
+
+
+class Embedding(nnx.Module):
+    """A lookup table ``[num, dim]``; ``attend`` multiplies by its transpose (tied heads)."""
+
+    def __init__(self, table, *, dtype=None):
+        self.table = as_param(table, dtype)
+
+    def __call__(self, ids: jax.Array, dtype=jnp.float32) -> jax.Array:
+        return jnp.take(self.table[...], ids, axis=0).astype(dtype)
+
+    def attend(self, x: jax.Array) -> jax.Array:
+        return x @ self.table[...].astype(x.dtype).T
+
+
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) -> jax.Array:
+    """Causal multi-head attention with grouped key/value heads.
+
+    Args:
+      q: ``[B, T, H, hd]`` queries; query head ``h`` reads key/value head ``h // (H / KV)``
+        (the grouping of Hugging Face's ``repeat_kv``).
+      k, v: ``[B, T, KV, hd]``.
+      scale: factor applied to the scores (``1 / sqrt(hd)`` unless folded into ``q``).
+
+    Returns:
+      ``[B, T, H * hd]``. Scores and softmax are in float32.
+    """
+    b, t, h, hd = q.shape
+    kv = k.shape[2]
+    q = q.reshape(b, t, kv, h // kv, hd)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) * scale
+    mask = jnp.tril(jnp.ones((t, t), bool))
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(b, t, h * hd)
+
+
+def module_list(items):
+    """A list of submodules that NNX tracks (``nnx.List`` where available)."""
+    return nnx.List(items) if hasattr(nnx, "List") else list(items)

@@ -1,0 +1,310 @@
+"""Training loop: one jitted zeroth-order step, periodic evaluation, best checkpoint, timing.
+
+The objective handed to the estimators is ``loss(lora, base, batch)``: the adapters are
+the optimized parameters (the only thing perturbed, vmapped over the 2K perturbations of
+an acquisition chunk); the frozen base weights and the minibatch arrive as keywords, so
+they are shared by every perturbed forward pass. A step is one compiled function of
+``(lora, opt_state, base, batch)``; batches have fixed shapes, so it compiles once.
+
+Evaluation (dev loss and accuracy) and the train-loss probe are forward passes made by
+the benchmark, not by the method: they are not FE. FE per step are read from the
+estimator's ``num_queries``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from benchmarks.common import progress
+from benchmarks.llm import lora as lora_lib
+from benchmarks.llm import tasks
+from benchmarks.llm.methods import Method
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    steps: int
+    eval_every: int
+    batch_size: int = 16
+    learning_rate: float = 5e-5
+    mu: float = 1e-2
+    eval_batch_size: int = 16
+    probe_every: int = 10  # train-loss probe period (steps)
+    timing_reps: int = 3
+
+    def __post_init__(self):
+        for name in ("steps", "eval_every", "batch_size", "eval_batch_size", "probe_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+
+
+@dataclasses.dataclass
+class Bundle:
+    """Everything a run shares across methods and seeds."""
+
+    graphdef: Any
+    lora: Any  # adapter template (its values are redrawn per seed)
+    base: Any  # frozen weights (device arrays)
+    loss_kind: str
+    train: dict  # encoded training examples (NumPy)
+    dev: dict
+    test: dict
+
+    def __post_init__(self):
+        graphdef, kind = self.graphdef, self.loss_kind
+
+        def loss(lora, base, batch):
+            return tasks.batch_loss(lora_lib.merge(graphdef, lora, base), batch, kind)
+
+        def metrics(lora, base, batch):
+            return tasks.batch_metrics(lora_lib.merge(graphdef, lora, base), batch, kind)
+
+        def batched_loss(stacked, base, batch):
+            return jax.vmap(lambda one: loss(one, base, batch))(stacked)
+
+        self.loss = loss
+        self.probe = jax.jit(loss)
+        self.batched = jax.jit(batched_loss)  # the oracle's vmapped call, for timing
+        self.metrics = jax.jit(metrics)
+
+
+def evaluate(bundle: Bundle, lora: Any, split: dict, batch_size: int) -> dict[str, float]:
+    """Mean loss and accuracy over an encoded split (fixed-size padded batches)."""
+    sums = {"loss": 0.0, "correct": 0.0, "count": 0.0}
+    for batch in tasks.eval_batches(split, batch_size):
+        out = bundle.metrics(lora, bundle.base, batch)
+        for k in sums:
+            sums[k] += float(out[k])
+    return {"loss": sums["loss"] / sums["count"], "accuracy": sums["correct"] / sums["count"]}
+
+
+def batches(encoded: dict, batch_size: int, seed: int):
+    """Endless minibatches: a fresh seeded permutation every epoch, last partial batch dropped."""
+    n = len(encoded["label"])
+    if n < batch_size:
+        raise ValueError(f"{n} training examples are fewer than one batch of {batch_size}.")
+    rng = np.random.default_rng(seed)
+    while True:
+        order = rng.permutation(n)
+        for start in range(0, n - batch_size + 1, batch_size):
+            yield tasks.take(encoded, order[start : start + batch_size])
+
+
+def make_step(opt, loss):
+    def step(lora, state, base, batch):
+        updates, state = opt.update(None, state, lora, value_fn=loss, base=base, batch=batch)
+        return (
+            optax.apply_updates(lora, updates),
+            state,
+            optax.tree.get(state, "num_queries"),
+            optax.tree.get(state, "last_k"),
+        )
+
+    return jax.jit(step)
+
+
+def _oracle_calls(bundle: Bundle, lora: Any, sizes) -> dict[str, tuple]:
+    """``{key: (fn, arg)}`` reproducing the estimator's oracle calls in isolation.
+
+    ``sizes`` holds ``(n, batched)``: batched entries vmap the objective over ``n``
+    perturbed adapters (one acquisition chunk), unbatched ones are the plain objective
+    (the centre value of forward differences). Keys are ``"n"`` or ``"centre"``.
+    """
+    calls = {}
+    for n, batched in sorted(set(sizes)):
+        if batched:
+            noise = 1e-2 * jax.random.normal(jax.random.key(n), (n,))
+            arg = jax.tree.map(lambda x, z=noise: x[None] + z.reshape((-1,) + (1,) * x.ndim), lora)
+            calls[str(n)] = (bundle.batched, arg)
+        else:
+            calls["centre"] = (bundle.probe, lora)
+    return calls
+
+
+def _timed(fn, *args) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t0
+
+
+def forward_call_seconds(bundle: Bundle, lora: Any, batch: dict, sizes, reps: int) -> dict:
+    """Median wall time of each oracle call of ``sizes`` (see :func:`_oracle_calls`)."""
+    out = {}
+    for key, (fn, arg) in _oracle_calls(bundle, lora, sizes).items():
+        _timed(fn, arg, bundle.base, batch)  # compile
+        out[key] = float(np.median([_timed(fn, arg, bundle.base, batch) for _ in range(reps)]))
+    return out
+
+
+def interleaved_overhead(
+    compiled, method: Method, bundle: Bundle, lora: Any, state: Any, batch: dict, reps: int
+) -> dict:
+    """Step time vs forward time, measured back to back to cancel drifts in machine load.
+
+    Repeats one step ``reps`` times from the same ``(lora, state, batch)`` (results
+    discarded; the step is deterministic, so ``K_t`` is the same each time) and right
+    after each repeat times the oracle calls that step makes, one by one.
+    """
+    k = int(compiled(lora, state, bundle.base, batch)[3])
+    chunks = method.chunks(k)
+    calls = _oracle_calls(bundle, lora, chunks)
+    for fn, arg in calls.values():
+        _timed(fn, arg, bundle.base, batch)  # compile
+    step_s, fwd_s = [], []
+    for _ in range(reps):
+        step_s.append(_timed(lambda: compiled(lora, state, bundle.base, batch)))
+        fwd_s.append(
+            sum(
+                _timed(
+                    calls[str(n) if b else "centre"][0],
+                    calls[str(n) if b else "centre"][1],
+                    bundle.base,
+                    batch,
+                )
+                for n, b in chunks
+            )
+        )
+    return {
+        "k": k,
+        "reps": reps,
+        "step_s": float(np.median(step_s)),
+        "forward_s": float(np.median(fwd_s)),
+        "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s)),
+    }
+
+
+def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bool = True) -> dict:
+    """Trains the adapters with ``method`` from seed ``seed``; returns the result record."""
+    wall0 = time.perf_counter()
+    opt = method.build(cfg.learning_rate, cfg.mu, seed)
+    lora = lora_lib.init_adapters(bundle.lora, seed)
+    state = opt.init(lora)
+    stream = batches(bundle.train, cfg.batch_size, seed)
+    step = make_step(opt, bundle.loss)
+
+    first = next(stream)
+    t0 = time.perf_counter()
+    compiled = step.lower(lora, state, bundle.base, first).compile()
+    compile_s = time.perf_counter() - t0
+
+    curve, probes = [], []
+    best = {"loss": np.inf}
+    step_s, ks = [], []
+    eval_s = 0.0
+    fe = 0
+
+    def do_eval(t: int):
+        nonlocal eval_s, best
+        e0 = time.perf_counter()
+        dev = evaluate(bundle, lora, bundle.dev, cfg.eval_batch_size)
+        eval_s += time.perf_counter() - e0
+        recent = [v for s, v in probes if s > t - cfg.eval_every]
+        curve.append(
+            {
+                "step": t,
+                "fe": fe,
+                "dev_loss": dev["loss"],
+                "dev_accuracy": dev["accuracy"],
+                "train_loss": float(np.mean(recent)) if recent else None,
+                "wall_s": time.perf_counter() - wall0,
+            }
+        )
+        if dev["loss"] < best["loss"]:
+            best = {
+                "loss": dev["loss"],
+                "accuracy": dev["accuracy"],
+                "step": t,
+                "lora": jax.tree.map(lambda x: np.array(x, copy=True), lora),
+            }
+
+    do_eval(0)
+    bar = (
+        progress(range(1, cfg.steps + 1), total=cfg.steps, desc=f"{method.name} seed {seed}")
+        if show
+        else range(1, cfg.steps + 1)
+    )
+    batch = first
+    for t in bar:
+        if t > 1:
+            batch = next(stream)
+        if t % cfg.probe_every == 1 or cfg.probe_every == 1:
+            probes.append((t, float(bundle.probe(lora, bundle.base, batch))))
+        s0 = time.perf_counter()
+        lora, state, num_queries, last_k = compiled(lora, state, bundle.base, batch)
+        fe, k = int(num_queries), int(last_k)  # waits for the step
+        step_s.append(time.perf_counter() - s0)
+        ks.append(k)
+        if t % cfg.eval_every == 0 or t == cfg.steps:
+            do_eval(t)
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(fe=fe, dev_loss=f"{curve[-1]['dev_loss']:.4f}")
+
+    e0 = time.perf_counter()
+    test = evaluate(bundle, best["lora"], bundle.test, cfg.eval_batch_size)
+    eval_s += time.perf_counter() - e0
+
+    # Step time split: forward passes (timed in isolation) vs everything else, (a) over
+    # the whole run with call times measured once at the end, (b) back to back.
+    sizes = [c for k in set(ks) for c in method.chunks(k)]
+    calls = forward_call_seconds(bundle, lora, batch, sizes, cfg.timing_reps)
+    probe = interleaved_overhead(compiled, method, bundle, lora, state, batch, cfg.timing_reps)
+    fwd_s = sum(calls[str(n) if b else "centre"] for k in ks for n, b in method.chunks(k))
+    total_step = float(np.sum(step_s))
+    hist = Counter(ks)
+    return {
+        "method": method.name,
+        "label": method.label,
+        "seed": seed,
+        "steps": cfg.steps,
+        "total_fe": fe,
+        "avg_k": float(np.mean(ks)),
+        "fe_per_step": fe / cfg.steps,
+        "k_hist": {str(k): hist[k] for k in sorted(hist)},
+        "immediate_accept_rate": hist[method.k_min] / len(ks),
+        "best_eval_loss": best["loss"],
+        "best_step": best["step"],
+        "last_eval_loss": curve[-1]["dev_loss"],
+        "dev_accuracy": best["accuracy"],
+        "accuracy": test["accuracy"],
+        "test_loss": test["loss"],
+        "train_loss": curve[-1]["train_loss"],
+        "curve": curve,
+        "timing": {
+            "compile_s": compile_s,
+            "step_s_total": total_step,
+            "step_s_mean": total_step / len(step_s),
+            "step_s_median": float(np.median(step_s)),
+            "eval_s": eval_s,
+            "fe_per_s": fe / total_step,
+            "forward_call_s": calls,
+            "forward_s_estimate": fwd_s,
+            "overhead_share": 1.0 - fwd_s / total_step,
+            "interleaved": probe,
+            "wall_s": time.perf_counter() - wall0,
+        },
+    }
+
+
+def zero_shot(bundle: Bundle, cfg: TrainConfig) -> dict[str, float]:
+    """Dev and test metrics of the base model (adapters with B = 0 change nothing)."""
+    lora = lora_lib.init_adapters(bundle.lora, 0)
+    dev = evaluate(bundle, lora, bundle.dev, cfg.eval_batch_size)
+    test = evaluate(bundle, lora, bundle.test, cfg.eval_batch_size)
+    return {
+        "dev_loss": dev["loss"],
+        "dev_accuracy": dev["accuracy"],
+        "test_loss": test["loss"],
+        "accuracy": test["accuracy"],
+    }
+
+
+def to_device(encoded: dict) -> dict:
+    return {k: jnp.asarray(v) for k, v in encoded.items()}

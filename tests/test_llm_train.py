@@ -1,0 +1,143 @@
+"""Training: FE counted exactly, the loop's records, the smoke preset end to end, CLI errors."""
+
+import json
+from collections import Counter
+
+import jax
+import pytest
+from llm_helpers import tiny
+
+from benchmarks.llm import cli, lora, tasks, train
+from benchmarks.llm.methods import METHODS
+
+
+def _bundle(task_name="sst2"):
+    model, tk, task, splits = tiny(task_name, n=32)
+    layout = tasks.measure(task, tk, splits.train + splits.dev + splits.test)
+    enc = {
+        name: tasks.encode(
+            task,
+            tk,
+            getattr(splits, name),
+            layout,
+            only_correct=(name == "train" and task.loss_kind == "option_lm"),
+        )
+        for name in ("train", "dev", "test")
+    }
+    graphdef, adapters, base = lora.split(model)
+    return train.Bundle(graphdef, adapters, base, task.loss_kind, **enc)
+
+
+@pytest.mark.parametrize("name", ["mezo", "statzo", "statzo-norm", "zoaq-1-4"])
+def test_fe_are_counted_exactly(name):
+    """num_queries equals the forward passes actually executed, counted by a callback."""
+    bundle = _bundle()
+    calls = Counter()
+    inner = bundle.loss
+
+    def counted(lora_params, base, batch):
+        value = inner(lora_params, base, batch)
+        jax.debug.callback(lambda v: calls.update(["fe"]), value)
+        return value
+
+    method = METHODS[name]
+    opt = method.build(1e-2, 1e-2, 0)
+    adapters = lora.init_adapters(bundle.lora, 0)
+    state = opt.init(adapters)
+    step = train.make_step(opt, counted)
+    ks, fe = [], 0
+    for batch in list(zip(range(6), train.batches(bundle.train, 4, 0))):
+        adapters, state, fe, k = step(adapters, state, bundle.base, batch[1])
+        jax.effects_barrier()
+        ks.append(int(k))
+    per_step = [(k + 1) if name == "statzo" else 2 * k for k in ks]
+    assert int(fe) == sum(per_step) == calls["fe"]
+    assert all(method.k_min <= k <= method.k_max for k in ks)
+
+
+def test_run_records_curve_best_checkpoint_and_timing():
+    bundle = _bundle("copa")
+    cfg = train.TrainConfig(
+        steps=4, eval_every=2, batch_size=4, eval_batch_size=8, probe_every=2, timing_reps=1
+    )
+    r = train.run(METHODS["zoaq-1-2"], 0, bundle, cfg, show=False)
+    assert [c["step"] for c in r["curve"]] == [0, 2, 4]
+    assert (
+        r["total_fe"] == r["curve"][-1]["fe"] == sum(2 * int(k) * n for k, n in r["k_hist"].items())
+    )
+    assert r["best_eval_loss"] == min(c["dev_loss"] for c in r["curve"])
+    assert 0 <= r["accuracy"] <= 1 and 0 <= r["dev_accuracy"] <= 1
+    t = r["timing"]
+    assert t["fe_per_s"] > 0 and set(t["forward_call_s"]) == {"2"}
+    assert t["overhead_share"] == pytest.approx(1 - t["forward_s_estimate"] / t["step_s_total"])
+
+
+def test_smoke_preset_end_to_end(tmp_path, capsys):
+    parser = __import__("argparse").ArgumentParser()
+    cli.add_arguments(parser)
+    out, report = tmp_path / "out", tmp_path / "docs" / "llm.md"
+    args = parser.parse_args(
+        [
+            "--preset",
+            "smoke",
+            "--methods",
+            "radazo,zoaq-1-4",
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--out",
+            str(out),
+            "--report",
+            str(report),
+            "--quiet",
+        ]
+    )
+    assert cli.main(args) == 0
+    payload = json.loads((out / "llm.json").read_text())
+    assert [r["method"] for r in payload["results"]] == ["radazo", "zoaq-1-4"]
+    for r in payload["results"]:
+        assert {"total_fe", "best_eval_loss", "accuracy", "dev_accuracy", "curve"} <= set(r)
+        assert len(r["curve"]) == 3
+    assert payload["results"][0]["total_fe"] == 4 * 8
+    assert (out / "llm.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = report.read_text()
+    assert "| R-AdaZO K=4 | 32 ± 0 |" in text and "ZoAQ K∈[1,4]" in text
+    assert "21714 ± 318" in text  # the paper's table alongside
+    figure = report.parent / "llm" / "llm_smoke_sst2.png"
+    assert figure.read_bytes()[:4] == b"\x89PNG" and "(llm/llm_smoke_sst2.png)" in text
+    # --render rewrites the page from the JSON alone.
+    again = tmp_path / "again.md"
+    args = parser.parse_args(["--render", str(out / "llm.json"), "--report", str(again)])
+    assert cli.main(args) == 0 and again.read_text() == text.replace(
+        "(llm/llm_smoke_sst2.png)", "(llm/again_smoke_sst2.png)"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--model", "gpt5"], "Unknown model 'gpt5'"),
+        (["--methods", "adam"], "Unknown method(s) ['adam']"),
+        (["--model", "opt:/does/not/exist"], "does not exist"),
+        (["--model", "gguf:/does/not/exist.gguf"], "does not exist"),
+        (["--preset", "cpu", "--task", "copa"], "COPA has no embedded data"),
+        (["--max-length", "3"], "longer than max_length=3"),
+    ],
+)
+def test_cli_reports_bad_input(argv, message, capsys, tmp_path):
+    parser = __import__("argparse").ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--preset", "smoke", "--out", str(tmp_path), "--quiet"] + argv)
+    assert cli.main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_fe_to_matched_loss_interpolates_the_reference_curve():
+    from benchmarks.llm.report import fe_to_reach
+
+    curve = [{"fe": 0, "dev_loss": 1.0}, {"fe": 100, "dev_loss": 0.8}, {"fe": 200, "dev_loss": 0.7}]
+    assert fe_to_reach(curve, 0.9) == pytest.approx(50.0)
+    assert fe_to_reach(curve, 0.75) == pytest.approx(150.0)
+    assert fe_to_reach(curve, 1.0) == 0.0
+    assert fe_to_reach(curve, 0.5) is None
