@@ -17,6 +17,7 @@ import datetime
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -58,12 +59,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"folder for attack.json and figures (default {DEFAULT_OUT})")
+    parser.add_argument("--render-only", action="store_true",
+                        help="only re-render the report from OUT/attack.json")
     parser.add_argument("--report", type=Path, default=None,
                         help=f"Markdown report (default {DEFAULT_REPORT} with the default "
                              "--out, else OUT/attack.md)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.render_only:
+        return _render(args, json.loads((args.out / "attack.json").read_text()))
     from benchmarks.attack import data as data_lib
     from benchmarks.attack import methods as methods_lib
     from benchmarks.attack import objective, protocol
@@ -103,7 +108,7 @@ def _run(args: argparse.Namespace, specs: list[str], workers: int) -> int:
     from benchmarks.attack import models, objective, protocol, report, runner, train
     from benchmarks.attack import workers as workers_lib
 
-    command = "python -m benchmarks attack " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    command = _command(args)
     load_before = common.load_average()
     with common.Stopwatch() as total:
         try:
@@ -133,25 +138,54 @@ def _run(args: argparse.Namespace, specs: list[str], workers: int) -> int:
             job = workers_lib.Job(args.dataset, str(trained.weights), goal, eps, attack_config)
             bar = common.progress(range(len(specs) * len(attacks.seed)),
                                   desc=f"{args.dataset} {args.protocol} {goal}")
-            with common.Stopwatch() as watch:
-                runs = workers_lib.run_methods(
-                    job, specs, attacks.tasks(dataset, goal), workers=workers,
-                    log_prob=log_prob, on_done=lambda spec, k: bar.update(k))
+            finished: dict = {}
+            started = (time.perf_counter(), datetime.datetime.now().isoformat(timespec="seconds"))
+
+            def save(spec, result, goal=goal, started=started):
+                # Saved method by method, so that a long run that is stopped keeps its results.
+                nonlocal results
+                finished[spec] = result
+                run = _run_entry(args, goal, eps, attack_config, workers, command, trained,
+                                 dataset, {spec: result}, started, load_before)
+                results = report.merge(results, _records(args, goal, attacks, {spec: result}), run)
+                common.write_json(results_path, results)
+                _figures(args, goal, eps, dataset, attacks, finished)
+
+            workers_lib.run_methods(job, specs, attacks.tasks(dataset, goal), workers=workers,
+                                    log_prob=log_prob, on_done=lambda spec, k: bar.update(k),
+                                    on_method=save)
             bar.close()
-            records = _records(args, goal, attacks, runs)
-            run = _run_entry(args, goal, eps, attack_config, workers, command, trained, dataset,
-                             runs, watch.seconds, load_before)
-            results = report.merge(results, records, run)
-            _figures(args, goal, eps, dataset, attacks, runs)
-            _print_summary(goal, runs, records)
-        common.write_json(results_path, results)
+            _print_summary(args, goal, finished, results["records"])
+    print(f"wrote {results_path} and figures in {args.out} ({total.seconds:.0f} s)",
+          file=sys.stderr)
+    return _render(args, results)
+
+
+def _render(args: argparse.Namespace, results: dict) -> int:
+    from benchmarks.attack import report
+
     report_path = args.report or (DEFAULT_REPORT if args.out == DEFAULT_OUT
                                   else args.out / "attack.md")
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(report.render(results, report_path, args.out))
-    print(f"wrote {results_path}, {report_path} and figures in {args.out} "
-          f"({total.seconds:.0f} s)", file=sys.stderr)
+    print(f"wrote {report_path}", file=sys.stderr)
     return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    """An equivalent command line with every setting spelled out."""
+    parts = ["python -m benchmarks attack"]
+    for name, value in vars(args).items():
+        flag = "--" + name.replace("_", "-")
+        if name in ("render_only", "report") or value is None or value is False or value == []:
+            continue
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, (list, tuple)):
+            parts.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
+        else:
+            parts.append(f"{flag} {shlex.quote(str(value))}")
+    return " ".join(parts)
 
 
 def _records(args, goal, attacks, runs) -> list[dict]:
@@ -175,14 +209,13 @@ def _records(args, goal, attacks, runs) -> list[dict]:
     return records
 
 
-def _run_entry(args, goal, eps, config, workers, command, trained, dataset, runs, seconds,
+def _run_entry(args, goal, eps, config, workers, command, trained, dataset, runs, started,
                load_before) -> dict:
     return {
         "dataset": args.dataset, "protocol": args.protocol, "goal": goal, "eps": eps,
         "command": command, "config": config._asdict(), "workers": workers,
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": common.machine_info(), "load_before": load_before,
-        "load_after": common.load_average(), "wall_seconds": seconds,
+        "started": started[1], "machine": common.machine_info(), "load_before": load_before,
+        "load_after": common.load_average(), "wall_seconds": time.perf_counter() - started[0],
         "model": {"name": type(trained.model).__name__, "source": dataset.source,
                   "test_accuracy": trained.test_accuracy, "num_test": len(dataset.test_labels),
                   "weights_sha256": trained.sha256},
@@ -196,6 +229,7 @@ def _run_entry(args, goal, eps, config, workers, command, trained, dataset, runs
 
 
 def _figures(args, goal, eps, dataset, attacks, runs) -> None:
+    """Query distributions, example images and consistency traces of the methods so far."""
     from benchmarks.attack import objective, report
 
     tag = f"{args.dataset}_{args.protocol}_{goal}"
@@ -204,22 +238,24 @@ def _figures(args, goal, eps, dataset, attacks, runs) -> None:
     report.plot_queries(args.out / f"queries_{tag}.png", outcomes, title)
     first = int(np.argmax(next(iter(outcomes.values())).success))  # a successful attack
     image0 = dataset.test_images[attacks.image[first]]
-    adversarial = {spec: np.asarray(objective.perturbed_image(o.x[first], image0, eps))
-                   for spec, o in outcomes.items()}
-    report.plot_examples(args.out / f"examples_{tag}.png",
-                         np.repeat(image0[None], len(outcomes), axis=0), adversarial, eps,
+    shown = [s for s in outcomes if not report.is_sweep_only(s)] or list(outcomes)
+    adversarial = {spec: np.asarray(objective.perturbed_image(outcomes[spec].x[first], image0, eps))
+                   for spec in shown}
+    report.plot_examples(args.out / f"examples_{tag}.png", image0, adversarial, eps,
                          f"{title}: test image {attacks.image[first]}, seed {attacks.seed[first]}")
-    traces = {spec: o.trace_cos for spec, o in outcomes.items() if o.trace_cos.shape[1]}
+    traces = {spec: outcomes[spec].trace_cos for spec in shown if outcomes[spec].trace_cos.shape[1]}
     if traces:
         report.plot_traces(args.out / f"consistency_{tag}.png", traces,
                            "cos(g_t, m_{t-1})", f"Momentum consistency, {title}")
 
 
-def _print_summary(goal, runs, records) -> None:
+def _print_summary(args, goal, runs, records) -> None:
     from benchmarks.attack import report
 
+    group = (args.dataset, args.protocol, goal)
     for spec, result in runs.items():
-        s = report.summarize([r for r in records if r["method"] == spec])
+        s = report.summarize([r for r in records if r["method"] == spec
+                              and (r["dataset"], r["protocol"], r["goal"]) == group])
         print(f"{goal:10s} {spec:22s} success {s['success_rate']:6.1%}  queries "
               f"{s['mean']:8.1f} ± {s['std']:7.1f}  median {s['median']:8.1f}  "
               f"({result.seconds:.1f} s)", file=sys.stderr)

@@ -109,9 +109,13 @@ def _coerce(text: str, default: Any, item: str) -> Any:
         raise ValueError(f"Bad value in {item!r}: expected {type(default).__name__}.") from None
 
 
-def build(method: Method, dataset: str, key: Any) -> optax.GradientTransformationExtraArgs:
-    """The optimizer chain of ``method`` for ``dataset``, seeded by ``key``."""
-    hyper = HYPER[dataset]
+def build(method: Method, dataset: str, key: Any,
+          hyper: dict[str, float] | None = None) -> optax.GradientTransformationExtraArgs:
+    """The optimizer chain of ``method`` for ``dataset``, seeded by ``key``.
+
+    ``hyper`` overrides the dataset's ``lr`` and ``mu`` (:data:`HYPER`).
+    """
+    hyper = {**HYPER[dataset], **(hyper or {})}
     p, mu = method.params, hyper["mu"]
     backbone = zoaq_jax.scale_by_radazo(**MOMENTS)
     if method.base == "zoaq":

@@ -100,11 +100,10 @@ def create(dataset: str, seed: int = 0) -> nnx.Module:
 def log_prob_fn(model: nnx.Module) -> Callable[[jax.Array], jax.Array]:
     """The model in evaluation mode (no dropout) as a pure function ``images -> log p``.
 
-    The weights are captured as constants, so the function can be jit-compiled and
-    vmapped freely; the model itself is left unchanged.
+    The function holds a copy of the current weights, so it can be jit-compiled and
+    vmapped freely; the model itself is left unchanged (still in its own mode).
     """
-    graphdef, state = nnx.split(model)
-    evaluated = nnx.merge(graphdef, state)
+    evaluated = nnx.clone(model)  # a snapshot: later changes to ``model`` do not leak in
     evaluated.eval()
     graphdef, state = nnx.split(evaluated)
 

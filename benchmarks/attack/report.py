@@ -97,12 +97,20 @@ def _run_of(results: dict, group: tuple, method: str) -> dict | None:
 
 
 def _order(specs: Iterable[str]) -> list[str]:
-    rank = {spec: i for i, spec in enumerate(methods_lib.ALL_METHODS)}
-    return sorted(specs, key=lambda s: (rank.get(s, len(rank)), methods_lib.parse(s).base, s))
+    """Main methods in the paper's order, then the sweeps in their own order, then others."""
+    known = list(methods_lib.ALL_METHODS)
+    for members in methods_lib.SWEEPS.values():
+        known += [m for m in members if m not in known]
+    rank = {spec: i for i, spec in enumerate(known)}
+    return sorted(specs, key=lambda s: (rank.get(s, len(rank)), s))
 
 
 def render(results: dict, report_path: Path, figures: Path) -> str:
-    """The Markdown report of everything in ``results``."""
+    """The Markdown report of everything in ``results``.
+
+    A hand-written ``figures/notes.md`` (analysis of the numbers), if present, is placed
+    after the introduction, so that re-rendering keeps it.
+    """
     lines = [
         "# Black-box adversarial attacks (MNIST, CIFAR-10)",
         "",
@@ -114,15 +122,21 @@ def render(results: dict, report_path: Path, figures: Path) -> str:
         "paper) and median are over the successful attacks.",
         "",
     ]
+    notes = figures / "notes.md"
+    if notes.exists():
+        lines += [notes.read_text().rstrip(), ""]
     groups = _groups(results)
     for group in sorted(groups, key=lambda g: (g[0], g[1] != "paper", g[2])):
         dataset, protocol, goal = group
         by_method = groups[group]
-        main = [s for s in _order(by_method) if not _is_sweep_only(s)]
+        main = [s for s in _order(by_method) if not is_sweep_only(s)]
         lines += [f"## {dataset.upper()}, `{protocol}` protocol, {goal}", ""]
         run = _run_of(results, group, main[0] if main else next(iter(by_method)))
         if run is not None:
-            lines += _run_facts(run)
+            same = [r for r in results["runs"]
+                    if tuple(r[k] for k in GROUP) == group and r["started"] == run["started"]]
+            lines += _run_facts(run, max(r["wall_seconds"] for r in same),
+                                max(r["load_after"] or 0 for r in same))
         rows = []
         for spec in main:
             s = summarize(by_method[spec])
@@ -145,12 +159,13 @@ def render(results: dict, report_path: Path, figures: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _is_sweep_only(spec: str) -> bool:
+def is_sweep_only(spec: str) -> bool:
+    """Whether ``spec`` belongs to a sweep but not to the main method list."""
     return spec not in methods_lib.ALL_METHODS and any(
         spec in members for members in methods_lib.SWEEPS.values())
 
 
-def _run_facts(run: dict) -> list[str]:
+def _run_facts(run: dict, wall: float, load_after: float) -> list[str]:
     model = run["model"]
     machine = run["machine"]
     return [
@@ -160,8 +175,9 @@ def _run_facts(run: dict) -> list[str]:
         f"cap {run['config']['max_steps']:,} iterations.  ",
         f"Machine: {machine['cpu']}, {machine['cores']} cores, JAX {machine['jax']} "
         f"({machine['backend']}); {run['workers']} worker(s), width {run['config']['width']}, "
-        f"chunk {run['config']['chunk']}; load average {run['load_before']} before, "
-        f"{run['load_after']} after; wall time {run['wall_seconds']:.0f} s; {run['date']}.",
+        f"chunk {run['config']['chunk']}; 1-min load average {run['load_before']} at the start, "
+        f"up to {load_after} at method ends; wall time {wall:.0f} s for the methods of this "
+        f"command (compilation included); started {run['started']}.",
         "",
     ]
 
@@ -232,28 +248,29 @@ def plot_queries(path: Path, outcomes: dict[str, Any], title: str) -> Path:
     return _save(fig, path)
 
 
-def plot_examples(path: Path, images0: np.ndarray, adversarial: dict[str, np.ndarray],
+def plot_examples(path: Path, image0: np.ndarray, adversarial: dict[str, np.ndarray],
                   eps: float, title: str) -> Path:
-    """Rows: methods; columns: original, adversarial, perturbation (scaled to +-eps)."""
+    """The clean image, then per method its adversarial image (top) and perturbation."""
     plt = _pyplot()
-    rows = len(adversarial)
-    fig, axes = plt.subplots(rows, 3, figsize=(6.3, 2.1 * rows + 0.4), squeeze=False)
-    for r, (spec, adv) in enumerate(adversarial.items()):
-        orig = images0[r]
-        gray = orig.shape[-1] == 1
-        panels = [(orig, "original"), (adv, "adversarial"), (adv - orig, "perturbation")]
-        for c, (img, name) in enumerate(panels):
-            ax = axes[r, c]
-            if c == 2:
-                ax.imshow(img.mean(-1), cmap="seismic", vmin=-eps, vmax=eps)
-            else:
-                ax.imshow(img[..., 0] if gray else np.clip(img, 0, 1), cmap="gray" if gray else None,
-                          vmin=0, vmax=1)
-            ax.set_xticks([]), ax.set_yticks([])
-            if r == 0:
-                ax.set_title(name, fontsize=9)
-        axes[r, 0].set_ylabel(methods_lib.parse(spec).label, fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    cols = 1 + len(adversarial)
+    fig, axes = plt.subplots(2, cols, figsize=(1.5 * cols, 3.6), squeeze=False)
+    gray = image0.shape[-1] == 1
+
+    def show(ax, img):
+        ax.imshow(img[..., 0] if gray else np.clip(img, 0, 1), cmap="gray" if gray else None,
+                  vmin=0, vmax=1)
+
+    show(axes[0, 0], image0)
+    axes[0, 0].set_title("original", fontsize=7)
+    axes[1, 0].axis("off")
+    for c, (spec, adv) in enumerate(adversarial.items(), start=1):
+        show(axes[0, c], adv)
+        axes[0, c].set_title(methods_lib.parse(spec).label, fontsize=6)
+        axes[1, c].imshow((adv - image0).mean(-1), cmap="seismic", vmin=-eps, vmax=eps)
+    for ax in axes.flat:
+        ax.set_xticks([]), ax.set_yticks([])
+    axes[1, 1].set_ylabel(f"perturbation\n(±{eps})", fontsize=7)
+    fig.suptitle(title, fontsize=8)
     return _save(fig, path)
 
 

@@ -147,7 +147,7 @@ def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackC
             loss=value, steps=lane.steps + 1, success=success,
         )
         if trace_len:
-            cos = jnp.where(success, jnp.nan, optax.tree.get(opt_state, "consistency"))
+            cos = jnp.where(success, jnp.nan, optax.tree.get(opt_state, "consistency", jnp.nan))
             moved = moved._replace(
                 trace_loss=lane.trace_loss.at[lane.steps].set(value, mode="drop"),
                 trace_cos=lane.trace_cos.at[lane.steps].set(cos, mode="drop"),

@@ -39,7 +39,9 @@ class MethodRun(NamedTuple):
 
 def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers: int = 1,
                 log_prob: Callable | None = None,
-                on_done: Callable[[str, int], None] | None = None) -> dict[str, MethodRun]:
+                on_done: Callable[[str, int], None] | None = None,
+                on_method: Callable[[str, MethodRun], None] | None = None,
+                ) -> dict[str, MethodRun]:
     """Runs every method of ``specs`` on all ``tasks``.
 
     Args:
@@ -49,6 +51,8 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
       workers: processes; 1 runs here, on the cores this process may use.
       log_prob: the model for ``workers == 1`` (loaded from ``job.weights`` if None).
       on_done: ``on_done(spec, count)`` as attacks finish (progress).
+      on_method: ``on_method(spec, run)`` as soon as all attacks of a method are done
+        (to save results of long runs method by method).
 
     Returns:
       ``{spec: MethodRun}``.
@@ -58,7 +62,12 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
     workers = min(workers, len(tasks.seed))
     if workers == 1:
         log_prob = log_prob or _log_prob(job)
-        return {spec: _run_one(job, spec, tasks, log_prob, on_done) for spec in specs}
+        done = {}
+        for spec in specs:
+            done[spec] = _run_one(job, spec, tasks, log_prob, on_done)
+            if on_method is not None:
+                on_method(spec, done[spec])
+        return done
 
     cores = common.available_cores()
     context = multiprocessing.get_context("spawn")
@@ -73,6 +82,7 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
     for p in procs:
         p.start()
     parts: dict[str, dict[int, MethodRun]] = {spec: {} for spec in specs}
+    done: dict[str, MethodRun] = {}
     pending = workers * len(specs)
     try:
         while pending:
@@ -83,6 +93,10 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
                 spec, w, result = payload
                 parts[spec][w] = result
                 pending -= 1
+                if len(parts[spec]) == workers:
+                    done[spec] = _merge(parts[spec], shares, len(tasks.seed))
+                    if on_method is not None:
+                        on_method(spec, done[spec])
             elif kind == "error":
                 raise RuntimeError(f"attack worker failed:\n{payload[0]}")
     finally:
@@ -90,7 +104,7 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
-    return {spec: _merge(parts[spec], shares, len(tasks.seed)) for spec in specs}
+    return {spec: done[spec] for spec in specs}
 
 
 def _log_prob(job: Job):
