@@ -137,19 +137,39 @@ def render(results: dict, report_path: Path, figures: Path) -> str:
                     if tuple(r[k] for k in GROUP) == group and r["started"] == run["started"]]
             lines += _run_facts(run, max(r["wall_seconds"] for r in same),
                                 max(r["load_after"] or 0 for r in same))
+        common_keys = set.intersection(*(
+            {(r["image"], r["seed"]) for r in by_method[spec] if r["success"]} for spec in main
+        )) if main else set()
+        # With failures, the iteration cap is a different query cap for each method; success
+        # rates are comparable at the smallest query count every method reached.
+        failures = any(not r["success"] for spec in main for r in by_method[spec])
+        budget = min(max(r["num_queries"] for r in by_method[spec]) for spec in main) if main else 0
         rows = []
         for spec in main:
             s = summarize(by_method[spec])
+            within = np.mean([r["success"] and r["num_queries"] <= budget for r in by_method[spec]])
+            shared = [r["num_queries"] for r in by_method[spec]
+                      if (r["image"], r["seed"]) in common_keys]
             paper = PAPER.get(dataset, {}).get(spec) if goal == "targeted" else None
             rows.append([methods_lib.parse(spec).label, f"`{spec}`", f"{s['success_rate']:.0%}",
+                         *([f"{within:.0%}"] if failures else []),
                          f"{_fmt(s['mean'])} ± {_fmt(s['std'])}", _fmt(s["median"]),
+                         _fmt(float(np.mean(shared)) if shared else float("nan")),
                          _fmt(s["calls_per_step"], 2), _paper(paper)])
         lines += [common.markdown_table(
-            ["Method", "Spec", "Success", "Queries mean ± std", "Median", "Calls/iter",
+            ["Method", "Spec", "Success",
+             *([f"Success within {budget:,} queries"] if failures else []),
+             "Queries mean ± std", "Median",
+             f"Mean on the {len(common_keys)} attacks all solved", "Calls/iter",
              "Paper (targeted)"], rows), ""]
         lines += _sweep_tables(dataset, goal, by_method)
         lines += _speed_table(results, group, _order(by_method))
-        for name, caption in (("queries", "Query distributions"),
+        if main:
+            plot_success_curve(figures / f"success_{dataset}_{protocol}_{goal}.png",
+                               {spec: by_method[spec] for spec in main},
+                               f"{dataset.upper()} {protocol} protocol, {goal}")
+        for name, caption in (("success", "Success rate against the query budget"),
+                              ("queries", "Query distributions"),
                               ("examples", "Original, adversarial and perturbation"),
                               ("consistency", "Momentum consistency cos(g_t, m_{t-1})")):
             png = figures / f"{name}_{dataset}_{protocol}_{goal}.png"
@@ -245,6 +265,24 @@ def plot_queries(path: Path, outcomes: dict[str, Any], title: str) -> Path:
     ax.set_ylabel("queries until success")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str) -> Path:
+    """Fraction of attacks that succeeded within a query budget, per method."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for spec, records in by_method.items():
+        q = np.sort([r["num_queries"] for r in records if r["success"]])
+        ax.step(np.concatenate([[1], q]), np.arange(len(q) + 1) / len(records), where="post",
+                label=methods_lib.parse(spec).label)
+    ax.set_xscale("log")
+    ax.set_xlabel("query budget")
+    ax.set_ylabel("fraction of attacks succeeded")
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
     return _save(fig, path)
 
 
