@@ -4,10 +4,10 @@ import json
 
 import numpy as np
 import pytest
+from test_attack_data import write_mnist_idx
 
 from benchmarks.__main__ import main as benchmarks_main
 from benchmarks.attack import data, protocol, train
-from test_attack_data import write_mnist_idx
 
 
 @pytest.fixture
@@ -47,7 +47,8 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     # The weights were cached with a checksum: a corrupted file is refused, not reused.
     dataset = data.load("mnist", tiny_mnist / "mnist")
     weights = next((tiny_mnist / "cache" / "models").glob("*.npz"))
-    assert train.load_or_train(dataset, train.TrainConfig(epochs=1), log=lambda m: None).weights == weights
+    cached = train.load_or_train(dataset, train.TrainConfig(epochs=1), log=lambda m: None)
+    assert cached.weights == weights
     corrupted = bytearray(weights.read_bytes())
     corrupted[-1] ^= 0xFF
     weights.write_bytes(bytes(corrupted))

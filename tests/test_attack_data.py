@@ -68,7 +68,8 @@ def test_mnist_idx_in_torchvision_layout(tmp_path):
 
 def test_mnist_npz(tmp_path):
     rng = np.random.default_rng(1)
-    x_train, x_test = rng.integers(0, 256, (4, 28, 28), np.uint8), rng.integers(0, 256, (3, 28, 28), np.uint8)
+    x_train = rng.integers(0, 256, (4, 28, 28), np.uint8)
+    x_test = rng.integers(0, 256, (3, 28, 28), np.uint8)
     np.savez(tmp_path / "mnist.npz", x_train=x_train, y_train=np.arange(4), x_test=x_test,
              y_test=np.array([7, 8, 9]))
     for path in (tmp_path, tmp_path / "mnist.npz"):

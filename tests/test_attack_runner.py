@@ -9,7 +9,6 @@ import optax
 import pytest
 
 import zoaq_jax
-
 from benchmarks.attack import methods, objective, runner
 
 EPS = 0.3
@@ -85,10 +84,12 @@ def test_runner_matches_plain_loop_with_refill_and_compaction(spec):
     assert out.widths[0] == 2 and out.widths[-1] == 1  # refilled, then compacted
     expected = list(reference(loss, build(spec), tasks, 40))
     for i, (ok, queries, steps, x) in enumerate(expected):
-        assert (bool(out.success[i]), int(out.num_queries[i]), int(out.steps[i])) == (ok, queries, steps)
+        got = (bool(out.success[i]), int(out.num_queries[i]), int(out.steps[i]))
+        assert got == (ok, queries, steps)
         np.testing.assert_allclose(out.x[i], x, rtol=1e-3, atol=1e-3)  # vmap vs not: fp drift
         # the trace holds exactly the centre values queried
-        assert np.isfinite(out.trace_loss[i, :steps]).all() and np.isnan(out.trace_loss[i, steps:]).all()
+        assert np.isfinite(out.trace_loss[i, :steps]).all()
+        assert np.isnan(out.trace_loss[i, steps:]).all()
         assert (out.trace_loss[i, steps - 1] < 0) == ok
     assert out.success.any()
     assert out.lane_steps_useful == out.steps.sum() <= out.lane_steps_executed
@@ -126,7 +127,8 @@ def test_end_to_end_tiny_targeted_attack_succeeds_inside_the_box():
     loss = objective.attack_loss(brightness_model, eps, goal)
     images = np.asarray(jax.random.uniform(jax.random.key(0), (3, *SHAPE), minval=0.2, maxval=0.4))
     labels = np.asarray(jnp.argmax(brightness_model(jnp.asarray(images)), -1))
-    tasks = runner.Tasks(np.repeat(images, 2, 0), objective.attacked_class(np.repeat(labels, 2), goal),
+    tasks = runner.Tasks(np.repeat(images, 2, 0),
+                         objective.attacked_class(np.repeat(labels, 2), goal),
                          np.tile([101, 202], 3).astype(np.int32))
     method = methods.parse("zoaq")  # the benchmark's own chain and MNIST settings
     out = runner.run_attacks(loss, lambda key: methods.build(method, "mnist", key), tasks,

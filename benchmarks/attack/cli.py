@@ -115,7 +115,7 @@ def _run(args: argparse.Namespace, specs: list[str], workers: int) -> int:
             dataset = data_lib.load(args.dataset, args.data_dir)
         except (ValueError, FileNotFoundError) as err:
             raise SystemExit(f"error: {err}") from None
-        config = train.TrainConfig() if args.epochs is None else train.TrainConfig(epochs=args.epochs)
+        config = train.TrainConfig(**({} if args.epochs is None else {"epochs": args.epochs}))
         trained = train.load_or_train(dataset, config, retrain=args.retrain,
                                       log=lambda m: print(m, file=sys.stderr))
         log_prob = models.log_prob_fn(trained.model)

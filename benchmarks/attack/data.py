@@ -22,7 +22,6 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import pickle
-import shutil
 import subprocess
 import sys
 import tempfile

@@ -8,7 +8,9 @@ step), Gaussian directions, and the R-AdaZO backbone unless said otherwise;
 ``lr``, ``mu`` and the moments are per dataset (:data:`HYPER`).
 
 * ``zoaq``: ZoAQ, :math:`K_t \\in [1, 2]`, :math:`N_{hist} = 8`, :math:`\\tau_0 = 1`,
-  :math:`\\beta_\\tau = 0.9`, reset ``min``.
+  :math:`\\beta_\\tau = 0.9`, reset ``min``; ``controller=always_accept`` and
+  ``controller=fresh_on_expand`` are the paper's AlwaysMomentum and AlwaysGradient
+  ablations.
 * ``radazo``: R-AdaZO, fixed :math:`K = 2`.
 * ``zo_adamm``: ZO-AdaMM (Adam-style second moment of the estimate), fixed :math:`K = 2`.
 * ``statzo``: StatZO with the classical norm test (``theta``), :math:`K_t \\in [2, K_{max}]`,
@@ -40,7 +42,7 @@ MOMENTS = {"b1": 0.9, "b2": 0.99, "eps": 1e-8}
 
 BASES: dict[str, dict[str, Any]] = {
     "zoaq": {"k_min": 1, "k_max": 2, "n_hist": 8, "tau0": 1.0, "beta_tau": 0.9,
-             "reset": "min"},
+             "reset": "min", "controller": "adaptive"},
     "radazo": {"k": 2},
     "zo_adamm": {"k": 2},
     "statzo": {"k_min": 2, "k_max": 2, "theta": 0.5, "backbone": "radazo"},
@@ -70,6 +72,7 @@ class Method(NamedTuple):
         p = self.params
         if self.base == "zoaq":
             extra = "" if p["n_hist"] == 8 else f", N_hist={p['n_hist']}"
+            extra += "" if p["controller"] == "adaptive" else f", {p['controller']}"
             return f"ZoAQ K∈[{p['k_min']},{p['k_max']}]{extra}"
         if self.base in ("radazo", "zo_adamm"):
             return f"{'R-AdaZO' if self.base == 'radazo' else 'ZO-AdaMM'} K={p['k']}"
@@ -121,8 +124,8 @@ def build(method: Method, dataset: str, key: Any,
     if method.base == "zoaq":
         estimator = zoaq_jax.zoaq_estimator(
             k_min=p["k_min"], k_max=p["k_max"], n_hist=p["n_hist"], mu=mu, tau0=p["tau0"],
-            beta_tau=p["beta_tau"], b1=MOMENTS["b1"], reset=p["reset"], difference="forward",
-            key=key,
+            beta_tau=p["beta_tau"], b1=MOMENTS["b1"], reset=p["reset"],
+            controller=p["controller"], difference="forward", key=key,
         )
     elif method.base in ("radazo", "zo_adamm"):
         estimator = zoaq_jax.fixed_estimator(k=p["k"], mu=mu, difference="forward", key=key)
