@@ -229,19 +229,20 @@ def _run_entry(args, goal, eps, config, workers, command, trained, dataset, runs
 
 
 def _figures(args, goal, eps, dataset, attacks, runs) -> None:
-    """Query distributions, example images and consistency traces of the methods so far."""
+    """Example images and consistency traces of the methods run so far (the figures drawn
+    from records, queries and success curves, are made with the report)."""
     from benchmarks.attack import objective, report
 
     tag = f"{args.dataset}_{args.protocol}_{goal}"
     title = f"{args.dataset.upper()} {args.protocol} protocol, {goal} ({len(attacks.seed)} attacks)"
     outcomes = {spec: r.outcome for spec, r in runs.items()}
-    report.plot_queries(args.out / f"queries_{tag}.png", outcomes, title)
     first = int(np.argmax(next(iter(outcomes.values())).success))  # a successful attack
     image0 = dataset.test_images[attacks.image[first]]
     shown = [s for s in outcomes if not report.is_sweep_only(s)] or list(outcomes)
     adversarial = {spec: np.asarray(objective.perturbed_image(outcomes[spec].x[first], image0, eps))
                    for spec in shown}
-    report.plot_examples(args.out / f"examples_{tag}.png", image0, adversarial, eps,
+    succeeded = {spec: bool(outcomes[spec].success[first]) for spec in shown}
+    report.plot_examples(args.out / f"examples_{tag}.png", image0, adversarial, succeeded, eps,
                          f"{title}: test image {attacks.image[first]}, seed {attacks.seed[first]}")
     traces = {spec: outcomes[spec].trace_cos for spec in shown if outcomes[spec].trace_cos.shape[1]}
     if traces:

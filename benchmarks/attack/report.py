@@ -35,6 +35,7 @@ PAPER_KMAX = {"mnist": {2: (1996, 1231), 4: (4089, 953), 6: (5137, 2004), 8: (39
               "cifar10": {2: (964, 28), 4: (1134, 73)}}
 
 GROUP = ("dataset", "protocol", "goal")
+PAPER_SETTING = ("targeted", "paper")  # the only (goal, protocol) the paper's numbers are for
 
 
 def merge(existing: dict[str, Any] | None, records: list[dict], run: dict) -> dict[str, Any]:
@@ -150,7 +151,7 @@ def render(results: dict, report_path: Path, figures: Path) -> str:
             within = np.mean([r["success"] and r["num_queries"] <= budget for r in by_method[spec]])
             shared = [r["num_queries"] for r in by_method[spec]
                       if (r["image"], r["seed"]) in common_keys]
-            paper = PAPER.get(dataset, {}).get(spec) if goal == "targeted" else None
+            paper = PAPER.get(dataset, {}).get(spec) if (goal, protocol) == PAPER_SETTING else None
             rows.append([methods_lib.parse(spec).label, f"`{spec}`", f"{s['success_rate']:.0%}",
                          *([f"{within:.0%}"] if failures else []),
                          f"{_fmt(s['mean'])} ± {_fmt(s['std'])}", _fmt(s["median"]),
@@ -161,13 +162,15 @@ def render(results: dict, report_path: Path, figures: Path) -> str:
              *([f"Success within {budget:,} queries"] if failures else []),
              "Queries mean ± std", "Median",
              f"Mean on the {len(common_keys)} attacks all solved", "Calls/iter",
-             "Paper (targeted)"], rows), ""]
-        lines += _sweep_tables(dataset, goal, by_method)
+             "Paper (targeted, image 1)"], rows), ""]
+        lines += _sweep_tables(dataset, goal, protocol, by_method)
         lines += _speed_table(results, group, _order(by_method))
         if main:
+            title = f"{dataset.upper()} {protocol} protocol, {goal}"
             plot_success_curve(figures / f"success_{dataset}_{protocol}_{goal}.png",
-                               {spec: by_method[spec] for spec in main},
-                               f"{dataset.upper()} {protocol} protocol, {goal}")
+                               {spec: by_method[spec] for spec in main}, title)
+            plot_queries(figures / f"queries_{dataset}_{protocol}_{goal}.png",
+                         {spec: by_method[spec] for spec in main}, title)
         for name, caption in (("success", "Success rate against the query budget"),
                               ("queries", "Query distributions"),
                               ("examples", "Original, adversarial and perturbation"),
@@ -202,7 +205,8 @@ def _run_facts(run: dict, wall: float, load_after: float) -> list[str]:
     ]
 
 
-def _sweep_tables(dataset: str, goal: str, by_method: dict[str, list[dict]]) -> list[str]:
+def _sweep_tables(dataset: str, goal: str, protocol: str,
+                  by_method: dict[str, list[dict]]) -> list[str]:
     lines = []
     for sweep, param, paper_table, title in (
         ("nhist", "n_hist", PAPER_NHIST, "ZoAQ history window N_hist"),
@@ -215,7 +219,8 @@ def _sweep_tables(dataset: str, goal: str, by_method: dict[str, list[dict]]) -> 
         for spec in present:
             value = methods_lib.parse(spec).params[param]
             s = summarize(by_method[spec])
-            paper = paper_table.get(dataset, {}).get(value) if goal == "targeted" else None
+            paper = (paper_table.get(dataset, {}).get(value)
+                     if (goal, protocol) == PAPER_SETTING else None)
             rows.append([value, f"{s['success_rate']:.0%}", f"{_fmt(s['mean'])} ± {_fmt(s['std'])}",
                          _fmt(s["median"]), _fmt(s["calls_per_step"], 2), _paper(paper)])
         lines += [f"Sweep: {title}.", "",
@@ -244,27 +249,30 @@ def _speed_table(results: dict, group: tuple, specs: list[str]) -> list[str]:
                                    "Lane-iters executed", "Useful", "Waste"], rows), ""]
 
 
-def plot_queries(path: Path, outcomes: dict[str, Any], title: str) -> Path:
+def plot_queries(path: Path, by_method: dict[str, list[dict]], title: str) -> Path:
     """Per-method distribution of queries (successful attacks; failures marked at the cap)."""
     plt = _pyplot()
-    specs = list(outcomes)
+    specs = list(by_method)
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(specs), 4.2))
     rng = np.random.default_rng(0)
     for i, spec in enumerate(specs):
-        o = outcomes[spec]
-        q, ok = o.num_queries.astype(float), o.success
+        q = np.array([r["num_queries"] for r in by_method[spec]], float)
+        ok = np.array([r["success"] for r in by_method[spec]], bool)
         if ok.any():
             ax.boxplot([q[ok]], positions=[i], widths=0.5, showfliers=False)
         ax.scatter(i + rng.uniform(-0.18, 0.18, ok.sum()), q[ok], s=8, alpha=0.5)
         if (~ok).any():
             ax.scatter(np.full((~ok).sum(), i), q[~ok], marker="x", color="red",
-                       label="failed (cap)" if i == 0 else None)
+                       label="failed (cap)")
     ax.set_xticks(range(len(specs)), [methods_lib.parse(s).label for s in specs],
                   rotation=25, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("queries until success")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles[:1], labels[:1], fontsize=7)
     return _save(fig, path)
 
 
@@ -287,8 +295,8 @@ def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str)
 
 
 def plot_examples(path: Path, image0: np.ndarray, adversarial: dict[str, np.ndarray],
-                  eps: float, title: str) -> Path:
-    """The clean image, then per method its adversarial image (top) and perturbation."""
+                  succeeded: dict[str, bool], eps: float, title: str) -> Path:
+    """The clean image, then per method its final image (top) and perturbation."""
     plt = _pyplot()
     cols = 1 + len(adversarial)
     fig, axes = plt.subplots(2, cols, figsize=(1.5 * cols, 3.6), squeeze=False)
@@ -303,7 +311,8 @@ def plot_examples(path: Path, image0: np.ndarray, adversarial: dict[str, np.ndar
     axes[1, 0].axis("off")
     for c, (spec, adv) in enumerate(adversarial.items(), start=1):
         show(axes[0, c], adv)
-        axes[0, c].set_title(methods_lib.parse(spec).label, fontsize=6)
+        verdict = "success" if succeeded[spec] else "failed (cap)"
+        axes[0, c].set_title(f"{methods_lib.parse(spec).label}\n{verdict}", fontsize=6)
         axes[1, c].imshow((adv - image0).mean(-1), cmap="seismic", vmin=-eps, vmax=eps)
     for ax in axes.flat:
         ax.set_xticks([]), ax.set_yticks([])
