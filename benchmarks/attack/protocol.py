@@ -1,0 +1,73 @@
+"""Which attacks a protocol runs: images, seeds, attacked classes.
+
+* ``paper``: test image 1 and the seeds 101, 202, 303, 404, 505 (the ZoAR code attacks
+  test index 1; the ZoAQ paper reports mean and std over those five seeds).
+* ``extended``: the first ``num_images`` (default 100) correctly classified test images,
+  each with the same five seeds (500 attacks).
+
+Attacks are ordered image-major (all seeds of an image together). The same seed gives
+the same :math:`x_0` and direction stream to every method (matched seeds).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from benchmarks.attack import objective
+from benchmarks.attack.data import Dataset
+from benchmarks.attack.runner import Tasks
+
+PROTOCOLS = ("paper", "extended")
+PAPER_IMAGE = 1
+SEEDS = (101, 202, 303, 404, 505)
+
+
+class Attacks(NamedTuple):
+    """The attacks of a protocol: test-set indices, labels and seeds, one row per attack."""
+
+    image: np.ndarray  # [N] test-set index
+    label: np.ndarray  # [N] true label
+    seed: np.ndarray  # [N]
+
+    def tasks(self, dataset: Dataset, goal: str) -> Tasks:
+        return Tasks(dataset.test_images[self.image],
+                     objective.attacked_class(self.label, goal), self.seed.astype(np.int32))
+
+
+def select(protocol: str, dataset: Dataset, predictions: np.ndarray,
+           seeds: tuple[int, ...] = SEEDS, num_images: int = 100) -> Attacks:
+    """The attacks of ``protocol`` on ``dataset``'s test split.
+
+    Args:
+      protocol: ``"paper"`` or ``"extended"``.
+      dataset: the data.
+      predictions: the target model's predicted class of every test image.
+      seeds: the seeds each image is attacked with.
+      num_images: images of the extended protocol.
+
+    Raises:
+      ValueError: unknown protocol, no seeds, or too few test images.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"Unknown protocol {protocol!r}; choose one of {PROTOCOLS}.")
+    if not seeds:
+        raise ValueError("At least one seed is needed.")
+    labels = dataset.test_labels
+    if predictions.shape != labels.shape:
+        raise ValueError(f"predictions must be shaped {labels.shape}, got {predictions.shape}.")
+    if protocol == "paper":
+        if len(labels) <= PAPER_IMAGE:
+            raise ValueError(f"The paper protocol attacks test image {PAPER_IMAGE}; the test "
+                             f"split has only {len(labels)} images.")
+        images = np.array([PAPER_IMAGE])
+    else:
+        if num_images < 1:
+            raise ValueError(f"num_images must be >= 1, got {num_images}.")
+        images = np.flatnonzero(predictions == labels)[:num_images]
+        if len(images) < num_images:
+            raise ValueError(f"Only {len(images)} correctly classified test images, "
+                             f"{num_images} requested.")
+    image = np.repeat(images, len(seeds))
+    return Attacks(image, labels[image], np.tile(np.asarray(seeds, np.int64), len(images)))

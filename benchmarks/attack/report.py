@@ -1,0 +1,359 @@
+"""Results of the attack benchmark: records, summaries, figures and the Markdown report.
+
+``attack.json`` accumulates the results of every ``python -m benchmarks attack`` run
+written to the same folder: ``records`` (one per method x image x seed x goal x
+protocol x dataset) and ``runs`` (settings, machine, timings, the exact command). A new
+run replaces the records and the run entry of the same (dataset, protocol, goal,
+method). The report is rendered from the whole file, so every number in it comes with
+the command and machine that produced it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import common
+from benchmarks.attack import methods as methods_lib
+
+# The paper's numbers (mean, std of queries over five seeds; targeted per the ZoAR code,
+# see ALGORITHMS.md). Keys are our method specs.
+PAPER = {
+    "mnist": {"radazo": (1527, 701), "statzo": (1996, 1231), "zoar": (1089.2, 92.3),
+              "zoar:k=2": (742.8, 99.9), "zoaq": (320, 45)},
+    "cifar10": {"radazo": (1006, 100), "statzo": (964, 28), "zoar": (802.0, 38.0),
+                "zoar:k=2": (755.4, 39.1), "zoaq": (625, 15)},
+}
+PAPER_NHIST = {"mnist": {4: (374.4, 126.9), 6: (362.0, 57.6), 8: (319.6, 44.8),
+                         10: (335.6, 65.7), 12: (349.2, 88.5)}}
+PAPER_KMAX = {"mnist": {2: (1996, 1231), 4: (4089, 953), 6: (5137, 2004), 8: (3937, 1802),
+                        10: (4572, 2189)},
+              "cifar10": {2: (964, 28), 4: (1134, 73)}}
+
+GROUP = ("dataset", "protocol", "goal")
+PAPER_SETTING = ("targeted", "paper")  # the only (goal, protocol) the paper's numbers are for
+
+
+def merge(existing: dict[str, Any] | None, records: list[dict], run: dict) -> dict[str, Any]:
+    """``existing`` results with those of ``run`` replacing any of the same group and method."""
+    existing = existing or {"records": [], "runs": []}
+    key = {k: run[k] for k in GROUP}
+    new_methods = set(run["methods"])
+
+    def replaced(item: dict, methods: Iterable[str]) -> bool:
+        return all(item[k] == v for k, v in key.items()) and bool(set(methods) & new_methods)
+
+    kept_records = [r for r in existing["records"] if not replaced(r, [r["method"]])]
+    kept_runs = []
+    for old in existing["runs"]:
+        if replaced(old, old["methods"]):
+            old = {**old, "methods": {m: v for m, v in old["methods"].items()
+                                      if m not in new_methods}}
+        if old["methods"]:
+            kept_runs.append(old)
+    return {"records": kept_records + records, "runs": kept_runs + [run]}
+
+
+def summarize(records: Sequence[dict]) -> dict[str, Any]:
+    """Success rate and query statistics of one method's records."""
+    queries = np.array([r["num_queries"] for r in records], float)
+    success = np.array([r["success"] for r in records], bool)
+    steps = np.array([r["steps"] for r in records], float)
+    ok = queries[success]
+    return {
+        "attacks": len(records),
+        "success_rate": float(success.mean()),
+        "mean": float(ok.mean()) if ok.size else float("nan"),
+        "std": float(ok.std()) if ok.size else float("nan"),
+        "median": float(np.median(ok)) if ok.size else float("nan"),
+        "mean_all": float(queries.mean()),
+        "calls_per_step": float(queries.sum() / max(steps.sum(), 1)),
+    }
+
+
+def _fmt(x: float, digits: int = 0) -> str:
+    return "—" if x is None or not np.isfinite(x) else f"{x:,.{digits}f}"
+
+
+def _paper(pair: tuple[float, float] | None) -> str:
+    return "—" if pair is None else f"{pair[0]:,.0f} ± {pair[1]:,.0f}"
+
+
+def _groups(results: dict) -> dict[tuple, dict[str, list[dict]]]:
+    groups: dict[tuple, dict[str, list[dict]]] = {}
+    for r in results["records"]:
+        groups.setdefault(tuple(r[k] for k in GROUP), {}).setdefault(r["method"], []).append(r)
+    return groups
+
+
+def _run_of(results: dict, group: tuple, method: str) -> dict | None:
+    for run in reversed(results["runs"]):
+        if tuple(run[k] for k in GROUP) == group and method in run["methods"]:
+            return run
+    return None
+
+
+def _order(specs: Iterable[str]) -> list[str]:
+    """Main methods in the paper's order, then the sweeps in their own order, then others."""
+    known = list(methods_lib.ALL_METHODS)
+    for members in methods_lib.SWEEPS.values():
+        known += [m for m in members if m not in known]
+    rank = {spec: i for i, spec in enumerate(known)}
+    return sorted(specs, key=lambda s: (rank.get(s, len(rank)), s))
+
+
+def render(results: dict, report_path: Path, figures: Path) -> str:
+    """The Markdown report of everything in ``results``.
+
+    A hand-written ``figures/notes.md`` (analysis of the numbers), if present, is placed
+    after the introduction, so that re-rendering keeps it.
+    """
+    lines = [
+        "# Black-box adversarial attacks (MNIST, CIFAR-10)",
+        "",
+        "Generated by `python -m benchmarks attack` from the `attack.json` next to the "
+        "figures; every table names the command, machine and load it was measured with. "
+        "Queries are oracle calls until success: one centre call per iteration plus the "
+        "estimator's perturbed calls (forward differences), counted up to and including "
+        "the iteration whose centre value succeeds. Mean ± std (population std, as in the "
+        "paper) and median are over the successful attacks.",
+        "",
+    ]
+    notes = figures / "notes.md"
+    if notes.exists():
+        lines += [notes.read_text().rstrip(), ""]
+    groups = _groups(results)
+    for group in sorted(groups, key=lambda g: (g[0], g[1] != "paper", g[2])):
+        dataset, protocol, goal = group
+        by_method = groups[group]
+        main = [s for s in _order(by_method) if not is_sweep_only(s)]
+        lines += [f"## {dataset.upper()}, `{protocol}` protocol, {goal}", ""]
+        run = _run_of(results, group, main[0] if main else next(iter(by_method)))
+        if run is not None:
+            same = [r for r in results["runs"]
+                    if tuple(r[k] for k in GROUP) == group and r["started"] == run["started"]]
+            lines += _run_facts(run, max(r["wall_seconds"] for r in same),
+                                max(r["load_after"] or 0 for r in same))
+        common_keys = set.intersection(*(
+            {(r["image"], r["seed"]) for r in by_method[spec] if r["success"]} for spec in main
+        )) if main else set()
+        # With failures, the iteration cap is a different query cap for each method; success
+        # rates are comparable at the smallest query count every method reached.
+        failures = any(not r["success"] for spec in main for r in by_method[spec])
+        budget = min(max(r["num_queries"] for r in by_method[spec]) for spec in main) if main else 0
+        rows = []
+        for spec in main:
+            s = summarize(by_method[spec])
+            within = np.mean([r["success"] and r["num_queries"] <= budget for r in by_method[spec]])
+            shared = [r["num_queries"] for r in by_method[spec]
+                      if (r["image"], r["seed"]) in common_keys]
+            paper = PAPER.get(dataset, {}).get(spec) if (goal, protocol) == PAPER_SETTING else None
+            rows.append([methods_lib.parse(spec).label, f"`{spec}`", f"{s['success_rate']:.0%}",
+                         *([f"{within:.0%}"] if failures else []),
+                         f"{_fmt(s['mean'])} ± {_fmt(s['std'])}", _fmt(s["median"]),
+                         _fmt(float(np.mean(shared)) if shared else float("nan")),
+                         _fmt(s["calls_per_step"], 2), _paper(paper)])
+        lines += [common.markdown_table(
+            ["Method", "Spec", "Success",
+             *([f"Success within {budget:,} queries"] if failures else []),
+             "Queries mean ± std", "Median",
+             f"Mean on the {len(common_keys)} attacks all solved", "Calls/iter",
+             "Paper (targeted, image 1)"], rows), ""]
+        lines += _sweep_tables(dataset, goal, protocol, by_method)
+        lines += _speed_table(results, group, _order(by_method))
+        if main:
+            title = f"{dataset.upper()} {protocol} protocol, {goal}"
+            plot_success_curve(figures / f"success_{dataset}_{protocol}_{goal}.png",
+                               {spec: by_method[spec] for spec in main}, title)
+            plot_queries(figures / f"queries_{dataset}_{protocol}_{goal}.png",
+                         {spec: by_method[spec] for spec in main}, title)
+        for name, caption in (("success", "Success rate against the query budget"),
+                              ("queries", "Query distributions"),
+                              ("examples", "Original, adversarial and perturbation"),
+                              ("consistency", "Momentum consistency cos(g_t, m_{t-1})")):
+            png = figures / f"{name}_{dataset}_{protocol}_{goal}.png"
+            if png.exists():
+                rel = os.path.relpath(png, report_path.parent)
+                lines += [f"![{caption}]({rel})", ""]
+    return "\n".join(lines) + "\n"
+
+
+def is_sweep_only(spec: str) -> bool:
+    """Whether ``spec`` belongs to a sweep but not to the main method list."""
+    return spec not in methods_lib.ALL_METHODS and any(
+        spec in members for members in methods_lib.SWEEPS.values())
+
+
+def _run_facts(run: dict, wall: float, load_after: float) -> list[str]:
+    model = run["model"]
+    machine = run["machine"]
+    return [
+        f"Command: `{run['command']}`  ",
+        f"Model: {model['name']} trained on `{model['source']}`, test accuracy "
+        f"{model['test_accuracy']:.2%} on {model['num_test']} test images; eps = {run['eps']}, "
+        f"cap {run['config']['max_steps']:,} iterations.  ",
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, JAX {machine['jax']} "
+        f"({machine['backend']}); {run['workers']} worker(s), width {run['config']['width']}, "
+        f"chunk {run['config']['chunk']}; 1-min load average {run['load_before']} at the start, "
+        f"up to {load_after} at method ends; wall time {wall:.0f} s for the methods of this "
+        f"command (compilation included); started {run['started']}.",
+        "",
+    ]
+
+
+def _sweep_tables(dataset: str, goal: str, protocol: str,
+                  by_method: dict[str, list[dict]]) -> list[str]:
+    lines = []
+    for sweep, param, paper_table, title in (
+        ("nhist", "n_hist", PAPER_NHIST, "ZoAQ history window N_hist"),
+        ("kmax", "k_max", PAPER_KMAX, "StatZO cap K_max (classical norm test, R-AdaZO backbone)"),
+    ):
+        present = [s for s in methods_lib.SWEEPS[sweep] if s in by_method]
+        if len(present) < 2:
+            continue
+        rows = []
+        for spec in present:
+            value = methods_lib.parse(spec).params[param]
+            s = summarize(by_method[spec])
+            paper = (paper_table.get(dataset, {}).get(value)
+                     if (goal, protocol) == PAPER_SETTING else None)
+            rows.append([value, f"{s['success_rate']:.0%}", f"{_fmt(s['mean'])} ± {_fmt(s['std'])}",
+                         _fmt(s["median"]), _fmt(s["calls_per_step"], 2), _paper(paper)])
+        lines += [f"Sweep: {title}.", "",
+                  common.markdown_table([param, "Success", "Queries mean ± std", "Median",
+                                         "Calls/iter", "Paper (targeted)"], rows), ""]
+    return lines
+
+
+def _speed_table(results: dict, group: tuple, specs: list[str]) -> list[str]:
+    rows = []
+    for spec in specs:
+        run = _run_of(results, group, spec)
+        if run is None:
+            continue
+        m = run["methods"][spec]
+        waste = 1 - m["lane_steps_useful"] / max(m["lane_steps_executed"], 1)
+        rows.append([f"`{spec}`", m["attacks"], f"{m['seconds']:.1f}",
+                     f"{m['attacks'] / m['seconds']:.2f}", f"{m['calls'] / m['seconds']:,.0f}",
+                     f"{m['lane_steps_executed']:,}", f"{m['lane_steps_useful']:,}",
+                     f"{waste:.1%}"])
+    if not rows:
+        return []
+    return ["Speed (wall time per method includes compilation; with several workers it is "
+            "the slowest worker's share):", "",
+            common.markdown_table(["Method", "Attacks", "Seconds", "Attacks/s", "Calls/s",
+                                   "Lane-iters executed", "Useful", "Waste"], rows), ""]
+
+
+def plot_queries(path: Path, by_method: dict[str, list[dict]], title: str) -> Path:
+    """Per-method distribution of queries (successful attacks; failures marked at the cap)."""
+    plt = _pyplot()
+    specs = list(by_method)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(specs), 4.2))
+    rng = np.random.default_rng(0)
+    for i, spec in enumerate(specs):
+        q = np.array([r["num_queries"] for r in by_method[spec]], float)
+        ok = np.array([r["success"] for r in by_method[spec]], bool)
+        if ok.any():
+            ax.boxplot([q[ok]], positions=[i], widths=0.5, showfliers=False)
+        ax.scatter(i + rng.uniform(-0.18, 0.18, ok.sum()), q[ok], s=8, alpha=0.5)
+        if (~ok).any():
+            ax.scatter(np.full((~ok).sum(), i), q[~ok], marker="x", color="red",
+                       label="failed (cap)")
+    ax.set_xticks(range(len(specs)), [methods_lib.parse(s).label for s in specs],
+                  rotation=25, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("queries until success")
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles[:1], labels[:1], fontsize=7)
+    return _save(fig, path)
+
+
+def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str) -> Path:
+    """Fraction of attacks that succeeded within a query budget, per method."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for spec, records in by_method.items():
+        q = np.sort([r["num_queries"] for r in records if r["success"]])
+        ax.step(np.concatenate([[1], q]), np.arange(len(q) + 1) / len(records), where="post",
+                label=methods_lib.parse(spec).label)
+    ax.set_xscale("log")
+    ax.set_xlabel("query budget")
+    ax.set_ylabel("fraction of attacks succeeded")
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_examples(path: Path, image0: np.ndarray, adversarial: dict[str, np.ndarray],
+                  succeeded: dict[str, bool], eps: float, title: str) -> Path:
+    """The clean image, then per method its final image (top) and perturbation."""
+    plt = _pyplot()
+    cols = 1 + len(adversarial)
+    fig, axes = plt.subplots(2, cols, figsize=(1.5 * cols, 3.6), squeeze=False)
+    gray = image0.shape[-1] == 1
+
+    def show(ax, img):
+        ax.imshow(img[..., 0] if gray else np.clip(img, 0, 1), cmap="gray" if gray else None,
+                  vmin=0, vmax=1)
+
+    show(axes[0, 0], image0)
+    axes[0, 0].set_title("original", fontsize=7)
+    axes[1, 0].axis("off")
+    for c, (spec, adv) in enumerate(adversarial.items(), start=1):
+        show(axes[0, c], adv)
+        verdict = "success" if succeeded[spec] else "failed (cap)"
+        axes[0, c].set_title(f"{methods_lib.parse(spec).label}\n{verdict}", fontsize=6)
+        axes[1, c].imshow((adv - image0).mean(-1), cmap="seismic", vmin=-eps, vmax=eps)
+    for ax in axes.flat:
+        ax.set_xticks([]), ax.set_yticks([])
+    axes[1, 1].set_ylabel(f"perturbation\n(±{eps})", fontsize=7)
+    fig.suptitle(title, fontsize=8)
+    return _save(fig, path)
+
+
+def plot_traces(path: Path, traces: dict[str, np.ndarray], ylabel: str, title: str,
+                smooth: int = 20) -> Path:
+    """Mean over attacks of a per-iteration trace (NaN after an attack stopped), smoothed."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for spec, trace in traces.items():
+        alive = np.isfinite(trace).sum(0)
+        mean = np.where(alive > 0, np.nansum(trace, 0) / np.maximum(alive, 1), np.nan)
+        kernel = np.ones(smooth) / smooth
+        valid = np.flatnonzero(np.isfinite(mean))
+        if len(valid) > smooth:
+            mean = np.convolve(np.nan_to_num(mean[: valid[-1] + 1]), kernel, mode="valid")
+        ax.plot(mean, label=methods_lib.parse(spec).label, lw=1.2)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path

@@ -1,0 +1,187 @@
+"""Seeded training of the target models, with a checksummed weight cache.
+
+Weights are cached as ``<cache>/models/<key>.npz`` next to ``<key>.json``, which holds
+the file's SHA-256, the training settings and the test accuracy. The key names the
+dataset, its contents (:meth:`Dataset.fingerprint`), the model and the settings, so a
+different data source or setting never reuses stale weights; a checksum mismatch is an
+error, never a silent retrain. Run as a script to (re)train:
+``python -m benchmarks.attack.train --dataset mnist``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from benchmarks import common
+from benchmarks.attack import data as data_lib
+from benchmarks.attack import models
+
+
+class TrainConfig(NamedTuple):
+    """Training settings (Adam on the cross-entropy, minibatches in a seeded order)."""
+
+    seed: int = 0
+    epochs: int = 15
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+
+
+class TrainedModel(NamedTuple):
+    model: nnx.Module
+    test_accuracy: float
+    weights: Path  # the cached weight file
+    sha256: str
+
+
+def train(model: nnx.Module, dataset: data_lib.Dataset, config: TrainConfig,
+          log=print) -> nnx.Module:
+    """Trains ``model`` in place on ``dataset``'s training split and returns it."""
+    model.train()
+    optimizer = nnx.Optimizer(model, optax.adam(config.learning_rate), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer, images, labels):
+        def loss_fn(model):
+            log_p = model(images)
+            return -jnp.mean(jnp.take_along_axis(log_p, labels[:, None], axis=1))
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    order_rng = np.random.default_rng(config.seed)
+    n = len(dataset.train_images)
+    for epoch in range(config.epochs):
+        order = order_rng.permutation(n)
+        losses = [
+            step(model, optimizer, dataset.train_images[idx], dataset.train_labels[idx])
+            for idx in np.array_split(order, max(1, n // config.batch_size))
+        ]
+        log(f"epoch {epoch + 1}/{config.epochs}: train loss {float(np.mean(losses)):.4f}")
+    model.eval()
+    return model
+
+
+def accuracy(log_prob, images: np.ndarray, labels: np.ndarray, batch: int = 500) -> float:
+    """Fraction of ``images`` that ``log_prob`` classifies as ``labels``."""
+    return float(np.mean(predict(log_prob, images, batch) == labels))
+
+
+def predict(log_prob, images: np.ndarray, batch: int = 500) -> np.ndarray:
+    """Predicted classes of ``images``, evaluated in batches."""
+    fn = jax.jit(log_prob)
+    return np.concatenate([
+        np.asarray(jnp.argmax(fn(images[i:i + batch]), axis=-1))
+        for i in range(0, len(images), batch)
+    ]) if len(images) else np.zeros((0,), np.int32)
+
+
+def cache_key(dataset: data_lib.Dataset, config: TrainConfig) -> str:
+    return (f"{dataset.name}-{models.MODELS[dataset.name].__name__}-{dataset.source}-"
+            f"{dataset.fingerprint()}-seed{config.seed}-e{config.epochs}-"
+            f"b{config.batch_size}-lr{config.learning_rate:g}")
+
+
+def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig(), *,
+                  cache: Path | None = None, retrain: bool = False, log=print) -> TrainedModel:
+    """The target model for ``dataset``: cached weights if present, else trained and cached.
+
+    Raises:
+      ValueError: the cached weights do not match their recorded checksum or shapes.
+    """
+    cache = cache or common.cache_dir("models")
+    key = cache_key(dataset, config)
+    weights, meta_path = cache / f"{key}.npz", cache / f"{key}.json"
+    model = models.create(dataset.name, config.seed)
+    if weights.exists() and meta_path.exists() and not retrain:
+        meta = json.loads(meta_path.read_text())
+        digest = common.sha256(weights)
+        if digest != meta["sha256"]:
+            raise ValueError(
+                f"Cached weights {weights} have SHA-256 {digest}, but {meta_path.name} records "
+                f"{meta['sha256']}. Delete both files (or pass --retrain) to train again."
+            )
+        load_weights(model, weights)
+        model.eval()
+        log(f"loaded {weights.name} (test accuracy {meta['test_accuracy']:.4f})")
+        return TrainedModel(model, float(meta["test_accuracy"]), weights, digest)
+
+    log(f"training the {dataset.name} model ({config}); weights go to {weights}")
+    with common.Stopwatch() as watch:
+        train(model, dataset, config, log=log)
+    test_accuracy = accuracy(models.log_prob_fn(model), dataset.test_images, dataset.test_labels)
+    save_weights(model, weights)
+    digest = common.sha256(weights)
+    common.write_json(meta_path, {
+        "sha256": digest, "dataset": dataset.name, "source": dataset.source,
+        "fingerprint": dataset.fingerprint(), "model": type(model).__name__,
+        "config": config._asdict(), "test_accuracy": test_accuracy,
+        "num_test": len(dataset.test_labels), "train_seconds": round(watch.seconds, 1),
+        "machine": common.machine_info(), "load_average": common.load_average(),
+    })
+    log(f"test accuracy {test_accuracy:.4f} on {len(dataset.test_labels)} images "
+        f"({watch.seconds:.0f} s)")
+    return TrainedModel(model, test_accuracy, weights, digest)
+
+
+def _flat_params(model: nnx.Module) -> dict[str, Any]:
+    leaves = jax.tree_util.tree_flatten_with_path(nnx.state(model, nnx.Param))[0]
+    return {jax.tree_util.keystr(path): leaf for path, leaf in leaves}
+
+
+def save_weights(model: nnx.Module, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        np.savez(f, **{k: np.asarray(v) for k, v in _flat_params(model).items()})
+
+
+def load_weights(model: nnx.Module, path: Path) -> None:
+    """Loads ``path`` into ``model``'s parameters, checking names and shapes."""
+    state = nnx.state(model, nnx.Param)
+    with np.load(path) as stored:
+        expected = _flat_params(model)
+        if set(stored.files) != set(expected):
+            raise ValueError(f"{path} holds parameters {sorted(stored.files)}, "
+                             f"the model has {sorted(expected)}.")
+        arrays = {k: stored[k] for k in stored.files}
+
+    def replace(path_, leaf):
+        value = arrays[jax.tree_util.keystr(path_)]
+        if value.shape != leaf.shape:
+            raise ValueError(f"{path}: {jax.tree_util.keystr(path_)} has shape {value.shape}, "
+                             f"expected {leaf.shape}.")
+        return jnp.asarray(value, leaf.dtype)
+
+    nnx.update(model, jax.tree_util.tree_map_with_path(replace, state))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.attack.train",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", choices=data_lib.DATASETS, default="mnist")
+    parser.add_argument("--data-dir", default=None, help="full MNIST or CIFAR-10 folder")
+    defaults = TrainConfig()
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--epochs", type=int, default=defaults.epochs)
+    parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
+    args = parser.parse_args(argv)
+    dataset = data_lib.load(args.dataset, args.data_dir)
+    trained = load_or_train(dataset, TrainConfig(seed=args.seed, epochs=args.epochs),
+                            retrain=args.retrain)
+    print(json.dumps({"weights": str(trained.weights), "sha256": trained.sha256,
+                      "test_accuracy": trained.test_accuracy}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""The attack CLI end to end on a tiny generated MNIST, and its input errors."""
+
+import json
+
+import numpy as np
+import pytest
+from test_attack_data import write_mnist_idx
+
+from benchmarks.__main__ import main as benchmarks_main
+from benchmarks.attack import data, protocol, train
+
+
+@pytest.fixture
+def tiny_mnist(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOAQ_JAX_CACHE", str(tmp_path / "cache"))
+    write_mnist_idx(tmp_path / "mnist", n_train=64, n_test=4)
+    return tmp_path
+
+
+def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
+    out = tiny_mnist / "out"
+    argv = ["attack", "--dataset", "mnist", "--data-dir", str(tiny_mnist / "mnist"),
+            "--protocol", "paper", "--goal", "targeted", "--methods", "zoaq",
+            "--seeds", "1", "2", "--max-steps", "15", "--epochs", "1", "--workers", "1",
+            "--trace-len", "10", "--out", str(out)]
+    assert benchmarks_main(argv) == 0
+
+    results = json.loads((out / "attack.json").read_text())
+    records = results["records"]
+    assert len(records) == 2  # seeds x one image x one method
+    for r in records:
+        assert {"method", "image", "seed", "success", "num_queries", "goal"} <= set(r)
+        assert r["image"] == protocol.PAPER_IMAGE and r["goal"] == "targeted"
+        # forward differences: at most 1 + K calls per iteration, 1 at a successful one
+        k_max = 2
+        assert r["steps"] <= r["num_queries"] <= (1 + k_max) * r["steps"]
+        assert r["success"] or r["steps"] == 15
+    run = results["runs"][0]
+    assert set(run["methods"]) == {"zoaq"} and run["model"]["num_test"] == 4
+    for name in ("queries", "examples", "consistency"):
+        png = out / f"{name}_mnist_paper_targeted.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (out / "attack.md").read_text()
+    assert "| ZoAQ K∈[1,2] | `zoaq` |" in report and "--max-steps 15" in report
+    assert "![Query distributions](queries_mnist_paper_targeted.png)" in report
+
+    # The weights were cached with a checksum: a corrupted file is refused, not reused.
+    dataset = data.load("mnist", tiny_mnist / "mnist")
+    weights = next((tiny_mnist / "cache" / "models").glob("*.npz"))
+    cached = train.load_or_train(dataset, train.TrainConfig(epochs=1), log=lambda m: None)
+    assert cached.weights == weights
+    corrupted = bytearray(weights.read_bytes())
+    corrupted[-1] ^= 0xFF
+    weights.write_bytes(bytes(corrupted))
+    with pytest.raises(ValueError, match="SHA-256"):
+        train.load_or_train(dataset, train.TrainConfig(epochs=1), log=lambda m: None)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "svhn"], "unknown dataset 'svhn'"),
+    (["--protocol", "full"], "unknown protocol 'full'"),
+    (["--goal", "misclassify"], "unknown goal 'misclassify'"),
+    (["--methods", "zoaq", "adam"], "Unknown method 'adam'"),
+    (["--methods", "zoaq:n_hits=4"], "Bad override 'n_hits=4'"),
+    (["--data-dir", "/nonexistent/mnist"], "does not exist"),
+    (["--max-steps", "0"], "must be >= 1"),
+])
+def test_cli_rejects_bad_input_before_any_work(args, message, tmp_path):
+    with pytest.raises(SystemExit, match=message):
+        benchmarks_main(["attack", "--out", str(tmp_path), *args])
+
+
+def test_protocol_selection():
+    rng = np.random.default_rng(0)
+    images = rng.uniform(size=(12, 28, 28, 1)).astype(np.float32)
+    labels = np.arange(12) % 10
+    ds = data.Dataset("mnist", "test", images, labels, images, labels)
+    predictions = labels.copy()
+    predictions[[0, 2]] = 9 - labels[[0, 2]]  # two misclassified test images
+    paper = protocol.select("paper", ds, predictions)
+    np.testing.assert_array_equal(paper.image, [1] * 5)
+    np.testing.assert_array_equal(paper.seed, protocol.SEEDS)
+    ext = protocol.select("extended", ds, predictions, seeds=(7, 8), num_images=3)
+    np.testing.assert_array_equal(ext.image, [1, 1, 3, 3, 4, 4])  # correctly classified only
+    np.testing.assert_array_equal(ext.seed, [7, 8] * 3)
+    tasks = ext.tasks(ds, "targeted")
+    np.testing.assert_array_equal(tasks.cls, (labels[[1, 1, 3, 3, 4, 4]] + 1) % 10)
+    with pytest.raises(ValueError, match="Only 10 correctly classified"):
+        protocol.select("extended", ds, predictions, num_images=11)
+    with pytest.raises(ValueError, match="Unknown protocol"):
+        protocol.select("all", ds, predictions)
