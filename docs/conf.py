@@ -12,7 +12,7 @@ extensions = [
     "sphinx.ext.viewcode",
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "results/*/*"]  # report inputs (notes, data), not pages
 myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
 napoleon_google_docstring = True
