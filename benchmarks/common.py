@@ -140,3 +140,23 @@ def mean_std(values: Sequence[float], fmt: str = "{:.3g}") -> str:
     """``mean ± std`` of ``values`` (population std, as the paper's tables)."""
     arr = np.asarray(values, dtype=float)
     return f"{fmt.format(arr.mean())} ± {fmt.format(arr.std())}"
+
+
+def pyplot():
+    """matplotlib's pyplot on the headless Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> Path:
+    """Saves ``fig`` as a PNG at ``path`` (creating folders) and closes it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path

@@ -21,7 +21,8 @@ def _ids(h):
 def test_push_keeps_the_newest_records_in_order():
     h = history.init(5, jax.random.key(0))
     pushed = []
-    for step, (n, keep) in enumerate([(3, [1, 1, 1]), (4, [1, 0, 1, 1]), (2, [0, 0]), (7, [1] * 7)]):
+    pushes = [(3, [1, 1, 1]), (4, [1, 0, 1, 1]), (2, [0, 0]), (7, [1] * 7)]
+    for step, (n, keep) in enumerate(pushes):
         resp = jnp.arange(n, dtype=jnp.float32) + 100 * step
         h = history.push(h, _keys(n, 10 * step), resp, jnp.int32(step), jnp.array(keep, bool))
         pushed += [float(r) for r, k in zip(resp, keep) if k]

@@ -58,3 +58,24 @@ def test_host_oracle_keeps_the_signature_for_keyword_matching():
     est = zoaq_jax.fixed_estimator()
     with pytest.raises(TypeError, match="shift"):
         est.update(None, est.init(jnp.zeros(3)), jnp.zeros(3), value_fn=f)
+
+
+def test_pytorch_objective_through_host_oracle():
+    torch = pytest.importorskip("torch")  # a dev dependency; skipped only without it
+    target = torch.linspace(-1.0, 1.0, 5, dtype=torch.float64)
+    calls = []
+
+    def torch_loss(x):
+        calls.append(1)
+        return float(torch.sum((torch.from_numpy(np.asarray(x, np.float64)) - target) ** 2))
+
+    opt = zoaq_jax.zoaq(5e-2, k_max=4, key=0)
+    f = zoaq_jax.host_oracle(torch_loss)
+    step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=f))
+    params, state = jnp.zeros(5), opt.init(jnp.zeros(5))
+    for _ in range(60):
+        u, state = step(params, state)
+        params = optax.apply_updates(params, u)
+    assert float(np.sum((np.asarray(params) - target.numpy()) ** 2)) < 0.5 * float(
+        np.sum(target.numpy() ** 2))
+    assert len(calls) == int(optax.tree.get(state, "num_queries"))

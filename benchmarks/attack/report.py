@@ -251,7 +251,7 @@ def _speed_table(results: dict, group: tuple, specs: list[str]) -> list[str]:
 
 def plot_queries(path: Path, by_method: dict[str, list[dict]], title: str) -> Path:
     """Per-method distribution of queries (successful attacks; failures marked at the cap)."""
-    plt = _pyplot()
+    plt = common.pyplot()
     specs = list(by_method)
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(specs), 4.2))
     rng = np.random.default_rng(0)
@@ -273,12 +273,12 @@ def plot_queries(path: Path, by_method: dict[str, list[dict]], title: str) -> Pa
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         ax.legend(handles[:1], labels[:1], fontsize=7)
-    return _save(fig, path)
+    return common.save_figure(fig, path)
 
 
 def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str) -> Path:
     """Fraction of attacks that succeeded within a query budget, per method."""
-    plt = _pyplot()
+    plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for spec, records in by_method.items():
         q = np.sort([r["num_queries"] for r in records if r["success"]])
@@ -291,13 +291,13 @@ def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return common.save_figure(fig, path)
 
 
 def plot_examples(path: Path, image0: np.ndarray, adversarial: dict[str, np.ndarray],
                   succeeded: dict[str, bool], eps: float, title: str) -> Path:
     """The clean image, then per method its final image (top) and perturbation."""
-    plt = _pyplot()
+    plt = common.pyplot()
     cols = 1 + len(adversarial)
     fig, axes = plt.subplots(2, cols, figsize=(1.5 * cols, 3.6), squeeze=False)
     gray = image0.shape[-1] == 1
@@ -318,13 +318,13 @@ def plot_examples(path: Path, image0: np.ndarray, adversarial: dict[str, np.ndar
         ax.set_xticks([]), ax.set_yticks([])
     axes[1, 1].set_ylabel(f"perturbation\n(±{eps})", fontsize=7)
     fig.suptitle(title, fontsize=8)
-    return _save(fig, path)
+    return common.save_figure(fig, path)
 
 
 def plot_traces(path: Path, traces: dict[str, np.ndarray], ylabel: str, title: str,
                 smooth: int = 20) -> Path:
     """Mean over attacks of a per-iteration trace (NaN after an attack stopped), smoothed."""
-    plt = _pyplot()
+    plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for spec, trace in traces.items():
         alive = np.isfinite(trace).sum(0)
@@ -339,21 +339,6 @@ def plot_traces(path: Path, traces: dict[str, np.ndarray], ylabel: str, title: s
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return common.save_figure(fig, path)
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
-    return path

@@ -107,3 +107,18 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) -> 
 def module_list(items):
     """A list of submodules that NNX tracks (``nnx.List`` where available)."""
     return nnx.List(items) if hasattr(nnx, "List") else list(items)
+
+
+def qv_targets(layers):
+    """The (attention module, attribute) pairs LoRA adapts: q and v of every layer."""
+    for layer in layers:
+        yield layer.self_attn, "q_proj"
+        yield layer.self_attn, "v_proj"
+
+
+def check_context(tokens: jax.Array, limit: int) -> int:
+    """The sequence length of ``tokens``, or a clear error if it exceeds ``limit``."""
+    t = tokens.shape[-1]
+    if t > limit:
+        raise ValueError(f"Sequence length {t} exceeds the model's context of {limit} tokens.")
+    return t

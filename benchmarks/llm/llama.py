@@ -23,7 +23,9 @@ from benchmarks.llm.layers import (
     RMSNorm,
     as_param,
     causal_attention,
+    check_context,
     module_list,
+    qv_targets,
 )
 
 
@@ -141,17 +143,10 @@ class Llama(nnx.Module):
         self.lm_head = None if tied else as_param(np.asarray(head).T, dtype)
 
     def lora_targets(self):
-        for layer in self.layers:
-            yield layer.self_attn, "q_proj"
-            yield layer.self_attn, "v_proj"
+        return qv_targets(self.layers)
 
     def hidden(self, tokens: jax.Array) -> jax.Array:
-        t = tokens.shape[-1]
-        if t > self.config.max_position_embeddings:
-            raise ValueError(
-                f"Sequence length {t} exceeds the model's context of "
-                f"{self.config.max_position_embeddings} tokens."
-            )
+        t = check_context(tokens, self.config.max_position_embeddings)
         cos, sin = rotary(jnp.arange(t), self.config.head_dim, self.config.rope_theta)
         x = self.embed_tokens(tokens)
         for layer in self.layers:

@@ -24,7 +24,9 @@ from benchmarks.llm.layers import (
     Linear,
     as_param,
     causal_attention,
+    check_context,
     module_list,
+    qv_targets,
 )
 
 POSITION_OFFSET = 2  # OPT's learned position table starts at index 2
@@ -159,17 +161,10 @@ class OPT(nnx.Module):
         self.lm_head = None if tied else as_param(np.asarray(head).T, dtype)
 
     def lora_targets(self):
-        for layer in self.layers:
-            yield layer.self_attn, "q_proj"
-            yield layer.self_attn, "v_proj"
+        return qv_targets(self.layers)
 
     def hidden(self, tokens: jax.Array) -> jax.Array:
-        t = tokens.shape[-1]
-        if t > self.config.max_position_embeddings:
-            raise ValueError(
-                f"Sequence length {t} exceeds the model's context of "
-                f"{self.config.max_position_embeddings} tokens."
-            )
+        t = check_context(tokens, self.config.max_position_embeddings)
         x = self.embed_tokens(tokens)
         if self.project_in is not None:
             x = self.project_in(x)

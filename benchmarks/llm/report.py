@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import common
 from benchmarks.common import markdown_table, mean_std, write_json
 
 # The paper's Table "Complete LLM fine-tuning results" (OPT-1.3B rows): total FE,
@@ -235,12 +236,7 @@ def timing_rows(results: list[dict]) -> list[list[str]]:
 
 def plot(results: list[dict], path: Path, title: str) -> Path:
     """Dev loss and dev accuracy against cumulative FE, one line per method and seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = common.pyplot().subplots(1, 2, figsize=(11, 4))
     colors = {}
     for r in results:
         color = colors.setdefault(r["method"], f"C{len(colors)}")
@@ -261,12 +257,7 @@ def plot(results: list[dict], path: Path, title: str) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path, dpi=120)
 
 
 def markdown(payload: dict[str, Any], figure: str) -> str:

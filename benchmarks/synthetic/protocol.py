@@ -55,13 +55,15 @@ def _zoaq(key: str, values, labels=None) -> tuple[Variant, ...]:
 
 ABLATIONS = {
     # Appendix "Reset Ablation" (Table "performance across reset strategies").
-    "reset": (("quadratic", "cubic", "levy", "rosenbrock"), _zoaq("reset", ("min", "half", "linear"))),
+    "reset": (("quadratic", "cubic", "levy", "rosenbrock"),
+              _zoaq("reset", ("min", "half", "linear"))),
     # Appendix "Threshold Sensitivity" (Table "sensitivity of the initial threshold").
     "tau0": (("quadratic", "rosenbrock"), _zoaq("tau0", (-0.5, -0.1, 0.0, 0.3, 0.5, 1.0))),
     # History window: the paper sweeps it on MNIST attacks; here on two synthetic functions.
     "nhist": (("quadratic", "rosenbrock"), _zoaq("n_hist", (0, 2, 4, 8, 16, 32))),
     # Appendix "Trigger Metric Ablation": Rosenbrock at d = 10,000.
-    "trigger": (("rosenbrock",), _zoaq("trigger", ("cosine", "norm"), ["ZoAQ (cosine)", "ZoAQ-Norm"])),
+    "trigger": (("rosenbrock",),
+                _zoaq("trigger", ("cosine", "norm"), ["ZoAQ (cosine)", "ZoAQ-Norm"])),
     # Appendix "Controller Variants", at the neutral threshold tau0 = 0 the paper uses.
     "controller": (("quadratic", "rosenbrock"), tuple(
         Variant("zoaq", (("controller", c), ("tau0", 0.0)), label)

@@ -77,17 +77,8 @@ def _protocol_dict(p: Protocol) -> dict[str, Any]:
 # --------------------------------------------------------------------------- figures
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _grid(n: int):
-    plt = _plt()
+    plt = common.pyplot()
     cols = min(n, 3)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
@@ -111,14 +102,6 @@ def _by_function(results):
     return out
 
 
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    _plt().close(fig)
-    return path
-
-
 def plot_curves(results, path: Path, x: str) -> Path:
     """Mean gap over seeds against oracle calls (``x="calls"``) or steps."""
     groups = _by_function(results)
@@ -135,7 +118,7 @@ def plot_curves(results, path: Path, x: str) -> Path:
         ax.set_ylabel("gap f(x) - f*")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    return _save(fig, path)
+    return common.save_figure(fig, path)
 
 
 def plot_diagnostic(results, path: Path, key: str, ylabel: str, methods=None) -> Path:
@@ -156,7 +139,7 @@ def plot_diagnostic(results, path: Path, key: str, ylabel: str, methods=None) ->
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    return _save(fig, path)
+    return common.save_figure(fig, path)
 
 
 def plot_k_histogram(results, path: Path, method: str) -> Path:
@@ -171,7 +154,7 @@ def plot_k_histogram(results, path: Path, method: str) -> Path:
             ax.set_title(f"{function_label(function)}: mean K {k.mean():.2f}")
         ax.set_xlabel("accepted K (sampled at the log points)")
         ax.set_ylabel("count")
-    return _save(fig, path)
+    return common.save_figure(fig, path)
 
 
 # --------------------------------------------------------------------------- markdown

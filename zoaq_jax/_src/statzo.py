@@ -83,6 +83,7 @@ def statzo_estimator(
     checks.positive("mu", mu)
     checks.choice("directions", directions, dirs.KINDS)
     checks.choice("difference", difference, oracle.DIFFERENCES)
+    slots = expansion.capacity(k_min, k_max, k_step)
 
     def init_fn(params):
         del params
@@ -97,7 +98,7 @@ def statzo_estimator(
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
         centre, centre_calls = diff.centre(params, value)
         step_key = ledger.step_key(state.ledger)
-        _, drawn = expansion.draw_step(directions, step_key, expansion.capacity(k_min, k_max, k_step), params)
+        _, drawn = expansion.draw_step(directions, step_key, slots, params)
 
         def test(cand):
             n = cand.n_ok.astype(jnp.float32)

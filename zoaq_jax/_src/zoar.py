@@ -42,8 +42,8 @@ def zoar_estimator(
       gradients over the newest :math:`N_{hist} + 1` steps (``2k`` calls a step).
 
     Non-finite values are discarded (counted in ``num_nonfinite``) and never enter the
-    buffer; a step without any finite fresh value returns zeros. With ``n_hist=0`` and central differences this is exactly
-    :func:`fixed_estimator`.
+    buffer; a step without any finite fresh value returns zeros. With ``n_hist=0`` and
+    central differences this is exactly :func:`fixed_estimator`.
 
     Args:
       k: fresh directions per step.
