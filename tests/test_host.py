@@ -69,13 +69,13 @@ def test_pytorch_objective_through_host_oracle():
         calls.append(1)
         return float(torch.sum((torch.from_numpy(np.asarray(x, np.float64)) - target) ** 2))
 
-    opt = zoaq_jax.zoaq(5e-2, k_max=4, key=0)
+    opt = zoaq_jax.zoaq(1e-2, k_max=4, key=0)
     f = zoaq_jax.host_oracle(torch_loss)
     step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=f))
     params, state = jnp.zeros(5), opt.init(jnp.zeros(5))
-    for _ in range(60):
+    for _ in range(200):
         u, state = step(params, state)
         params = optax.apply_updates(params, u)
-    assert float(np.sum((np.asarray(params) - target.numpy()) ** 2)) < 0.5 * float(
+    assert float(np.sum((np.asarray(params) - target.numpy()) ** 2)) < 0.05 * float(
         np.sum(target.numpy() ** 2))
     assert len(calls) == int(optax.tree.get(state, "num_queries"))
