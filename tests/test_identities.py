@@ -88,3 +88,18 @@ def test_backbones_match_a_numpy_loop(rule):
     # float32 finite differences with mu = 1e-2 carry ~1e-5 relative error per response.
     np.testing.assert_allclose(params, expected, rtol=0, atol=2e-4)
     assert int(trace.num_queries[-1]) == 2 * k * steps
+
+
+def test_streamed_directions_give_the_batched_estimates(monkeypatch):
+    """Above the batch limit directions are drawn where used (memory O(d)): same keys,
+    same directions, so the same estimates up to summation order."""
+    from zoaq_jax._src import directions
+
+    x = jax.random.normal(jax.random.key(3), (16,))
+    make = lambda: zoaq_jax.zoaq_estimator(k_min=1, k_max=5, n_hist=6, key=2)  # noqa: E731
+    batched, _ = trajectory(make(), wavy, x, 5, lr=1e-2)
+    monkeypatch.setattr(directions, "_BATCH_LIMIT", 0)
+    streamed, _ = trajectory(make(), wavy, x, 5, lr=1e-2)
+    for (gb, sb), (gs, ss) in zip(batched, streamed):
+        np.testing.assert_allclose(gs, gb, rtol=1e-4, atol=1e-4)  # estimates are O(10)
+        assert diag(sb, "num_queries") == diag(ss, "num_queries")
