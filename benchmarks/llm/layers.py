@@ -109,11 +109,27 @@ def module_list(items):
     return nnx.List(items) if hasattr(nnx, "List") else list(items)
 
 
-def qv_targets(layers):
-    """The (attention module, attribute) pairs LoRA adapts: q and v of every layer."""
-    for layer in layers:
-        yield layer.self_attn, "q_proj"
-        yield layer.self_attn, "v_proj"
+class CausalLM(nnx.Module):
+    """What the decoders share: the LM head, the LoRA targets and the call.
+
+    Subclasses set ``layers`` (each with a ``self_attn`` holding ``q_proj`` and
+    ``v_proj``), ``embed_tokens`` and ``lm_head`` (``None`` when tied to the embedding)
+    and define ``hidden(tokens)``.
+    """
+
+    def lora_targets(self):
+        """The (attention module, attribute) pairs LoRA adapts: q and v of every layer."""
+        for layer in self.layers:
+            yield layer.self_attn, "q_proj"
+            yield layer.self_attn, "v_proj"
+
+    def logits(self, h: jax.Array) -> jax.Array:
+        if self.lm_head is None:
+            return self.embed_tokens.attend(h)
+        return h @ self.lm_head[...].astype(h.dtype)
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        return self.logits(self.hidden(tokens))
 
 
 def check_context(tokens: jax.Array, limit: int) -> int:

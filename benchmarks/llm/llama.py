@@ -18,6 +18,7 @@ import numpy as np
 from flax import nnx
 
 from benchmarks.llm.layers import (
+    CausalLM,
     Embedding,
     Linear,
     RMSNorm,
@@ -25,7 +26,6 @@ from benchmarks.llm.layers import (
     causal_attention,
     check_context,
     module_list,
-    qv_targets,
 )
 
 
@@ -124,7 +124,7 @@ class LlamaBlock(nnx.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class Llama(nnx.Module):
+class Llama(CausalLM):
     """A LLaMA causal language model.
 
     ``hidden(tokens)`` returns the final (normed) hidden states ``[N, T, D]`` and
@@ -142,9 +142,6 @@ class Llama(nnx.Module):
         tied = cfg.tie_word_embeddings or head is None
         self.lm_head = None if tied else as_param(np.asarray(head).T, dtype)
 
-    def lora_targets(self):
-        return qv_targets(self.layers)
-
     def hidden(self, tokens: jax.Array) -> jax.Array:
         t = check_context(tokens, self.config.max_position_embeddings)
         cos, sin = rotary(jnp.arange(t), self.config.head_dim, self.config.rope_theta)
@@ -152,14 +149,6 @@ class Llama(nnx.Module):
         for layer in self.layers:
             x = layer(x, cos, sin)
         return self.norm(x)
-
-    def logits(self, h: jax.Array) -> jax.Array:
-        if self.lm_head is None:
-            return self.embed_tokens.attend(h)
-        return h @ self.lm_head[...].astype(h.dtype)
-
-    def __call__(self, tokens: jax.Array) -> jax.Array:
-        return self.logits(self.hidden(tokens))
 
 
 def weight_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:

@@ -19,6 +19,7 @@ import numpy as np
 from flax import nnx
 
 from benchmarks.llm.layers import (
+    CausalLM,
     Embedding,
     LayerNorm,
     Linear,
@@ -26,7 +27,6 @@ from benchmarks.llm.layers import (
     causal_attention,
     check_context,
     module_list,
-    qv_targets,
 )
 
 POSITION_OFFSET = 2  # OPT's learned position table starts at index 2
@@ -125,7 +125,7 @@ class OPTBlock(nnx.Module):
         return x
 
 
-class OPT(nnx.Module):
+class OPT(CausalLM):
     """An OPT causal language model (``hidden`` / ``logits`` as in :class:`Llama`)."""
 
     def __init__(self, cfg: OPTConfig, weights: Mapping[str, np.ndarray], *, dtype=jnp.float32):
@@ -160,9 +160,6 @@ class OPT(nnx.Module):
         )
         self.lm_head = None if tied else as_param(np.asarray(head).T, dtype)
 
-    def lora_targets(self):
-        return qv_targets(self.layers)
-
     def hidden(self, tokens: jax.Array) -> jax.Array:
         t = check_context(tokens, self.config.max_position_embeddings)
         x = self.embed_tokens(tokens)
@@ -176,14 +173,6 @@ class OPT(nnx.Module):
         if self.project_out is not None:
             x = self.project_out(x)
         return x
-
-    def logits(self, h: jax.Array) -> jax.Array:
-        if self.lm_head is None:
-            return self.embed_tokens.attend(h)
-        return h @ self.lm_head[...].astype(h.dtype)
-
-    def __call__(self, tokens: jax.Array) -> jax.Array:
-        return self.logits(self.hidden(tokens))
 
 
 def weight_shapes(cfg: OPTConfig) -> dict[str, tuple[int, ...]]:
