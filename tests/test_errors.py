@@ -51,11 +51,18 @@ def test_invalid_hyperparameters_fail_at_construction(factory, kwargs, error, ma
         factory(**kwargs)
 
 
-def test_bad_keys_are_refused():
+@pytest.mark.parametrize("factory", [zoaq_jax.zoaq_estimator, zoaq_jax.fixed_estimator,
+                                     zoaq_jax.statzo_estimator, zoaq_jax.zoar_estimator])
+def test_bad_keys_are_refused_when_the_estimator_is_built(factory):
     with pytest.raises(TypeError, match="wrap_key_data"):
-        zoaq_jax.zoaq_estimator(key=jnp.zeros(2, jnp.uint32)).init(jnp.zeros(D))
+        factory(key=jnp.zeros(2, jnp.uint32))
     with pytest.raises(ValueError, match="single key"):
-        zoaq_jax.fixed_estimator(key=jax.random.split(jax.random.key(0), 2)).init(jnp.zeros(D))
+        factory(key=jax.random.split(jax.random.key(0), 2))
+    for bad in ("abc", 1.5, True):
+        with pytest.raises(TypeError, match="integer seed"):
+            factory(key=bad)
+    for good in (3, np.int32(3), jnp.int32(3), jax.random.key(3)):  # all build and init
+        factory(key=good).init(jnp.zeros(D))
 
 
 def test_structural_args_must_be_static_under_inject_hyperparams():
@@ -136,15 +143,34 @@ def test_a_step_without_any_finite_response_changes_nothing():
     assert diag(after, "num_nonfinite") == diag(state, "num_nonfinite") + 3
 
 
-def test_nonfinite_forward_centre_ends_the_step_at_once():
-    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=8, difference="forward", key=0)
+@pytest.mark.parametrize("reset", ["min", "linear"])
+def test_nonfinite_forward_centre_ends_the_step_at_once(reset):
+    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=8, difference="forward", reset=reset,
+                                  tau0=1.0, key=0)
     x = jnp.ones(D)
     state = est.init(x)
-    _, state = jitted_update(est, wavy)(state, x)
+    update = jitted_update(est, wavy)
+    for _ in range(3):
+        _, state = update(state, x)
+    assert reset == "min" or int(state.next_k) > 2  # linear: the next step starts higher
     g, after = jitted_update(est, lambda x: jnp.float32(jnp.nan) + jnp.sum(x))(state, x)
     np.testing.assert_array_equal(g, jnp.zeros(D))
-    assert diag(after, "last_k") == 2
+    assert diag(after, "last_k") == 2  # k_min, even where the reset policy starts higher
     assert diag(after, "num_queries") == diag(state, "num_queries") + 3
+    assert int(after.next_k) == int(state.next_k)
+
+
+def test_warm_start_without_a_finite_response_expands():
+    """At warm start (m = 0) the gate passes any candidate, but not an empty one."""
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, n_hist=4, key=0)
+    x = jnp.ones(D)
+    state = est.init(x)
+    g, after = jitted_update(est, lambda x: jnp.float32(jnp.inf) * jnp.sum(x))(state, x)
+    np.testing.assert_array_equal(g, jnp.zeros(D))
+    assert diag(after, "last_k") == 3 and diag(after, "num_nonfinite") == 3
+    assert float(after.last_score) == -np.inf
+    _, warm = jitted_update(est, wavy)(state, x)
+    assert diag(warm, "last_k") == 1  # a finite warm-start candidate is accepted at k_min
 
 
 def test_optimizers_survive_a_nan_region_end_to_end():

@@ -72,6 +72,35 @@ def _numpy_run(f, x, steps, k, mu, lr, b1, b2, eps, seed, rule):
     return x
 
 
+@pytest.mark.parametrize("difference", ["forward", "central"])
+def test_zoar_with_history_matches_a_numpy_reference(difference):
+    """ZoAR pools the records of the last n_hist steps with the fresh ones; the forward
+    form subtracts the mean of all pooled values (the averaged baseline)."""
+    k, n_hist, mu, d, seed, steps = 2, 2, 0.05, 6, 4, 5
+
+    def f(x):  # wavy, in NumPy float64
+        return float(np.sum(np.cos(x) * x**2) + 0.1 * np.sum(x) ** 2)
+
+    est = zoaq_jax.zoar_estimator(k=k, n_hist=n_hist, mu=mu, difference=difference, key=seed)
+    xs = [np.linspace(-1.0, 1.0, d) + 0.1 * t for t in range(steps)]  # a fixed path
+    state = est.init(jnp.asarray(xs[0], jnp.float32))
+    records = []  # (u_i, value or response) of every step
+    for t, x in enumerate(xs):
+        g, state = est.update(None, state, jnp.asarray(x, jnp.float32), value_fn=wavy)
+        u = _numpy_directions(seed, t, k, d)
+        if difference == "forward":
+            y = [f(x + mu * ui) for ui in u]
+        else:
+            y = [(f(x + mu * ui) - f(x - mu * ui)) / (2 * mu) for ui in u]
+        records.append((u, np.array(y)))
+        us = np.concatenate([r[0] for r in records[-(n_hist + 1):]])
+        ys = np.concatenate([r[1] for r in records[-(n_hist + 1):]])
+        coeffs = (ys - ys.mean()) / mu if difference == "forward" else ys
+        expected = (coeffs[:, None] * us).mean(0)
+        np.testing.assert_allclose(np.asarray(g), expected, rtol=2e-3, atol=2e-3)
+        assert diag(state, "num_queries") == (t + 1) * k * (1 if difference == "forward" else 2)
+
+
 @pytest.mark.parametrize("rule", ["radazo", "radazo_paper", "adamm", "amsgrad"])
 def test_backbones_match_a_numpy_loop(rule):
     d, k, mu, lr, steps, seed = 6, 3, 1e-2, 5e-2, 25, 11

@@ -241,3 +241,17 @@ def test_state_can_be_donated(name):
     state = step(state, PARAMS)
     state = step(state, PARAMS)
     assert diag(state, "num_queries") > 0
+
+
+@pytest.mark.parametrize("difference", ["central", "forward"])
+def test_float64_objectives_keep_their_precision(difference):
+    """Differences are taken in float64 for a float64 objective: a large constant offset
+    (1e4, whose float32 spacing exceeds the differences at mu = 1e-4) changes nothing."""
+    with jax.enable_x64(True):
+        x = jnp.linspace(-1.0, 1.0, 5)
+        est = zoaq_jax.fixed_estimator(k=4, mu=1e-4, difference=difference, key=0)
+        g = [est.update(None, est.init(x), x, value_fn=lambda p, c=c: c + jnp.sum(p**2))[0]
+             for c in (0.0, 1e4)]
+        assert g[0].dtype == jnp.float64
+        np.testing.assert_allclose(g[1], g[0], rtol=1e-5, atol=1e-6)
+        assert float(jnp.max(jnp.abs(g[0]))) > 0.1

@@ -87,13 +87,17 @@ def choice(name: str, value: Any, choices: Iterable[str]) -> str:
 
 
 def budget_grid(k_min: Any, k_max: Any, k_step: Any) -> tuple[int, int, int]:
-    """Validates the direction-budget grid ``{k_min, k_min + k_step, ..., k_max}``."""
+    """Validates the direction-budget grid ``{k_min, k_min + k_step, ..., k_max}``.
+
+    A ``k_step`` beyond ``k_max - k_min`` gives the grid ``{k_min, k_max}``; it is
+    returned as ``k_max - k_min`` so that no retry evaluates directions past ``k_max``.
+    """
     k_min = static_int("k_min", k_min, 1)
     k_max = static_int("k_max", k_max, 1)
     k_step = static_int("k_step", k_step, 1)
     if k_min > k_max:
         raise ValueError(f"k_min must be <= k_max, got k_min={k_min} > k_max={k_max}.")
-    return k_min, k_max, k_step
+    return k_min, k_max, min(k_step, max(k_max - k_min, 1))
 
 
 def as_key(key: Any) -> jax.Array:
@@ -101,19 +105,32 @@ def as_key(key: Any) -> jax.Array:
 
     Raw ``uint32`` key arrays (the legacy ``jax.random.PRNGKey`` format) are refused
     because they are indistinguishable from data; wrap them with
-    ``jax.random.wrap_key_data`` first.
+    ``jax.random.wrap_key_data`` first. Estimators call :func:`check_key` when they are
+    built and this function in ``init``.
     """
+    check_key(key)
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.key(key)
+
+
+def check_key(key: Any) -> None:
+    """Raises unless ``key`` is an integer seed (scalar) or a single typed key."""
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        return jax.random.key(key)
-    arr = key if isinstance(key, jax.Array) else jnp.asarray(key)
-    if jnp.issubdtype(arr.dtype, jax.dtypes.prng_key):
-        if arr.shape != ():
-            raise ValueError(f"key must be a single key, got a key array of shape {arr.shape}.")
-        return arr
-    if arr.shape == () and jnp.issubdtype(arr.dtype, jnp.integer):
-        return jax.random.key(arr)
+        return
+    dtype, shape = getattr(key, "dtype", None), getattr(key, "shape", None)
+    if dtype is None:
+        raise TypeError(
+            f"key must be an integer seed or a typed key from jax.random.key, got {key!r}."
+        )
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape != ():
+            raise ValueError(f"key must be a single key, got a key array of shape {shape}.")
+        return
+    if shape == () and jnp.issubdtype(dtype, jnp.integer):
+        return
     raise TypeError(
         "key must be an integer seed or a typed key from jax.random.key; got an array of "
-        f"dtype {arr.dtype} and shape {arr.shape} (wrap legacy uint32 keys with "
+        f"dtype {dtype} and shape {shape} (wrap legacy uint32 keys with "
         "jax.random.wrap_key_data)."
     )

@@ -65,9 +65,35 @@ def draw_step(
     return retained, jax.tree.map(lambda x: x[n_retained:], u)
 
 
+class StepOracle(NamedTuple):
+    """The objective as one step queries it: the scheme, the centre value and its cost."""
+
+    diff: oracle.FiniteDifference
+    centre: jax.Array | None  # f(x) for forward differences, None for central
+    centre_calls: int  # oracle calls the centre value cost (0 or 1)
+    centre_bad: jax.Array  # bool: a non-finite forward centre, which ends the step
+
+    def charge(self, book: ledger.QueryLedger, cand: Candidate) -> ledger.QueryLedger:
+        """``book`` advanced by one step that bought ``cand``'s fresh directions."""
+        return ledger.advance(
+            book, k=cand.k, calls=self.centre_calls + self.diff.calls_per_direction * cand.k,
+            nonfinite=cand.k - cand.n_ok,
+        )
+
+
+def open_step(
+    value_fn: Callable[..., Any], params: Any, extra_args: dict, value: Any, mu: Any,
+    difference: str,
+) -> StepOracle:
+    """Binds ``value_fn`` to its data and queries the centre value if the scheme needs it."""
+    diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
+    centre, calls = diff.centre(params, value)
+    bad = jnp.asarray(False) if centre is None else ~jnp.isfinite(centre)
+    return StepOracle(diff, centre, calls, bad)
+
+
 def fresh_acquirer(
-    diff: oracle.FiniteDifference, params: Any, key: jax.Array, kind: str,
-    centre: jax.Array | None, drawn: Any = None,
+    step: StepOracle, params: Any, key: jax.Array, kind: str, drawn: Any = None,
 ) -> Callable[[jax.Array, int], tuple[jax.Array, Any]]:
     """``acquire(first, size)`` for :func:`accept_or_expand` at ``params``.
 
@@ -82,7 +108,7 @@ def fresh_acquirer(
             u = dirs.sample_many(kind, ledger.direction_keys(key, first, size), params)
         else:
             u = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, first, size), drawn)
-        return diff.responses(params, u, centre), u
+        return step.diff.responses(params, u, step.centre), u
 
     return acquire
 

@@ -63,6 +63,7 @@ def fixed_estimator(
     """
     k = checks.static_int("k", k, 1)
     checks.positive("mu", mu)
+    checks.check_key(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     checks.choice("directions", directions, dirs.KINDS)
 
@@ -72,22 +73,18 @@ def fixed_estimator(
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates
-        diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
-        centre, centre_calls = diff.centre(params, value)
+        step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
         step_key = ledger.step_key(state.ledger)
         _, drawn = expansion.draw_step(directions, step_key, k, params)
         cand = expansion.accept_or_expand(
-            expansion.fresh_acquirer(diff, params, step_key, directions, centre, drawn),
+            expansion.fresh_acquirer(step, params, step_key, directions, drawn),
             lambda c: (jnp.nan, True),
             params,
             k_min=k, k_max=k, k_step=1, k_start=k,
         )
         g, _ = expansion.finish(cand.total, cand.n_ok, dirs.estimator_scale(directions, params),
                                 cand.n_ok)
-        new_ledger = ledger.advance(
-            state.ledger, k=cand.k, calls=centre_calls + diff.calls_per_direction * cand.k,
-            nonfinite=cand.k - cand.n_ok,
-        )
+        new_ledger = step.charge(state.ledger, cand)
         return optax.tree.cast_like(g, params), FixedEstimatorState(ledger=new_ledger)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)

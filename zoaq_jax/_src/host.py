@@ -30,9 +30,10 @@ def host_oracle(
 
     Args:
       fn: ``fn(params, **kwargs) -> float``, params as a PyTree of NumPy arrays.
-      vectorized: ``fn`` accepts a leading batch axis on every argument (unbatched
-        arguments get an axis of size 1) and returns one value per row; batches of
-        perturbations then arrive in one host call instead of one call each.
+      vectorized: ``fn`` takes one leading batch axis on every argument and returns
+        one value per row. All evaluations batched by ``jax.vmap`` (perturbations,
+        seeds, any nesting) then arrive in one host call, flattened into that axis;
+        a single evaluation arrives as a batch of one.
       dtype: dtype of the returned value.
 
     Returns:
@@ -56,15 +57,25 @@ def host_oracle(
     """
     result = jax.ShapeDtypeStruct((), dtype)
 
-    def on_host(*args, **kwargs):
-        out = np.asarray(fn(*args, **kwargs), dtype=dtype)
-        return out.reshape(out.shape[:1]) if vectorized and out.ndim else out.reshape(())
-
     @functools.wraps(fn)
     def value_fn(*args, **kwargs):
-        return jax.pure_callback(
-            on_host, result, *args,
-            vmap_method="expand_dims" if vectorized else "sequential", **kwargs,
-        )
+        shapes = [jnp.shape(x) for x in jax.tree.leaves((args, kwargs))]
+
+        def on_host(*a, **kw):
+            leaves, tree = jax.tree.flatten((a, kw))
+            if not vectorized:
+                a, kw = jax.tree.unflatten(tree, [np.asarray(x) for x in leaves])
+                return np.asarray(fn(*a, **kw), dtype).reshape(())
+            # Every vmap level adds a leading axis (size 1 where that argument is not
+            # mapped): broadcast them to one batch shape and flatten it into one axis.
+            batch = np.broadcast_shapes(
+                *(np.shape(x)[: np.ndim(x) - len(s)] for x, s in zip(leaves, shapes)))
+            rows = [np.broadcast_to(x, batch + s).reshape((-1, *s))
+                    for x, s in zip(leaves, shapes)]
+            a, kw = jax.tree.unflatten(tree, rows)
+            return np.asarray(fn(*a, **kw), dtype).reshape(batch)
+
+        method = "expand_dims" if vectorized else "sequential"
+        return jax.pure_callback(on_host, result, *args, vmap_method=method, **kwargs)
 
     return value_fn

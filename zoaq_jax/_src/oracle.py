@@ -79,6 +79,9 @@ class FiniteDifference(NamedTuple):
     * central: :math:`r = (f(x + \\mu u) - f(x - \\mu u)) / (2\\mu)`, 2 calls a direction.
     * forward: :math:`r = (f(x + \\mu u) - f(x)) / \\mu`, 1 call a direction plus one
       centre value :math:`f(x)` per step, shared by all directions of the step.
+
+    Differences are taken in the objective's own precision (at least float32), so a
+    float64 objective keeps the digits a difference needs; responses are float32.
     """
 
     fn: Callable[[Any], jax.Array]
@@ -99,17 +102,23 @@ class FiniteDifference(NamedTuple):
         if self.scheme == "central":
             return None, 0
         if value is not None:
-            return jnp.reshape(jnp.asarray(value, jnp.float32), ()), 0
-        return self.fn(params).astype(jnp.float32), 1
+            return _at_least_f32(jnp.reshape(jnp.asarray(value), ())), 0
+        return _at_least_f32(self.fn(params)), 1
 
     def values(self, params: Any, directions: Any) -> jax.Array:
         """``f(x + mu u_i)`` for a batch of directions, in one vectorised call."""
-        return jax.vmap(self.fn)(dirs.perturb(params, directions, self.mu)).astype(jnp.float32)
+        return _at_least_f32(jax.vmap(self.fn)(dirs.perturb(params, directions, self.mu)))
 
     def responses(self, params: Any, directions: Any, centre: jax.Array | None) -> jax.Array:
-        """Scalar responses ``r_i`` for a batch of directions (leading axis)."""
+        """Scalar float32 responses ``r_i`` for a batch of directions (leading axis)."""
         if self.scheme == "forward":
-            return (self.values(params, directions) - centre) / self.mu
-        both = jax.tree.map(lambda u: jnp.concatenate([u, -u]), directions)
-        plus, minus = jnp.split(self.values(params, both), 2)
-        return (plus - minus) / (2 * self.mu)
+            r = (self.values(params, directions) - centre) / self.mu
+        else:
+            both = jax.tree.map(lambda u: jnp.concatenate([u, -u]), directions)
+            plus, minus = jnp.split(self.values(params, both), 2)
+            r = (plus - minus) / (2 * self.mu)
+        return r.astype(jnp.float32)
+
+
+def _at_least_f32(value: jax.Array) -> jax.Array:
+    return value.astype(jnp.promote_types(value.dtype, jnp.float32))

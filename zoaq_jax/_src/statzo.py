@@ -81,6 +81,7 @@ def statzo_estimator(
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
     checks.positive("theta", theta)
     checks.positive("mu", mu)
+    checks.check_key(key)
     checks.choice("directions", directions, dirs.KINDS)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     slots = expansion.capacity(k_min, k_max, k_step)
@@ -95,8 +96,7 @@ def statzo_estimator(
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates
-        diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
-        centre, centre_calls = diff.centre(params, value)
+        step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
         step_key = ledger.step_key(state.ledger)
         _, drawn = expansion.draw_step(directions, step_key, slots, params)
 
@@ -107,21 +107,17 @@ def statzo_estimator(
             score = jnp.sqrt(jnp.maximum(variance, 0.0) / jnp.maximum(n, 1.0)
                              / jnp.maximum(mean_sq, 1e-30))
             score = jnp.where((cand.n_ok >= 2) & (mean_sq > 0), score, jnp.inf)
-            centre_bad = False if centre is None else ~jnp.isfinite(centre)
-            return score, (score <= theta) | centre_bad
+            return score, (score <= theta) | step.centre_bad
 
         cand = expansion.accept_or_expand(
-            expansion.fresh_acquirer(diff, params, step_key, directions, centre, drawn),
+            expansion.fresh_acquirer(step, params, step_key, directions, drawn),
             test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_min,
             second_moment=True,
         )
         g, _ = expansion.finish(cand.total, cand.n_ok, dirs.estimator_scale(directions, params),
                                 cand.n_ok)
         new_state = StatZOState(
-            ledger=ledger.advance(
-                state.ledger, k=cand.k, calls=centre_calls + diff.calls_per_direction * cand.k,
-                nonfinite=cand.k - cand.n_ok,
-            ),
+            ledger=step.charge(state.ledger, cand),
             tau=state.tau,
             last_score=cand.score,
         )

@@ -75,10 +75,11 @@ def zoaq_estimator(
     NaN/inf policy: a non-finite response is discarded (it was a query, so it is
     counted in ``num_queries`` and in ``num_nonfinite``) and never enters the estimate,
     ``m``, ``tau`` or the buffer; discarded records leave the candidate smaller, and a
-    candidate without any finite fresh response scores :math:`-\infty`, so the gate
-    expands within the budget. A step that ends without a finite fresh response (or
-    with a non-finite forward centre value, which ends the step at once) returns zeros
-    and leaves ``m``, ``tau`` and the buffer unchanged: retained records alone say
+    candidate without any finite fresh response scores :math:`-\infty` (at warm start
+    too), so the gate expands within the budget. A step that ends without a finite
+    fresh response (or with a non-finite forward centre value, which ends the step at
+    ``k_min`` whatever the reset policy) returns zeros and leaves ``m``, ``tau``, the
+    buffer and the next step's starting budget unchanged: retained records alone say
     nothing about the current point.
 
     Args:
@@ -128,6 +129,7 @@ def zoaq_estimator(
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
     n_hist = checks.static_int("n_hist", n_hist, 0)
     checks.positive("mu", mu)
+    checks.check_key(key)
     checks.in_closed_interval("tau0", tau0, -1.0, 1.0)
     checks.decay("beta_tau", beta_tau)
     checks.decay("b1", b1)
@@ -164,12 +166,12 @@ def zoaq_estimator(
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates
-        diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
-        centre, centre_calls = diff.centre(params, value)
-        centre_bad = jnp.asarray(False) if centre is None else ~jnp.isfinite(centre)
+        step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
         step_key = ledger.step_key(state.ledger)
         scale = dirs.estimator_scale(directions, params)
-        k_start, tau, m = state.next_k, state.tau, state.ema
+        # A non-finite forward centre ends the step at once, whatever the reset policy.
+        k_start = jnp.where(step.centre_bad, k_min, state.next_k)
+        tau, m = state.tau, state.ema
         m_norm = dirs.norm(m)
         warm = m_norm <= eps_anc
 
@@ -198,19 +200,19 @@ def zoaq_estimator(
                 t_norm = dirs.norm(total)
                 cos = dirs.dot(total, m) / jnp.maximum(t_norm * m_norm, 1e-30)
                 empty = (cand.n_ok == 0) | (t_norm == 0)
-                score = jnp.where(warm, tau, jnp.where(empty, -jnp.inf, cos))
+                score = jnp.where(empty, -jnp.inf, jnp.where(warm, tau, cos))
                 passed = score >= tau
             else:
                 g = jax.tree.map(lambda t: t * (scale / jnp.maximum(n, 1)), total)
                 ratio = dirs.norm(optax.tree.sub(g, m)) / jnp.maximum(m_norm, 1e-30)
-                score = jnp.where(warm, 0.0, jnp.where(cand.n_ok == 0, jnp.inf, ratio))
+                score = jnp.where(cand.n_ok == 0, jnp.inf, jnp.where(warm, 0.0, ratio))
                 passed = score <= c_norm
             if controller == "always_accept":
                 passed = True
-            return score, passed | centre_bad
+            return score, passed | step.centre_bad
 
         cand = expansion.accept_or_expand(
-            expansion.fresh_acquirer(diff, params, step_key, directions, centre, drawn),
+            expansion.fresh_acquirer(step, params, step_key, directions, drawn),
             test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
         )
         g, usable = expansion.finish(*candidate(cand), scale, cand.n_ok)
@@ -230,11 +232,9 @@ def zoaq_estimator(
             next_k = k_min + ((cand.k - k_min) // k_step // 2) * k_step
         else:
             next_k = cand.k
+        next_k = jnp.where(usable, next_k, state.next_k)
         new_state = ZoAQState(
-            ledger=ledger.advance(
-                state.ledger, k=cand.k, calls=centre_calls + diff.calls_per_direction * cand.k,
-                nonfinite=cand.k - cand.n_ok,
-            ),
+            ledger=step.charge(state.ledger, cand),
             ema=ema,
             tau=jnp.asarray(tau, jnp.float32),
             next_k=jnp.asarray(next_k, jnp.int32),
