@@ -21,6 +21,19 @@ def test_run_trace_layout_and_progress():
     np.testing.assert_allclose(trace.value[-1], quadratic(params), rtol=1e-6)
 
 
+def test_run_compiles_once_for_new_values():
+    """New params, data and states reuse the compiled run; a new length compiles again."""
+    from zoaq_jax._src import loop
+
+    opt = zoaq_jax.zoaq(1e-2, key=0)
+    before = loop._run._cache_size()
+    for start in (1.0, 2.0, 3.0):
+        zoaq_jax.run(opt, quadratic, jnp.full(10, start), 20, log_every=10, a=jnp.ones(10) * start)
+    assert loop._run._cache_size() == before + 1
+    zoaq_jax.run(opt, quadratic, jnp.ones(10), 30, log_every=10, a=jnp.zeros(10))
+    assert loop._run._cache_size() == before + 2
+
+
 def test_run_fills_missing_diagnostics():
     _, _, trace = zoaq_jax.run(zoaq_jax.radazo(1e-3, k=2), wavy, jnp.ones(4), 4)
     assert np.all(np.isnan(trace.last_score)) and np.all(np.isnan(trace.tau))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -96,36 +97,41 @@ def run(
             f"num_steps ({num_steps}) must be a multiple of log_every ({log_every})."
         )
 
-    @jax.jit
-    def go(params, kwargs, init_state):
-        f = oracle.bind(value_fn, params, kwargs)
+    return _run(params, fn_kwargs, init_state, opt=opt, value_fn=value_fn,
+                num_steps=num_steps, log_every=log_every, extras=tuple(extras))
 
-        def record(step, params, state):
-            return Trace(
-                step=jnp.asarray(step, jnp.int32),
-                value=f(params).astype(jnp.float32),
-                num_queries=_diagnostic(state, "num_queries", 0, jnp.int32),
-                last_k=_diagnostic(state, "last_k", 0, jnp.int32),
-                last_score=_diagnostic(state, "last_score", jnp.nan, jnp.float32),
-                tau=_diagnostic(state, "tau", jnp.nan, jnp.float32),
-                extras={name: _required(state, name) for name in extras},
-            )
 
-        def one_step(carry, _):
-            params, state = carry
-            updates, state = opt.update(None, state, params, value_fn=value_fn, **kwargs)
-            return (optax.apply_updates(params, updates), state), None
+@functools.partial(
+    jax.jit, static_argnames=("opt", "value_fn", "num_steps", "log_every", "extras"))
+def _run(params, kwargs, init_state, *, opt, value_fn, num_steps, log_every, extras):
+    """:func:`run`, compiled once per optimizer, objective, length and shapes."""
+    f = oracle.bind(value_fn, params, kwargs)
 
-        def one_period(carry, i):
-            carry, _ = jax.lax.scan(one_step, carry, None, length=log_every)
-            return carry, record((i + 1) * log_every, *carry)
-
-        state = opt.init(params) if init_state is None else init_state
-        first = record(0, params, state)
-        (params, state), rest = jax.lax.scan(
-            one_period, (params, state), jnp.arange(num_steps // log_every)
+    def record(step, params, state):
+        return Trace(
+            step=jnp.asarray(step, jnp.int32),
+            value=f(params).astype(jnp.float32),
+            num_queries=_diagnostic(state, "num_queries", 0, jnp.int32),
+            last_k=_diagnostic(state, "last_k", 0, jnp.int32),
+            last_score=_diagnostic(state, "last_score", jnp.nan, jnp.float32),
+            tau=_diagnostic(state, "tau", jnp.nan, jnp.float32),
+            extras={name: _required(state, name) for name in extras},
         )
-        trace = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
-        return params, state, trace
 
-    return go(params, fn_kwargs, init_state)
+    def one_step(carry, _):
+        params, state = carry
+        updates, state = opt.update(None, state, params, value_fn=value_fn, **kwargs)
+        return (optax.apply_updates(params, updates), state), None
+
+    def one_period(carry, i):
+        carry, _ = jax.lax.scan(one_step, carry, None, length=log_every)
+        return carry, record((i + 1) * log_every, *carry)
+
+    state = opt.init(params) if init_state is None else init_state
+    first = record(0, params, state)
+    (params, state), rest = jax.lax.scan(
+        one_period, (params, state), jnp.arange(num_steps // log_every)
+    )
+    trace = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+    return params, state, trace
+
