@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import shlex
 import sys
 import time
 from pathlib import Path
+
+from benchmarks import common
 
 PRESETS = {
     "smoke": dict(
@@ -147,20 +148,11 @@ def _ints(text: str) -> list[int]:
         raise SystemExit(f"Expected comma-separated integers, got {text!r}.") from None
 
 
-def _load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
 def main(args: argparse.Namespace) -> int:
-    from benchmarks.common import available_cores, pin_to_cores
-
     if args.render:
         return _render(args)
     if args.cores:
-        pin_to_cores(_ints(args.cores))
+        common.pin_to_cores(_ints(args.cores))
     preset = dict(PRESETS[args.preset])
     for key in (
         "model",
@@ -181,7 +173,7 @@ def main(args: argparse.Namespace) -> int:
     if args.task == "copa" and args.n_dev is None and args.preset != "smoke":
         preset["n_dev"] = COPA_DEV
     try:
-        return _run(args, preset, available_cores())
+        return _run(args, preset, common.available_cores())
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -190,11 +182,10 @@ def main(args: argparse.Namespace) -> int:
 def _run(args, preset: dict, cores: list[int]) -> int:
     import jax
 
-    from benchmarks.common import machine_info
     from benchmarks.llm import data, fetch, lora, methods, models, report, tasks, train
 
     wall0 = time.perf_counter()
-    load_before = _load_average()
+    load_before = common.load_average()
     names = (
         args.methods.split(",") if args.methods else list(preset.get("methods", methods.DEFAULT))
     )
@@ -314,9 +305,9 @@ def _run(args, preset: dict, cores: list[int]) -> int:
         if len(sys.argv) > 1 and sys.argv[1] == "llm"
         else "python -m benchmarks llm (in-process)",
         "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine_info(),
+        "machine": common.machine_info(),
         "load_before": load_before,
-        "load_after": _load_average(),
+        "load_after": common.load_average(),
         "wall_s": time.perf_counter() - wall0,
         "config": {
             "preset": args.preset,
