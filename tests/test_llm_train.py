@@ -2,6 +2,7 @@
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import jax
 import pytest
@@ -96,6 +97,10 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     assert cli.main(args) == 0
     payload = json.loads((out / "llm.json").read_text())
     assert [r["method"] for r in payload["results"]] == ["radazo", "zoaq-1-4"]
+    assert payload["command"].startswith("python -m benchmarks llm --preset smoke ")
+    assert "--steps 4 --eval-every 2" in payload["command"]
+    # the page's JSON lies beside it
+    assert json.loads((report.parent / "llm" / "llm.json").read_text()) == payload
     for r in payload["results"]:
         assert {"total_fe", "best_eval_loss", "accuracy", "dev_accuracy", "curve"} <= set(r)
         assert len(r["curve"]) == 3
@@ -108,10 +113,36 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     assert figure.read_bytes()[:4] == b"\x89PNG" and "(llm/llm_smoke_sst2.png)" in text
     # --render rewrites the page from the JSON alone.
     again = tmp_path / "again.md"
+    before = {p: p.stat().st_mtime_ns for p in out.iterdir()}
     args = parser.parse_args(["--render", str(out / "llm.json"), "--report", str(again)])
     assert cli.main(args) == 0 and again.read_text() == text.replace(
         "(llm/llm_smoke_sst2.png)", "(llm/again_smoke_sst2.png)"
     )
+    # without --out, rendering leaves the run's folder alone
+    assert {p: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    # Hand-written text around the generated block survives a re-render.
+    report.write_text(text + "\n## Notes\n\nkeep me\n")
+    args = parser.parse_args(["--render", str(out / "llm.json"), "--report", str(report)])
+    assert cli.main(args) == 0 and report.read_text() == text + "\n## Notes\n\nkeep me\n"
+
+
+def test_default_report_is_in_out_not_in_docs():
+    parser = __import__("argparse").ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--preset", "cpu"])
+    assert cli._report_path(args, Path("out/llm-cpu/llm.md")) == Path("out/llm-cpu/llm.md")
+    args = parser.parse_args(["--preset", "cpu", "--report", "none"])
+    assert cli._report_path(args, Path("out/llm-cpu/llm.md")) is None
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--batch-size", "-2"], ["--n-dev", "x"]])
+def test_cli_rejects_counts_below_one(argv, capsys):
+    parser = __import__("argparse").ArgumentParser()
+    cli.add_arguments(parser)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert "expected an integer >= 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

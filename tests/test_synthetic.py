@@ -9,7 +9,7 @@ import pytest
 
 import zoaq_jax
 from benchmarks.__main__ import main as cli
-from benchmarks.synthetic import protocol, runner
+from benchmarks.synthetic import protocol, report, runner
 from benchmarks.synthetic.methods import Settings, Variant
 from benchmarks.synthetic.objectives import OBJECTIVES
 
@@ -75,14 +75,16 @@ def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
     assert {u["method"] for u in data["units"]} == {"zoaq", "radazo-k10"}
     pngs = sorted((tmp_path / "synthetic").glob("*.png"))
     assert len(pngs) == 5 and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
-    report = (tmp_path / "synthetic.md").read_text()
-    assert "### Levy" in report and "saving vs R-AdaZO K=10" in report
+    text = (tmp_path / "synthetic.md").read_text()
+    assert "### Levy" in text and "saving vs R-AdaZO K=10" in text
+    assert "Savings are against R-AdaZO K=10. " in text
+    assert "--workers 1" in text and "--preset tiny" in text  # the command as run
     # the report keeps hand-written text outside the generated block
-    (tmp_path / "synthetic.md").write_text(report + "\n## Discussion\n\nkeep me\n")
+    (tmp_path / "synthetic.md").write_text("intro\n" + text + "\n## Discussion\n\nkeep me\n")
     cli(["synthetic", "--preset", "tiny", "--functions", "quadratic", "--methods", "zoaq",
          "radazo-k10", "--out", str(tmp_path), "--workers", "1"])
     again = (tmp_path / "synthetic.md").read_text()
-    assert "keep me" in again and "### Levy" not in again
+    assert "keep me" in again and "### Levy" not in again and again.startswith("intro\n")
 
 
 def test_objective_switch_ablation_continues_the_run(tmp_path):
@@ -98,3 +100,33 @@ def test_objective_switch_ablation_continues_the_run(tmp_path):
 def test_cli_rejects_unknown_methods(tmp_path):
     with pytest.raises(SystemExit, match="unknown method"):
         cli(["synthetic", "--preset", "tiny", "--methods", "adam", "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize("args", [["--seeds", "-1"], ["--seeds", "0"], ["--steps", "0"],
+                                  ["--workers", "0"], ["--seeds", "two"]])
+def test_cli_rejects_counts_below_one(args, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["synthetic", "--preset", "tiny", "--out", str(tmp_path), *args])
+    assert exit_info.value.code == 2
+    assert "expected an integer >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ablation", ["switch", "all"])
+def test_cli_refuses_functions_that_would_drop_the_objective_switch(ablation, tmp_path):
+    with pytest.raises(SystemExit, match="objective switch"):
+        cli(["synthetic", "--ablation", ablation, "--functions", "quadratic", "--preset",
+             "tiny", "--out", str(tmp_path)])
+
+
+def test_trigger_metrics_are_per_function():
+    def unit(function, label, values):
+        return {"function": function, "method": "zoaq", "label": label,
+                "trace": {"value": [values], "num_queries": [[0, 1000, 2000]]}}
+
+    results = [unit("quadratic", "A", [4.0, 2.0, 1.0]), unit("quadratic", "B", [4.0, 3.0, 2.0]),
+               unit("levy", "A", [9.0, 8.0, 7.0]), unit("levy", "B", [9.0, 5.0, 3.0])]
+    rows = [line.split(" | ") for line in report.trigger_metrics(results).splitlines()[2:]]
+    # each function has its own target: the worse final loss of its variants
+    assert [(r[0].strip("| "), r[1], r[2]) for r in rows] == [
+        ("Quadratic", "A", "2"), ("Quadratic", "B", "2"), ("Levy", "A", "7"), ("Levy", "B", "7")]
+    assert rows[0][3] == "1,000" and rows[3][3] == "1,000"

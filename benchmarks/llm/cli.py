@@ -10,9 +10,13 @@ Presets:
          3 seeds (meant for a GPU).
 Any preset value can be overridden by the matching option.
 
+Writes OUT/llm.json and OUT/llm.png (default OUT: out/llm-<preset>) and the Markdown
+page REPORT (default OUT/llm.md) with its figure and JSON in REPORT_DIR/llm/.
+
 Examples:
   python -m benchmarks llm --preset smoke --out /tmp/llm
   python -m benchmarks llm --model smollm2 --task sst2 --preset cpu
+  python -m benchmarks llm --model smollm2 --task sst2 --preset cpu --report docs/results/llm.md
   python -m benchmarks llm --model opt:/data/opt-1.3b --task sst2 --data /data/SST-2 --preset paper
   python -m benchmarks llm --model opt:/data/opt-1.3b --task copa --data /data/COPA --preset paper
 """
@@ -21,11 +25,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import shlex
 import sys
 import time
 from pathlib import Path
+
+from benchmarks import common
 
 PRESETS = {
     "smoke": dict(
@@ -96,19 +100,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated, from {','.join(METHODS)} (default: {','.join(DEFAULT)})",
     )
     parser.add_argument("--seeds", help="comma-separated integers")
-    parser.add_argument("--steps", type=int)
-    parser.add_argument("--eval-every", type=int)
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--eval-batch-size", type=int)
+    parser.add_argument("--steps", type=common.positive_int)
+    parser.add_argument("--eval-every", type=common.positive_int)
+    parser.add_argument("--batch-size", type=common.positive_int)
+    parser.add_argument("--eval-batch-size", type=common.positive_int)
     parser.add_argument("--lr", type=float, default=5e-5, help="learning rate (paper: 5e-5)")
     parser.add_argument("--mu", type=float, default=1e-2, help="perturbation scale (paper: 1e-2)")
-    parser.add_argument("--n-train", type=int)
-    parser.add_argument("--n-dev", type=int)
-    parser.add_argument("--n-test", type=int)
+    parser.add_argument("--n-train", type=common.positive_int)
+    parser.add_argument("--n-dev", type=common.positive_int)
+    parser.add_argument("--n-test", type=common.positive_int)
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the split permutation")
     parser.add_argument(
         "--max-length",
-        type=int,
+        type=common.positive_int,
         help="fixed sequence length in tokens; with "
         "the embedded movie reviews longer snippets are dropped, otherwise "
         "longer examples are an error (default: fit the data)",
@@ -128,15 +132,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="folder for llm.json and llm.png (default out/llm-<preset>)")
     parser.add_argument(
         "--report",
-        help="Markdown page (default: docs/results/llm.md for cpu "
-        "and paper, OUT/llm.md for smoke); 'none' to skip",
+        help="Markdown page (default: OUT/llm.md; with --render, llm.md next to "
+        "LLM_JSON); 'none' to skip",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument(
         "--render",
         metavar="LLM_JSON",
-        help="only rewrite the figure and the "
-        "Markdown page from an existing llm.json (no training)",
+        help="only rewrite the Markdown page (and its figure and JSON beside it) "
+        "from an existing llm.json, no training; with --out also OUT/llm.json and llm.png",
     )
 
 
@@ -147,20 +151,11 @@ def _ints(text: str) -> list[int]:
         raise SystemExit(f"Expected comma-separated integers, got {text!r}.") from None
 
 
-def _load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
 def main(args: argparse.Namespace) -> int:
-    from benchmarks.common import available_cores, pin_to_cores
-
     if args.render:
         return _render(args)
     if args.cores:
-        pin_to_cores(_ints(args.cores))
+        common.pin_to_cores(_ints(args.cores))
     preset = dict(PRESETS[args.preset])
     for key in (
         "model",
@@ -181,7 +176,7 @@ def main(args: argparse.Namespace) -> int:
     if args.task == "copa" and args.n_dev is None and args.preset != "smoke":
         preset["n_dev"] = COPA_DEV
     try:
-        return _run(args, preset, available_cores())
+        return _run(args, preset, common.available_cores())
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -190,11 +185,10 @@ def main(args: argparse.Namespace) -> int:
 def _run(args, preset: dict, cores: list[int]) -> int:
     import jax
 
-    from benchmarks.common import machine_info
     from benchmarks.llm import data, fetch, lora, methods, models, report, tasks, train
 
     wall0 = time.perf_counter()
-    load_before = _load_average()
+    load_before = common.load_average()
     names = (
         args.methods.split(",") if args.methods else list(preset.get("methods", methods.DEFAULT))
     )
@@ -303,20 +297,12 @@ def _run(args, preset: dict, cores: list[int]) -> int:
             )
 
     out_dir = Path(args.out or f"out/llm-{args.preset}")
-    if args.report == "none":
-        report_path = None
-    elif args.report:
-        report_path = Path(args.report)
-    else:
-        report_path = out_dir / "llm.md" if args.preset == "smoke" else Path("docs/results/llm.md")
     payload = {
-        "command": "python -m benchmarks llm " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-        if len(sys.argv) > 1 and sys.argv[1] == "llm"
-        else "python -m benchmarks llm (in-process)",
+        "command": common.command_line("llm", args, skip=("render",)),
         "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine_info(),
+        "machine": common.machine_info(),
         "load_before": load_before,
-        "load_after": _load_average(),
+        "load_after": common.load_average(),
         "wall_s": time.perf_counter() - wall0,
         "config": {
             "preset": args.preset,
@@ -339,7 +325,7 @@ def _run(args, preset: dict, cores: list[int]) -> int:
         "zero_shot": zero,
         "results": results,
     }
-    paths = report.write(out_dir, report_path, payload)
+    paths = report.write(out_dir, _report_path(args, out_dir / "llm.md"), payload)
     for name, path in paths.items():
         print(f"wrote {name}: {path}", file=sys.stderr)
     return 0
@@ -348,6 +334,12 @@ def _run(args, preset: dict, cores: list[int]) -> int:
 def _fits(task, tokenizer, ex, max_length: int) -> bool:
     ctx = tokenizer.prefix() + tokenizer.encode(task.context(ex))
     return len(ctx) + max(len(tokenizer.encode(o)) for o in task.options(ex)) <= max_length
+
+
+def _report_path(args, default: Path) -> Path | None:
+    if args.report == "none":
+        return None
+    return Path(args.report) if args.report else default
 
 
 def _render(args) -> int:
@@ -360,17 +352,8 @@ def _render(args) -> int:
         print(f"error: {path} does not exist.", file=sys.stderr)
         return 2
     payload = json.loads(path.read_text())
-    target = (
-        Path(args.report)
-        if args.report and args.report != "none"
-        else (
-            path.parent / "llm.md"
-            if payload["config"]["preset"] == "smoke"
-            else Path("docs/results/llm.md")
-        )
-    )
-    for name, p in report.write(
-        Path(args.out) if args.out else path.parent, target, payload
-    ).items():
+    out_dir = Path(args.out) if args.out else None
+    for name, p in report.write(out_dir, _report_path(args, path.parent / "llm.md"),
+                                payload).items():
         print(f"wrote {name}: {p}", file=sys.stderr)
     return 0

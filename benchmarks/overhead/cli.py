@@ -25,11 +25,13 @@ ROWS = 64  # rows of the least-squares objective
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dims", type=int, nargs="+", default=[100, 10_000, 1_000_000])
-    parser.add_argument("--ks", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--n-hist", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=200, help="steps per timing")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dims", type=common.positive_int, nargs="+",
+                        default=[100, 10_000, 1_000_000])
+    parser.add_argument("--ks", type=common.positive_int, nargs="+", default=[1, 4])
+    parser.add_argument("--n-hist", type=common.positive_int, default=8)
+    parser.add_argument("--steps", type=common.positive_int, default=200,
+                        help="steps per timing (a tenth, at least 10, for d > 10,000)")
+    parser.add_argument("--repeats", type=common.positive_int, default=5)
     parser.add_argument("--out", type=Path, default=Path("out"))
 
 
@@ -45,8 +47,8 @@ def _objectives(d: int):
     }
 
 
-def _time_steps(opt, f, d: int, steps: int, repeats: int) -> tuple[float, float]:
-    """(compile seconds, median seconds per step) of ``steps`` scanned updates."""
+def _time_steps(opt, f, d: int, steps: int, repeats: int) -> float:
+    """Median seconds per step of ``steps`` scanned updates (compilation excluded)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -61,19 +63,18 @@ def _time_steps(opt, f, d: int, steps: int, repeats: int) -> tuple[float, float]
 
     params = jnp.zeros(d)
     state = opt.init(params)
-    start = time.perf_counter()
     compiled = jax.jit(go).lower(params, state).compile()
-    compile_s = time.perf_counter() - start
     jax.block_until_ready(compiled(params, state))  # warm up
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         jax.block_until_ready(compiled(params, state))
         times.append((time.perf_counter() - start) / steps)
-    return compile_s, float(np.median(times))
+    return float(np.median(times))
 
 
 def main(args: argparse.Namespace) -> int:
+    machine = common.machine_info()  # before pinning: the cores of the machine
     common.pin_to_cores(common.available_cores()[:1])
     import zoaq_jax
 
@@ -84,33 +85,33 @@ def main(args: argparse.Namespace) -> int:
         steps = max(10, args.steps if d <= 10_000 else args.steps // 10)
         fixed = zoaq_jax.radazo(1e-3, k=k, key=0)
         zoaq = zoaq_jax.zoaq(1e-3, k_min=k, k_max=k, n_hist=args.n_hist, key=0)
-        _, t_fixed = _time_steps(fixed, f, d, steps, args.repeats)
-        _, t_zoaq = _time_steps(zoaq, f, d, steps, args.repeats)
+        t_fixed = _time_steps(fixed, f, d, steps, args.repeats)
+        t_zoaq = _time_steps(zoaq, f, d, steps, args.repeats)
         records.append({"d": d, "objective": name, "k": k, "calls_per_step": 2 * k,
+                        "steps": steps,
                         "radazo_us": 1e6 * t_fixed, "zoaq_us": 1e6 * t_zoaq,
                         "ratio": t_zoaq / t_fixed})
         rows.append([f"{d:,}", name, k, 2 * k, f"{1e6 * t_fixed:,.1f}", f"{1e6 * t_zoaq:,.1f}",
                      f"{t_zoaq / t_fixed:.2f}"])
-    machine = common.machine_info()
-    command = "python -m benchmarks overhead " + " ".join(
-        [f"--dims {' '.join(map(str, args.dims))}", f"--ks {' '.join(map(str, args.ks))}",
-         f"--n-hist {args.n_hist}", f"--out {args.out}"])
+    command = common.command_line("overhead", args)
     common.write_json(args.out / "overhead.json", {"command": command, "machine": machine,
                                                    "n_hist": args.n_hist, "records": records})
     table = common.markdown_table(
         ["d", "objective", "K", "calls/step", "R-AdaZO µs/step", "ZoAQ µs/step",
          "ZoAQ / R-AdaZO"], rows)
     text = "\n\n".join([
-        "# Step cost: ZoAQ against R-AdaZO at equal oracle calls",
         f"Command: `{command}`",
         f"Machine: {machine['cpu']}, one pinned core of {machine['cores']}; JAX "
         f"{machine['jax']} on {machine['backend']}. Median of {args.repeats} timings of a "
-        "scanned run (compilation excluded).",
+        f"scanned run of {max(10, args.steps)} steps ({max(10, args.steps // 10)} for d > "
+        "10,000), "
+        "compilation excluded.",
         f"ZoAQ runs with `k_min = k_max = K` and `n_hist = {args.n_hist}`, so both methods "
         "make exactly `2K` oracle calls a step; the ratio is the price of the controller, "
         f"the ring buffer and regenerating {args.n_hist} retained directions a step.",
         table,
-    ]) + "\n"
-    (args.out / "overhead.md").write_text(text)
+    ])
+    common.write_markdown(args.out / "overhead.md",
+                          "Step cost: ZoAQ against R-AdaZO at equal oracle calls", text, "overhead")
     print(table)
     return 0

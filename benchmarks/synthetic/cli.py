@@ -31,23 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="objectives (default: the preset's)")
     parser.add_argument("--methods", nargs="+", metavar="METHOD",
                         help=f"main comparison only; from {', '.join(METHODS)}")
-    parser.add_argument("--seeds", type=int, help="number of seeds (default: the preset's)")
-    parser.add_argument("--steps", type=int, help="steps per run (default: the preset's)")
+    parser.add_argument("--seeds", type=common.positive_int,
+                        help="number of seeds (default: the preset's)")
+    parser.add_argument("--steps", type=common.positive_int,
+                        help="steps per run (default: the preset's)")
     parser.add_argument("--out", type=Path, default=Path("out"), help="output folder")
-    parser.add_argument("--workers", type=int, default=len(common.available_cores()),
+    parser.add_argument("--workers", type=common.positive_int,
+                        default=len(common.available_cores()),
                         help="worker processes, one pinned core each (1: in-process)")
-
-
-def _command(args: argparse.Namespace) -> str:
-    parts = ["python -m benchmarks synthetic", f"--preset {args.preset}"]
-    for flag in ("ablation", "seeds", "steps"):
-        if getattr(args, flag):
-            parts.append(f"--{flag} {getattr(args, flag)}")
-    for flag in ("functions", "methods"):
-        if getattr(args, flag):
-            parts.append(f"--{flag} " + " ".join(getattr(args, flag)))
-    parts.append(f"--out {args.out}")
-    return " ".join(parts)
 
 
 def _protocols(args: argparse.Namespace) -> list[protocols.Protocol]:
@@ -56,7 +47,11 @@ def _protocols(args: argparse.Namespace) -> list[protocols.Protocol]:
         variants = parse_methods(args.methods) if args.methods else None
     else:
         if args.methods:
-            raise SystemExit("--methods applies to the main comparison, not to ablations")
+            raise SystemExit("error: --methods applies to the main comparison, not to "
+                             "ablations")
+        if args.functions and args.ablation in ("switch", "all"):
+            raise SystemExit("error: --functions would replace the objective switch "
+                             "(Rosenbrock then Levy) of the switch ablation; leave it out")
         names = protocols.ABLATIONS if args.ablation == "all" else [args.ablation]
         base = [protocols.ablation(n, args.preset) for n in names]
         variants = None
@@ -100,8 +95,8 @@ def _markdown(protocol, results, figures, out: Path, machine, wall, command) -> 
     parts = [report.header(protocol, machine, wall, command)]
     if protocol.name == "main":
         parts += ["## Final gap and oracle calls",
-                  f"Savings are against R-AdaZO K=10 ({METHODS[REFERENCE].label}). Paper "
-                  "columns are filled for the paper preset only.",
+                  f"Savings are against {METHODS[REFERENCE].label}. Paper columns are "
+                  "filled for the paper preset only.",
                   report.main_tables(results, protocol), "## Figures", images, "## Speed",
                   "Run time excludes compilation; each unit runs all its seeds as one "
                   "vmapped program on one pinned core. Lane use is the sampled share of "
@@ -117,12 +112,12 @@ def _markdown(protocol, results, figures, out: Path, machine, wall, command) -> 
         parts += ["## Figures", images, "## Speed", report.speed_table(results)]
     title = ("Synthetic benchmark" if protocol.name == "main"
              else f"Synthetic ablation: {protocol.name}")
-    return report.write_markdown(out / f"{report.stem(protocol)}.md", title,
-                                 "\n\n".join(parts))
+    return common.write_markdown(out / f"{report.stem(protocol)}.md", title,
+                                 "\n\n".join(parts), "synthetic")
 
 
 def main(args: argparse.Namespace) -> int:
-    command = _command(args)
+    command = common.command_line("synthetic", args)
     for protocol in _protocols(args):
         with common.Stopwatch() as wall:
             results = runner.execute(protocol, args.workers, desc=f"synthetic {protocol.name}")

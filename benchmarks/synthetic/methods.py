@@ -8,7 +8,7 @@ monitor records the momentum-consistency score ``cos(g_t, m_{t-1})`` of any esti
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import optax
@@ -33,7 +33,6 @@ class Method:
     label: str
     build: Callable[..., optax.GradientTransformationExtraArgs]
     fixed_k: int | None = None  # the fixed budget, for fixed-budget methods
-    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 def _chain(estimator, backbone, s: Settings):
