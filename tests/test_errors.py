@@ -32,6 +32,8 @@ D = 8
         (zoaq_jax.zoaq_estimator, dict(directions="uniform"), ValueError, "directions"),
         (zoaq_jax.zoaq_estimator, dict(controller="greedy"), ValueError, "controller"),
         (zoaq_jax.zoaq_estimator, dict(tau_band=(0.6, 0.2)), ValueError, "lo <= hi"),
+        (zoaq_jax.zoaq_estimator, dict(trigger="norm", tau_band=(0.0, 0.5)), ValueError,
+         "norm trigger"),
         (zoaq_jax.zoaq_estimator, dict(eps_anc=-1.0), ValueError, "eps_anc"),
         (zoaq_jax.fixed_estimator, dict(k=0), ValueError, "k must be >= 1"),
         (zoaq_jax.zoar_estimator, dict(n_hist=-2), ValueError, "n_hist"),

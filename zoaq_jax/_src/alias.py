@@ -289,6 +289,8 @@ def zoar(
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator on a backbone (R-AdaZO by default, as in the paper).
 
+    .. math:: x_{t+1} = x_t - \eta\, \mathrm{backbone}(g_t), \quad g_t = \text{ZoAR estimate}
+
     Args:
       learning_rate: step size or schedule.
       k, n_hist, mu, difference, key: see :func:`zoar_estimator`.
@@ -329,6 +331,9 @@ def statzo(
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""StatZO: norm-test adaptive sampling on a backbone (stabilized: R-AdaZO default).
+
+    .. math:: x_{t+1} = x_t - \eta\, \mathrm{backbone}(g_t), \quad
+      g_t = \frac1{K_t} \sum_{i \le K_t} r_i u_i, \ K_t \text{ the first that passes the norm test}
 
     Args:
       learning_rate: step size or schedule.

@@ -28,7 +28,9 @@ def monitor_consistency(b1: float = 0.9) -> optax.GradientTransformation:
 
     Updates pass unchanged. Placed right after an estimator in an ``optax.chain`` it
     gives fixed-budget baselines the same diagnostic that ZoAQ gates on; after ZoAQ's
-    own estimator (same ``b1``) it equals ZoAQ's ``last_score`` outside the warm start.
+    own estimator (same ``b1``) it equals ZoAQ's ``last_score`` after the warm start,
+    until the first step whose estimate is unusable (ZoAQ then keeps its ``m``, while
+    the zero update passing through decays the monitor's).
     Read it with ``optax.tree.get(state, "consistency")``.
 
     Args:

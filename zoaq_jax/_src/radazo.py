@@ -15,7 +15,6 @@ from zoaq_jax._src import directions as dirs
 class ScaleByRAdaZOState(NamedTuple):
     """State of :func:`scale_by_radazo` (moments in at least float32)."""
 
-    count: jax.Array  # int32
     mu: Any  # first moment m
     nu: Any  # second moment of the first moment, v
 
@@ -65,8 +64,7 @@ def scale_by_radazo(
 
     def init_fn(params):
         # separate buffers for each moment, so that the state can be donated to jit
-        return ScaleByRAdaZOState(count=jnp.zeros((), jnp.int32), mu=dirs.zeros(params),
-                                  nu=dirs.zeros(params))
+        return ScaleByRAdaZOState(mu=dirs.zeros(params), nu=dirs.zeros(params))
 
     def update_fn(updates, state, params=None):
         del params
@@ -76,7 +74,6 @@ def scale_by_radazo(
             scaled = jax.tree.map(lambda m, v: m / jnp.sqrt(v + eps), mu, nu)
         else:
             scaled = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
-        new_state = ScaleByRAdaZOState(count=optax.safe_increment(state.count), mu=mu, nu=nu)
-        return optax.tree.cast_like(scaled, updates), new_state
+        return optax.tree.cast_like(scaled, updates), ScaleByRAdaZOState(mu=mu, nu=nu)
 
     return optax.GradientTransformation(init_fn, update_fn)

@@ -15,7 +15,6 @@ from zoaq_jax._src import directions as dirs
 class ScaleByZOAdaMMState(NamedTuple):
     """State of :func:`scale_by_zo_adamm`; ``nu_max`` is ``None`` without AMSGrad."""
 
-    count: jax.Array  # int32
     mu: Any
     nu: Any
     nu_max: Any
@@ -66,7 +65,7 @@ def scale_by_zo_adamm(
     def init_fn(params):
         # separate buffers for each moment, so that the state can be donated to jit
         return ScaleByZOAdaMMState(
-            count=jnp.zeros((), jnp.int32), mu=dirs.zeros(params), nu=dirs.zeros(params),
+            mu=dirs.zeros(params), nu=dirs.zeros(params),
             nu_max=dirs.zeros(params) if amsgrad else None,
         )
 
@@ -76,9 +75,7 @@ def scale_by_zo_adamm(
         nu = optax.tree.update_moment_per_elem_norm(updates, state.nu, b2, 2)
         nu_max = jax.tree.map(jnp.maximum, state.nu_max, nu) if amsgrad else None
         scaled = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu_max if amsgrad else nu)
-        new_state = ScaleByZOAdaMMState(
-            count=optax.safe_increment(state.count), mu=mu, nu=nu, nu_max=nu_max
-        )
+        new_state = ScaleByZOAdaMMState(mu=mu, nu=nu, nu_max=nu_max)
         return optax.tree.cast_like(scaled, updates), new_state
 
     return optax.GradientTransformation(init_fn, update_fn)

@@ -141,6 +141,8 @@ def zoaq_estimator(
     checks.choice("directions", directions, dirs.KINDS)
     checks.choice("controller", controller, CONTROLLERS)
     if tau_band is not None:
+        if trigger == "norm":
+            raise ValueError("tau_band bounds the cosine threshold; the norm trigger has none.")
         lo, hi = tau_band
         checks.in_closed_interval("tau_band[0]", lo, -1.0, 1.0)
         checks.in_closed_interval("tau_band[1]", hi, -1.0, 1.0)
