@@ -71,8 +71,9 @@ def weighted_sum(coeffs: jax.Array, directions: Any) -> Any:
     """Returns ``sum_i coeffs[i] * directions[i]`` over the leading axis.
 
     Written as a product and a reduction (not a ``dot``): XLA then adds in the same order
-    whether or not the computation is batched, so ``vmap`` reproduces unbatched runs
-    bit for bit. The same holds for :func:`dot` and :func:`norm`.
+    whether or not the computation is batched, so these sums do not change under
+    ``vmap`` (the objective itself may still round differently when batched; see the
+    design notes). The same holds for :func:`dot` and :func:`norm`.
     """
 
     def one(u):
