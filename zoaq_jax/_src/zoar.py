@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import optax
 
@@ -14,7 +13,7 @@ from zoaq_jax._src import expansion, history, ledger, oracle
 
 
 class ZoARState(NamedTuple):
-    """State of :func:`zoar_estimator`: counters and the FIFO of past steps' records."""
+    """State of :func:`zoar_estimator`: counters and the FIFO of the newest records."""
 
     ledger: ledger.QueryLedger
     history: history.History
@@ -29,9 +28,8 @@ def zoar_estimator(
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator; history is counted in steps.
 
-    Each step draws ``k`` fresh Gaussian directions and pools their records with those
-    of the last :math:`N_{hist}` steps (a FIFO of the newest :math:`N_{hist} k` records),
-    :math:`n` records in all, :math:`n = (N_{hist} + 1) k` when every value is finite.
+    Each step draws ``k`` fresh Gaussian directions and appends their records to a
+    FIFO that keeps the newest :math:`n = (N_{hist} + 1) k` records.
 
     * ``difference="forward"`` (the public code's form, an averaged baseline): records
       hold :math:`y_i = f(x_{a_i} + \mu u_i)`; with :math:`b = \frac1n \sum_j y_j`,
@@ -44,9 +42,7 @@ def zoar_estimator(
       gradients over the newest :math:`N_{hist} + 1` steps (``2k`` calls a step).
 
     Non-finite values are discarded (counted in ``num_nonfinite``) and never enter the
-    buffer; a step without any finite fresh value returns zeros. The buffer holds
-    float32 values, so in the forward form a float64 objective's baseline is formed
-    from float32 values. With ``n_hist=0`` and
+    buffer; a step without any finite fresh value returns zeros. With ``n_hist=0`` and
     central differences this is exactly :func:`fixed_estimator`.
 
     Args:
@@ -77,40 +73,36 @@ def zoar_estimator(
     checks.positive("mu", mu)
     checks.check_key(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
+    capacity = (n_hist + 1) * k
 
     def init_fn(params):
         del params
         run_key = checks.as_key(key)
-        return ZoARState(ledger=ledger.init(run_key), history=history.init(n_hist * k, run_key))
+        return ZoARState(ledger=ledger.init(run_key), history=history.init(capacity, run_key))
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates, value  # the forward form needs no centre value
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
         keys = ledger.direction_keys(ledger.step_key(state.ledger), 0, k)
         u = dirs.sample_many("gaussian", keys, params)
-        fresh = diff.values(params, u) if difference == "forward" else diff.responses(
-            params, u, None)
-        ok = jnp.isfinite(fresh)
-        kept = history.valid(state.history)
-        past = state.history.responses
-        n_ok = jnp.sum(ok, dtype=jnp.int32)
-        n = jnp.sum(kept, dtype=jnp.int32) + n_ok
         if difference == "forward":
-            total_values = jnp.sum(jnp.where(kept, past, 0.0)) + jnp.sum(jnp.where(ok, fresh, 0.0))
-            baseline = total_values / jnp.maximum(n, 1)
-            past, fresh_coeffs = (past - baseline) / mu, (fresh - baseline) / mu
+            fresh = diff.values(params, u)
         else:
-            fresh_coeffs = fresh
-        total = dirs.weighted_sum(jnp.where(ok, fresh_coeffs, 0.0), u)
-        if n_hist:
-            retained = dirs.regenerate_sum(
-                "gaussian", state.history.keys, jnp.where(kept, past, 0.0), params)
-            total = jax.tree.map(jnp.add, retained, total)
+            fresh = diff.responses(params, u, None)
+        ok = jnp.isfinite(fresh)
+        records = history.push(state.history, keys, fresh, state.ledger.step, ok)
+        kept = history.valid(records)
+        n = jnp.sum(kept, dtype=jnp.int32)
+        coeffs = records.responses
+        if difference == "forward":
+            baseline = jnp.sum(jnp.where(kept, coeffs, 0.0)) / jnp.maximum(n, 1)
+            coeffs = (coeffs - baseline) / mu
+        total = dirs.regenerate_sum("gaussian", records.keys, jnp.where(kept, coeffs, 0.0), params)
+        n_ok = jnp.sum(ok, dtype=jnp.int32)
         g, _ = expansion.finish(total, n, 1.0, n_ok)
         new_ledger = ledger.advance(
             state.ledger, k=k, calls=diff.calls_per_direction * k, nonfinite=k - n_ok
         )
-        records = history.push(state.history, keys, fresh, state.ledger.step, ok)
         return optax.tree.cast_like(g, params), ZoARState(ledger=new_ledger, history=records)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
