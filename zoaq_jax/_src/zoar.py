@@ -42,7 +42,9 @@ def zoar_estimator(
       gradients over the newest :math:`N_{hist} + 1` steps (``2k`` calls a step).
 
     Non-finite values are discarded (counted in ``num_nonfinite``) and never enter the
-    buffer; a step without any finite fresh value returns zeros. With ``n_hist=0`` and
+    buffer; a step without any finite fresh value returns zeros. The buffer holds
+    float32 values, so in the forward form a float64 objective's baseline is formed
+    from float32 values. With ``n_hist=0`` and
     central differences this is exactly :func:`fixed_estimator`.
 
     Args:
