@@ -35,6 +35,8 @@ D = 8
         (zoaq_jax.zoaq_estimator, dict(trigger="norm", tau_band=(0.0, 0.5)), ValueError,
          "norm trigger"),
         (zoaq_jax.zoaq_estimator, dict(eps_anc=-1.0), ValueError, "eps_anc"),
+        (zoaq_jax.zoaq_estimator, dict(c_norm=0.3), ValueError, "trigger='norm'"),
+        (zoaq_jax.zoaq_estimator, dict(trigger="norm", c_norm=0.0), ValueError, "c_norm"),
         (zoaq_jax.fixed_estimator, dict(k=0), ValueError, "k must be >= 1"),
         (zoaq_jax.zoar_estimator, dict(n_hist=-2), ValueError, "n_hist"),
         (zoaq_jax.statzo_estimator, dict(theta=0.0), ValueError, "theta"),

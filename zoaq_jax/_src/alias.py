@@ -56,7 +56,7 @@ def zoaq(
     eps_anc: float = 1e-12,
     reset: str = "min",
     trigger: str = "cosine",
-    c_norm: float = 0.5,
+    c_norm: float | None = None,
     tau_band: tuple[float, float] | None = None,
     difference: str = "central",
     directions: str = "gaussian",

@@ -45,7 +45,7 @@ def zoaq_estimator(
     eps_anc: float = 1e-12,
     reset: str = "min",
     trigger: str = "cosine",
-    c_norm: float = 0.5,
+    c_norm: float | None = None,
     tau_band: tuple[float, float] | None = None,
     difference: str = "central",
     directions: str = "gaussian",
@@ -97,7 +97,7 @@ def zoaq_estimator(
         or ``"linear"`` (the accepted K).
       trigger: ``"cosine"`` (the paper's gate) or ``"norm"`` (ZoAQ-Norm ablation:
         accept when :math:`\|g - m\| / \|m\| \le` ``c_norm``; ``tau`` is not calibrated).
-      c_norm: tolerance of the norm trigger.
+      c_norm: tolerance of the norm trigger (default 0.5); only with ``trigger="norm"``.
       tau_band: optional ``(lo, hi)`` projection band for the threshold (paper
         Appendix "Threshold Interface"); ``tau0`` is projected too.
       difference: ``"central"`` (2 calls a direction) or ``"forward"`` (1 call a
@@ -134,12 +134,16 @@ def zoaq_estimator(
     checks.decay("beta_tau", beta_tau)
     checks.decay("b1", b1)
     checks.non_negative("eps_anc", eps_anc)
-    checks.positive("c_norm", c_norm)
     checks.choice("reset", reset, RESETS)
     checks.choice("trigger", trigger, TRIGGERS)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     checks.choice("directions", directions, dirs.KINDS)
     checks.choice("controller", controller, CONTROLLERS)
+    if c_norm is None:
+        c_norm = 0.5
+    elif trigger != "norm":
+        raise ValueError("c_norm is the norm trigger's tolerance; pass trigger='norm' to use it.")
+    checks.positive("c_norm", c_norm)
     if tau_band is not None:
         if trigger == "norm":
             raise ValueError("tau_band bounds the cosine threshold; the norm trigger has none.")
