@@ -85,6 +85,38 @@ def test_adaptive_budgets_do_not_recompile():
     assert len(ks) > 1 and step._cache_size() == 1
 
 
+def _traces(estimator):
+    """How many times lowering one step of ``estimator`` traces the objective."""
+    count = [0]
+
+    def f(x):
+        count[0] += 1
+        return jnp.sum(x**2)
+
+    params = jnp.ones(D)
+    state = estimator.init(params)
+    jax.jit(lambda p, s: estimator.update(None, s, p, value_fn=f)).lower(params, state)
+    return count[0]
+
+
+@pytest.mark.parametrize("difference", ["central", "forward"])
+def test_adaptive_step_traces_the_objective_once_per_chunk_size(difference):
+    """With equal chunks (k_min = k_step) the expansion loop traces the objective once.
+
+    A fixed-K step traces it for its validation, its centre value (forward differences)
+    and its one batch of directions; ZoAQ with k_min = k_step traces no more, so large
+    models compile once. With k_min != k_step the first chunk is a second shape.
+    """
+    fixed = _traces(zoaq_jax.fixed_estimator(k=3, difference=difference, key=0))
+    for estimator, extra in [
+        (zoaq_jax.zoaq_estimator(k_min=1, k_max=4, difference=difference, key=0), 0),
+        (zoaq_jax.zoaq_estimator(k_min=2, k_max=6, k_step=2, difference=difference, key=0), 0),
+        (zoaq_jax.zoaq_estimator(k_min=2, k_max=4, difference=difference, key=0), 1),
+        (zoaq_jax.zoaq_estimator(k_min=3, k_max=3, difference=difference, key=0), 0),
+    ]:
+        assert _traces(estimator) == fixed + extra
+
+
 ESTIMATORS = {
     "zoaq": lambda key: zoaq_jax.zoaq_estimator(k_max=6, key=key),
     "zoaq_forward": lambda key: zoaq_jax.zoaq_estimator(k_max=4, difference="forward", key=key),

@@ -180,14 +180,17 @@ def accept_or_expand(
         score=jnp.zeros((), jnp.float32),
         accepted=jnp.zeros((), bool),
     )
-    cand = decide(absorb(empty, jnp.zeros((), jnp.int32), k_min, jnp.int32(k_min)))
-    if k_max == k_min:
-        return cand
-
     def expand(cand: Candidate) -> Candidate:
         count = jnp.minimum(k_step, k_max - cand.k)
         return decide(absorb(cand, cand.k, k_step, count))
 
+    if k_step == k_min and k_max > k_min:
+        # Every chunk has the same size, so the first one is an ordinary iteration and
+        # the objective is traced (and compiled) once rather than twice.
+        return jax.lax.while_loop(lambda c: ~c.accepted, expand, empty)
+    cand = decide(absorb(empty, jnp.zeros((), jnp.int32), k_min, jnp.int32(k_min)))
+    if k_max == k_min:
+        return cand
     return jax.lax.while_loop(lambda c: ~c.accepted, expand, cand)
 
 
