@@ -32,6 +32,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+def items(values: Sequence[str] | None) -> list[str]:
+    """The items of a list option given as separate words, comma-separated, or both.
+
+    ``--methods a b,c`` gives ``["a", "b", "c"]`` (for options whose items never contain
+    commas; attack method specs do).
+    """
+    return [item.strip() for value in values or () for item in value.split(",") if item.strip()]
+
+
 def command_line(command: str, args: argparse.Namespace, skip: Sequence[str] = ()) -> str:
     """``python -m benchmarks COMMAND`` with every setting in ``args`` spelled out.
 

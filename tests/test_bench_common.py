@@ -17,6 +17,12 @@ def test_positive_int_accepts_counts_and_rejects_the_rest():
             common.positive_int(bad)
 
 
+def test_list_items_may_be_words_commas_or_both():
+    assert common.items(["radazo", "zoaq-1-4,zoaq-1-2", " 3 , "]) == [
+        "radazo", "zoaq-1-4", "zoaq-1-2", "3"]
+    assert common.items(None) == []
+
+
 def test_command_line_spells_out_every_setting():
     args = argparse.Namespace(preset="quick", seeds=None, functions=["levy", "ackley"],
                               n_hist=8, out=Path("out dir"), quiet=True, retrain=False,

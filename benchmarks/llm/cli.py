@@ -97,9 +97,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--methods",
-        help=f"comma-separated, from {','.join(METHODS)} (default: {','.join(DEFAULT)})",
+        nargs="+",
+        help=f"from {' '.join(METHODS)} (default: {' '.join(DEFAULT)}); "
+        "space- or comma-separated",
     )
-    parser.add_argument("--seeds", help="comma-separated integers")
+    parser.add_argument("--seeds", nargs="+", help="integers, space- or comma-separated")
     parser.add_argument("--steps", type=common.positive_int)
     parser.add_argument("--eval-every", type=common.positive_int)
     parser.add_argument("--batch-size", type=common.positive_int)
@@ -128,7 +130,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="score single-token options with one sequence per candidate",
     )
-    parser.add_argument("--cores", help="comma-separated CPU cores to pin the process to")
+    parser.add_argument(
+        "--cores", nargs="+", help="CPU cores to pin the process to, space- or comma-separated"
+    )
     parser.add_argument("--out", help="folder for llm.json and llm.png (default out/llm-<preset>)")
     parser.add_argument(
         "--report",
@@ -144,11 +148,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _ints(text: str) -> list[int]:
+def _ints(values: list[str]) -> list[int]:
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        return [int(x) for x in common.items(values)]
     except ValueError:
-        raise SystemExit(f"Expected comma-separated integers, got {text!r}.") from None
+        raise SystemExit(f"Expected integers, got {' '.join(values)!r}.") from None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -190,7 +194,9 @@ def _run(args, preset: dict, cores: list[int]) -> int:
     wall0 = time.perf_counter()
     load_before = common.load_average()
     names = (
-        args.methods.split(",") if args.methods else list(preset.get("methods", methods.DEFAULT))
+        common.items(args.methods)
+        if args.methods
+        else list(preset.get("methods", methods.DEFAULT))
     )
     chosen = methods.get_methods(names)
     sizes = dict(n_train=preset["n_train"], n_dev=preset["n_dev"], n_test=preset["n_test"])
