@@ -67,6 +67,9 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     weights = next((tiny_mnist / "cache" / "models").glob("*.npz"))
     cached = train.load_or_train(dataset, train.TrainConfig(epochs=1), log=lambda m: None)
     assert cached.weights == weights
+    # Trained in a process pinned to one core, so the weights do not depend on the
+    # machine's core count.
+    assert json.loads(weights.with_suffix(".json").read_text())["train_cores"] == 1
     corrupted = bytearray(weights.read_bytes())
     corrupted[-1] ^= 0xFF
     weights.write_bytes(bytes(corrupted))
