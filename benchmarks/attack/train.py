@@ -18,6 +18,7 @@ same seed gives the same weights whatever the machine's core count.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import multiprocessing
 from pathlib import Path
@@ -125,11 +126,14 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
 
     log(f"training the {dataset.name} model ({config}) in a process pinned to one core; "
         f"weights go to {weights}")
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(1, initializer=common.pin_to_cores,
-                      initargs=(common.available_cores()[:1],)) as pool:
-        test_accuracy, seconds, cores, lines = pool.apply(
-            _train_and_save, (dataset, config, str(weights)))
+    # The log lines come back when training ends; a child that dies raises
+    # BrokenProcessPool here rather than hanging.
+    with concurrent.futures.ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn"), initializer=common.pin_to_cores,
+        initargs=(common.available_cores()[:1],),
+    ) as pool:
+        test_accuracy, seconds, cores, lines = pool.submit(
+            _train_and_save, dataset, config, str(weights)).result()
     for line in lines:
         log(line)
     load_weights(model, weights)
@@ -150,8 +154,11 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
 
 def _train_and_save(dataset: data_lib.Dataset, config: TrainConfig,
                     weights: str) -> tuple[float, float, int, list[str]]:
-    """Trains and saves the model (in the pinned process); returns (test accuracy, seconds,
-    cores used, log lines)."""
+    """Trains and saves the model in the pinned process.
+
+    Returns:
+      ``(test accuracy, seconds, cores the process could use, log lines)``.
+    """
     lines: list[str] = []
     model = models.create(dataset.name, config.seed)
     with common.Stopwatch() as watch:

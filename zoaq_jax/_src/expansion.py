@@ -180,6 +180,7 @@ def accept_or_expand(
         score=jnp.zeros((), jnp.float32),
         accepted=jnp.zeros((), bool),
     )
+
     def expand(cand: Candidate) -> Candidate:
         count = jnp.minimum(k_step, k_max - cand.k)
         return decide(absorb(cand, cand.k, k_step, count))
