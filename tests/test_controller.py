@@ -18,7 +18,7 @@ def linear(x):
 
 
 def _with_ema(state, ema, tau):
-    return state._replace(ema=ema, tau=jnp.float32(tau))
+    return state._replace(gate=state.gate._replace(ema=ema, tau=jnp.float32(tau)))
 
 
 def test_warm_start_accepts_at_k_min_and_keeps_tau():
@@ -28,7 +28,7 @@ def test_warm_start_accepts_at_k_min_and_keeps_tau():
     assert diag(state, "last_k") == 2
     assert diag(state, "tau") == pytest.approx(0.7)
     assert diag(state, "last_score") == pytest.approx(0.7)  # Score returns tau at warm start
-    np.testing.assert_allclose(state.ema, 0.1 * g, rtol=1e-6)
+    np.testing.assert_allclose(state.gate.ema, 0.1 * g, rtol=1e-6)
 
 
 @pytest.mark.parametrize("n_hist", [0, 4])

@@ -123,7 +123,7 @@ def test_nonfinite_responses_are_discarded_and_counted(difference):
         g, state = update(state, x)
         assert np.all(np.isfinite(g))
         x = x - 0.05 * g
-        for leaf in (state.ema, state.tau, state.history.responses):
+        for leaf in (state.gate.ema, state.gate.tau, state.history.responses):
             assert np.all(np.isfinite(leaf))
     assert diag(state, "num_nonfinite") > 0  # mu = 0.5 reaches into the NaN region
     assert diag(state, "num_queries") > diag(state, "num_nonfinite")
@@ -139,8 +139,8 @@ def test_a_step_without_any_finite_response_changes_nothing():
     broken = jitted_update(est, lambda x: jnp.float32(jnp.inf) * jnp.sum(x))
     g, after = broken(state, x)
     np.testing.assert_array_equal(g, jnp.zeros(D))
-    np.testing.assert_array_equal(after.ema, state.ema)
-    assert float(after.tau) == float(state.tau)
+    np.testing.assert_array_equal(after.gate.ema, state.gate.ema)
+    assert float(after.gate.tau) == float(state.gate.tau)
     np.testing.assert_array_equal(after.history.responses, state.history.responses)
     assert diag(after, "last_k") == 3  # the zero candidate scores -inf: expands to k_max
     assert diag(after, "num_queries") == diag(state, "num_queries") + 6
@@ -156,12 +156,12 @@ def test_nonfinite_forward_centre_ends_the_step_at_once(reset):
     update = jitted_update(est, wavy)
     for _ in range(3):
         _, state = update(state, x)
-    assert reset == "min" or int(state.next_k) > 2  # linear: the next step starts higher
+    assert reset == "min" or int(state.budget.next_k) > 2  # linear: the next step starts higher
     g, after = jitted_update(est, lambda x: jnp.float32(jnp.nan) + jnp.sum(x))(state, x)
     np.testing.assert_array_equal(g, jnp.zeros(D))
     assert diag(after, "last_k") == 2  # k_min, even where the reset policy starts higher
     assert diag(after, "num_queries") == diag(state, "num_queries") + 3
-    assert int(after.next_k) == int(state.next_k)
+    assert int(after.budget.next_k) == int(state.budget.next_k)
 
 
 def test_warm_start_without_a_finite_response_expands():

@@ -6,33 +6,50 @@ estimates into steps; aliases chain both with a learning rate. Every estimator i
 keyword ``value_fn`` and its data as keywords named after ``value_fn``'s parameters.
 """
 
-from zoaq_jax._src.alias import mezo, radazo, statzo, zo_adamm, zo_sgd, zoaq, zoar
-from zoaq_jax._src.fixed import FixedEstimatorState, fixed_estimator
+from zoaq_jax import budgets, gates
+from zoaq_jax._src.alias import auto_k, mezo, radazo, statzo, zo_adamm, zo_sgd, zoaq, zoar
+from zoaq_jax._src.auto_k import auto_k_estimator
+from zoaq_jax._src.controller import (
+    AdaptiveState,
+    BudgetRule,
+    Evidence,
+    Gate,
+    Outcome,
+    adaptive_estimator,
+)
+from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.history import History
 from zoaq_jax._src.host import host_oracle
 from zoaq_jax._src.ledger import QueryLedger
 from zoaq_jax._src.loop import Trace, run
 from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
 from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
-from zoaq_jax._src.statzo import StatZOState, statzo_estimator
+from zoaq_jax._src.statzo import statzo_estimator
 from zoaq_jax._src.zo_adamm import ScaleByZOAdaMMState, scale_by_zo_adamm
-from zoaq_jax._src.zoaq import ZoAQState, zoaq_estimator
+from zoaq_jax._src.zoaq import zoaq_estimator
 from zoaq_jax._src.zoar import ZoARState, zoar_estimator
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptiveState",
+    "BudgetRule",
     "ConsistencyState",
-    "FixedEstimatorState",
+    "Evidence",
+    "Gate",
     "History",
+    "Outcome",
     "QueryLedger",
     "ScaleByRAdaZOState",
     "ScaleByZOAdaMMState",
-    "StatZOState",
     "Trace",
-    "ZoAQState",
     "ZoARState",
+    "adaptive_estimator",
+    "auto_k",
+    "auto_k_estimator",
+    "budgets",
     "fixed_estimator",
+    "gates",
     "host_oracle",
     "mezo",
     "monitor_consistency",

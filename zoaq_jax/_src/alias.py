@@ -13,6 +13,7 @@ from typing import Any
 import optax
 
 from zoaq_jax._src import checks
+from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.radazo import scale_by_radazo
 from zoaq_jax._src.statzo import statzo_estimator
@@ -360,5 +361,57 @@ def statzo(
     estimator = statzo_estimator(
         k_min=k_min, k_max=k_max, k_step=k_step, theta=theta, mu=mu, directions=directions,
         difference=difference, key=key,
+    )
+    return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
+
+
+def auto_k(
+    learning_rate: ScalarOrSchedule,
+    *,
+    k_min: int = 1,
+    k_max: int = 16,
+    mu: float = 5e-3,
+    window: int = 1000,
+    r: float = 0.01,
+    r_up: float = 0.05,
+    z: float = 2.0,
+    floor: float = 0.0,
+    difference: str = "central",
+    directions: str = "gaussian",
+    b1: float = 0.9,
+    b2: float = 0.99,
+    eps: float = 1e-8,
+    backbone: str = "radazo",
+    key: Any = 0,
+) -> optax.GradientTransformationExtraArgs:
+    r"""A tuning-free query budget on a backbone (R-AdaZO by default, as :func:`zoaq`).
+
+    .. math:: x_{t+1} = x_t - \eta\, \mathrm{backbone}(g_t), \quad
+      g_t = \frac1{K_t} \sum_{i \le K_t} r_i u_i, \ K_t \text{ from the progress rule}
+
+    Args:
+      learning_rate: step size or schedule.
+      k_min, k_max, mu, window, r, r_up, z, floor, difference, directions, key: see
+        :func:`auto_k_estimator`.
+      b1, b2, eps: backbone moments.
+      backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> opt = zoaq_jax.auto_k(learning_rate=1e-2, k_max=8, window=20)
+      >>> _, _, trace = zoaq_jax.run(opt, lambda x: x @ x, jnp.ones(4), 400, log_every=100)
+      >>> [int(k) for k in trace.last_k]  # K doubles once progress stalls at the floor
+      [0, 1, 2, 8, 8]
+
+    References:
+      Byrd, Chin, Nocedal and Wu, Sample size selection in optimization methods for
+      machine learning, Math. Program. 2012.
+    """
+    estimator = auto_k_estimator(
+        k_min=k_min, k_max=k_max, mu=mu, window=window, r=r, r_up=r_up, z=z, floor=floor,
+        difference=difference, directions=directions, key=key,
     )
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)

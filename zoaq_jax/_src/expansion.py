@@ -33,6 +33,7 @@ class Candidate(NamedTuple):
     k: jax.Array  # int32, fresh directions acquired (a grid point)
     total: Any  # sum over finite fresh records of r_i u_i, shaped like the params
     sq_norm: jax.Array  # float32, sum of ||r_i u_i||^2 (only with second_moment)
+    value_sum: jax.Array  # float32, sum of the finite records' free estimates of f(x)
     n_ok: jax.Array  # int32, finite fresh records
     responses: jax.Array  # [capacity] float32 raw fresh responses
     ok: jax.Array  # [capacity] bool, acquired and finite
@@ -80,6 +81,13 @@ class StepOracle(NamedTuple):
             nonfinite=cand.k - cand.n_ok,
         )
 
+    def value_estimate(self, cand: Candidate) -> jax.Array:
+        """The step's own estimate of ``f(x)``: the centre value (forward) or the mean
+        midpoint of the finite central pairs; NaN when there is none."""
+        if self.centre is not None:
+            return self.centre.astype(jnp.float32)
+        return jnp.where(cand.n_ok > 0, cand.value_sum / jnp.maximum(cand.n_ok, 1), jnp.nan)
+
 
 def open_step(
     value_fn: Callable[..., Any], params: Any, extra_args: dict, value: Any, mu: Any,
@@ -94,7 +102,7 @@ def open_step(
 
 def fresh_acquirer(
     step: StepOracle, params: Any, key: jax.Array, kind: str, drawn: Any = None,
-) -> Callable[[jax.Array, int], tuple[jax.Array, Any]]:
+) -> Callable[[jax.Array, int], tuple[jax.Array, jax.Array, Any]]:
     """``acquire(first, size)`` for :func:`accept_or_expand` at ``params``.
 
     Fresh direction ``i`` of the step keyed by ``key`` comes from
@@ -103,18 +111,18 @@ def fresh_acquirer(
     than one draw per retry when ``d`` is small, and gives the same numbers.
     """
 
-    def acquire(first: jax.Array, size: int) -> tuple[jax.Array, Any]:
+    def acquire(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
         if drawn is None:
             u = dirs.sample_many(kind, ledger.direction_keys(key, first, size), params)
         else:
             u = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, first, size), drawn)
-        return step.diff.responses(params, u, step.centre), u
+        return (*step.diff.responses(params, u, step.centre), u)
 
     return acquire
 
 
 def accept_or_expand(
-    acquire: Callable[[jax.Array, int], tuple[jax.Array, Any]],
+    acquire: Callable[[jax.Array, int], tuple[jax.Array, jax.Array, Any]],
     test: Callable[[Candidate], tuple[jax.Array, jax.Array]],
     like: Any,
     *,
@@ -127,8 +135,9 @@ def accept_or_expand(
     """Acquires fresh directions chunk by chunk until ``test`` accepts.
 
     Args:
-      acquire: ``acquire(first, size)`` returns the responses ``[size]`` and the
-        directions (leading axis ``size``) of fresh indices ``first .. first+size-1``.
+      acquire: ``acquire(first, size)`` returns the responses ``[size]``, their free
+        estimates of ``f(x)`` ``[size]`` and the directions (leading axis ``size``) of
+        fresh indices ``first .. first+size-1``.
       test: ``test(candidate)`` returns ``(score, passed)`` for the candidate built from
         the records acquired so far.
       like: the params, for the shape of the running sum.
@@ -145,7 +154,7 @@ def accept_or_expand(
     slots = capacity(k_min, k_max, k_step)
 
     def absorb(cand: Candidate, first: jax.Array, size: int, count: jax.Array) -> Candidate:
-        responses, directions = acquire(first, size)
+        responses, values, directions = acquire(first, size)
         ok = (jnp.arange(size) < count) & jnp.isfinite(responses)
         coeffs = jnp.where(ok, responses, 0.0)
         total = jax.tree.map(jnp.add, cand.total, dirs.weighted_sum(coeffs, directions))
@@ -160,6 +169,7 @@ def accept_or_expand(
             k=jnp.asarray(first + count, jnp.int32),
             total=total,
             sq_norm=sq_norm,
+            value_sum=cand.value_sum + jnp.sum(jnp.where(ok, values, 0.0)),
             n_ok=cand.n_ok + jnp.sum(ok, dtype=jnp.int32),
             responses=jax.lax.dynamic_update_slice(cand.responses, responses, (first,)),
             ok=jax.lax.dynamic_update_slice(cand.ok, ok, (first,)),
@@ -174,6 +184,7 @@ def accept_or_expand(
         k=jnp.zeros((), jnp.int32),
         total=dirs.zeros(like),
         sq_norm=jnp.zeros((), jnp.float32),
+        value_sum=jnp.zeros((), jnp.float32),
         n_ok=jnp.zeros((), jnp.int32),
         responses=jnp.zeros((slots,), jnp.float32),
         ok=jnp.zeros((slots,), bool),

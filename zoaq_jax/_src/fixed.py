@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-import jax.numpy as jnp
 import optax
 
-from zoaq_jax._src import checks
-from zoaq_jax._src import directions as dirs
-from zoaq_jax._src import expansion, ledger, oracle
-
-
-class FixedEstimatorState(NamedTuple):
-    """State of :func:`fixed_estimator`: only keys and counters."""
-
-    ledger: ledger.QueryLedger
+from zoaq_jax._src import budgets, checks, gates
+from zoaq_jax._src.controller import adaptive_estimator
 
 
 def fixed_estimator(
@@ -47,7 +39,7 @@ def fixed_estimator(
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`; its ``update(updates, state,
       params, *, value_fn, value=None, **fn_kwargs)`` ignores ``updates`` and returns the
-      estimate. ``value`` (optional) is ``f(params)`` already computed by the caller;
+      estimate (:func:`adaptive_estimator` with one budget, ``k``, and no test). ``value`` (optional) is ``f(params)`` already computed by the caller;
       forward differences then reuse it and do not count it.
 
     Example:
@@ -62,29 +54,7 @@ def fixed_estimator(
       Nesterov and Spokoiny, Random gradient-free minimization of convex functions, 2017.
     """
     k = checks.static_int("k", k, 1)
-    checks.positive("mu", mu)
-    checks.check_key(key)
-    checks.choice("difference", difference, oracle.DIFFERENCES)
-    checks.choice("directions", directions, dirs.KINDS)
-
-    def init_fn(params):
-        del params
-        return FixedEstimatorState(ledger=ledger.init(checks.as_key(key)))
-
-    def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
-        del updates
-        step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
-        step_key = ledger.step_key(state.ledger)
-        _, drawn = expansion.draw_step(directions, step_key, k, params)
-        cand = expansion.accept_or_expand(
-            expansion.fresh_acquirer(step, params, step_key, directions, drawn),
-            lambda c: (jnp.nan, True),
-            params,
-            k_min=k, k_max=k, k_step=1, k_start=k,
-        )
-        g, _ = expansion.finish(cand.total, cand.n_ok, dirs.estimator_scale(directions, params),
-                                cand.n_ok)
-        new_ledger = step.charge(state.ledger, cand)
-        return optax.tree.cast_like(g, params), FixedEstimatorState(ledger=new_ledger)
-
-    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+    return adaptive_estimator(
+        gates.accept(), budgets.constant(k), k_min=k, k_max=k, mu=mu, difference=difference,
+        directions=directions, key=key,
+    )

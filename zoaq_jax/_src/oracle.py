@@ -109,15 +109,23 @@ class FiniteDifference(NamedTuple):
         """``f(x + mu u_i)`` for a batch of directions, in one vectorised call."""
         return _at_least_f32(jax.vmap(self.fn)(dirs.perturb(params, directions, self.mu)))
 
-    def responses(self, params: Any, directions: Any, centre: jax.Array | None) -> jax.Array:
-        """Scalar float32 responses ``r_i`` for a batch of directions (leading axis)."""
+    def responses(
+        self, params: Any, directions: Any, centre: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array]:
+        """Scalar float32 responses ``r_i`` for a batch of directions (leading axis).
+
+        Also returns, per direction, a free estimate of ``f(x)`` from the same calls: the
+        midpoint ``(f(x + mu u) + f(x - mu u)) / 2`` (central) or ``f(x + mu u)``
+        (forward, where the centre value itself is the better estimate).
+        """
         if self.scheme == "forward":
-            r = (self.values(params, directions) - centre) / self.mu
+            plus = self.values(params, directions)
+            r, value = (plus - centre) / self.mu, plus
         else:
             both = jax.tree.map(lambda u: jnp.concatenate([u, -u]), directions)
             plus, minus = jnp.split(self.values(params, both), 2)
-            r = (plus - minus) / (2 * self.mu)
-        return r.astype(jnp.float32)
+            r, value = (plus - minus) / (2 * self.mu), (plus + minus) / 2
+        return r.astype(jnp.float32), value.astype(jnp.float32)
 
 
 def _at_least_f32(value: jax.Array) -> jax.Array:

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-import jax
-import jax.numpy as jnp
 import optax
 
-from zoaq_jax._src import checks
-from zoaq_jax._src import directions as dirs
-from zoaq_jax._src import expansion, ledger, oracle
-
-
-class StatZOState(NamedTuple):
-    """State of :func:`statzo_estimator`; ``tau`` is the test tolerance ``theta``."""
-
-    ledger: ledger.QueryLedger
-    tau: jax.Array  # float32, theta
-    last_score: jax.Array  # float32, relative standard error of the accepted mean
+from zoaq_jax._src import budgets, checks, gates
+from zoaq_jax._src.controller import adaptive_estimator
 
 
 def statzo_estimator(
@@ -62,7 +51,9 @@ def statzo_estimator(
       key: integer seed or typed key.
 
     Returns:
-      An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator`).
+      An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator`):
+      :func:`adaptive_estimator` with the gate :func:`gates.norm_test` and the budget
+      rule ``budgets.constant(k_min)``.
       A forward step costs ``1 + K`` calls (``K`` when the caller passes ``value``), a
       central step ``2K``.
 
@@ -79,48 +70,7 @@ def statzo_estimator(
       sampling strategies, 2024.
     """
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
-    checks.positive("theta", theta)
-    checks.positive("mu", mu)
-    checks.check_key(key)
-    checks.choice("directions", directions, dirs.KINDS)
-    checks.choice("difference", difference, oracle.DIFFERENCES)
-    slots = expansion.capacity(k_min, k_max, k_step)
-
-    def init_fn(params):
-        del params
-        return StatZOState(
-            ledger=ledger.init(checks.as_key(key)),
-            tau=jnp.asarray(theta, jnp.float32),
-            last_score=jnp.asarray(jnp.nan, jnp.float32),
-        )
-
-    def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
-        del updates
-        step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
-        step_key = ledger.step_key(state.ledger)
-        _, drawn = expansion.draw_step(directions, step_key, slots, params)
-
-        def test(cand):
-            n = cand.n_ok.astype(jnp.float32)
-            mean_sq = dirs.dot(cand.total, cand.total) / jnp.maximum(n * n, 1.0)
-            variance = (cand.sq_norm - n * mean_sq) / jnp.maximum(n - 1.0, 1.0)
-            score = jnp.sqrt(jnp.maximum(variance, 0.0) / jnp.maximum(n, 1.0)
-                             / jnp.maximum(mean_sq, 1e-30))
-            score = jnp.where((cand.n_ok >= 2) & (mean_sq > 0), score, jnp.inf)
-            return score, (score <= theta) | step.centre_bad
-
-        cand = expansion.accept_or_expand(
-            expansion.fresh_acquirer(step, params, step_key, directions, drawn),
-            test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_min,
-            second_moment=True,
-        )
-        g, _ = expansion.finish(cand.total, cand.n_ok, dirs.estimator_scale(directions, params),
-                                cand.n_ok)
-        new_state = StatZOState(
-            ledger=step.charge(state.ledger, cand),
-            tau=state.tau,
-            last_score=cand.score,
-        )
-        return optax.tree.cast_like(g, params), new_state
-
-    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+    return adaptive_estimator(
+        gates.norm_test(theta), budgets.constant(k_min), k_min=k_min, k_max=k_max,
+        k_step=k_step, mu=mu, difference=difference, directions=directions, key=key,
+    )

@@ -2,35 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-import jax
-import jax.numpy as jnp
 import optax
 
-from zoaq_jax._src import checks
-from zoaq_jax._src import directions as dirs
-from zoaq_jax._src import expansion, history, ledger, oracle
+from zoaq_jax._src import budgets, checks, gates
+from zoaq_jax._src.controller import adaptive_estimator
 
-RESETS = ("min", "half", "linear")
-TRIGGERS = ("cosine", "norm")
 CONTROLLERS = ("adaptive", "always_accept", "fresh_on_expand")
-
-
-class ZoAQState(NamedTuple):
-    """State of :func:`zoaq_estimator`.
-
-    ``tau`` is the threshold in force (the calibrated cosine threshold, or ``c_norm``
-    under the norm trigger); ``last_score`` is the score of the accepted candidate at
-    the last step (``-inf`` when no finite response was available).
-    """
-
-    ledger: ledger.QueryLedger
-    ema: Any  # m, EMA of accepted estimates (compute dtypes)
-    tau: jax.Array  # float32
-    next_k: jax.Array  # int32, the budget the next step starts from (reset policy)
-    history: history.History  # retained records
-    last_score: jax.Array  # float32
 
 
 def zoaq_estimator(
@@ -111,8 +90,9 @@ def zoaq_estimator(
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` whose ``update(updates, state,
       params, *, value_fn, value=None, **fn_kwargs)`` ignores ``updates`` and returns
-      :math:`g_t`. Diagnostics: ``num_queries``, ``num_nonfinite``, ``last_k``,
-      ``last_score``, ``tau``.
+      :math:`g_t`: :func:`adaptive_estimator` with the gate :func:`gates.momentum` and
+      the budget rule :func:`budgets.reset`. Diagnostics: ``num_queries``,
+      ``num_nonfinite``, ``last_k``, ``last_score``, ``tau``, ``ema``, ``next_k``.
 
     Example:
       >>> import jax.numpy as jnp, optax, zoaq_jax
@@ -126,19 +106,9 @@ def zoaq_estimator(
     References:
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling, Algorithm 1.
     """
-    k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
-    n_hist = checks.static_int("n_hist", n_hist, 0)
-    checks.positive("mu", mu)
-    checks.check_key(key)
-    checks.in_closed_interval("tau0", tau0, -1.0, 1.0)
-    checks.decay("beta_tau", beta_tau)
-    checks.decay("b1", b1)
-    checks.non_negative("eps_anc", eps_anc)
-    checks.choice("reset", reset, RESETS)
-    checks.choice("trigger", trigger, TRIGGERS)
-    checks.choice("difference", difference, oracle.DIFFERENCES)
-    checks.choice("directions", directions, dirs.KINDS)
+    checks.choice("trigger", trigger, gates.METRICS)
     checks.choice("controller", controller, CONTROLLERS)
+    checks.in_closed_interval("tau0", tau0, -1.0, 1.0)
     if c_norm is None:
         c_norm = 0.5
     elif trigger != "norm":
@@ -153,100 +123,13 @@ def zoaq_estimator(
         if checks.concrete_value(lo) is not None and checks.concrete_value(hi) is not None:
             if float(lo) > float(hi):
                 raise ValueError(f"tau_band must satisfy lo <= hi, got {tau_band}.")
-    slots = expansion.capacity(k_min, k_max, k_step)
-
-    def project(tau):
-        return tau if tau_band is None else jnp.clip(tau, tau_band[0], tau_band[1])
-
-    def init_fn(params):
-        run_key = checks.as_key(key)
-        tau = c_norm if trigger == "norm" else project(tau0)
-        return ZoAQState(
-            ledger=ledger.init(run_key),
-            ema=dirs.zeros(params),
-            tau=jnp.asarray(tau, jnp.float32),
-            next_k=jnp.asarray(k_min, jnp.int32),
-            history=history.init(n_hist, run_key),
-            last_score=jnp.asarray(jnp.nan, jnp.float32),
-        )
-
-    def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
-        del updates
-        step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
-        step_key = ledger.step_key(state.ledger)
-        scale = dirs.estimator_scale(directions, params)
-        # A non-finite forward centre ends the step at once, whatever the reset policy.
-        k_start = jnp.where(step.centre_bad, k_min, state.next_k)
-        tau, m = state.tau, state.ema
-        m_norm = dirs.norm(m)
-        warm = m_norm <= eps_anc
-
-        retained = history.valid(state.history)
-        coeffs = jnp.where(retained, state.history.responses, 0.0)
-        retained_u, drawn = expansion.draw_step(
-            directions, step_key, slots, params, state.history.keys if n_hist else None
-        )
-        if retained_u is None:
-            retained_total = dirs.regenerate_sum(directions, state.history.keys, coeffs, params)
-        else:
-            retained_total = dirs.weighted_sum(coeffs, retained_u)
-        n_retained = jnp.sum(retained, dtype=jnp.int32)
-
-        def candidate(cand):
-            """(sum of r_i u_i, record count) of the candidate pooled from cand."""
-            reuse = (cand.k <= k_start) if controller == "fresh_on_expand" else True
-            weight = jnp.asarray(reuse, jnp.float32)
-            total = jax.tree.map(lambda h, f: weight.astype(h.dtype) * h + f,
-                                 retained_total, cand.total)
-            return total, jnp.where(reuse, n_retained, 0) + cand.n_ok
-
-        def test(cand):
-            total, n = candidate(cand)
-            if trigger == "cosine":
-                t_norm = dirs.norm(total)
-                cos = dirs.dot(total, m) / jnp.maximum(t_norm * m_norm, 1e-30)
-                empty = (cand.n_ok == 0) | (t_norm == 0)
-                score = jnp.where(empty, -jnp.inf, jnp.where(warm, tau, cos))
-                passed = score >= tau
-            else:
-                g = jax.tree.map(lambda t: t * (scale / jnp.maximum(n, 1)), total)
-                ratio = dirs.norm(optax.tree.sub(g, m)) / jnp.maximum(m_norm, 1e-30)
-                score = jnp.where(cand.n_ok == 0, jnp.inf, jnp.where(warm, 0.0, ratio))
-                passed = score <= c_norm
-            if controller == "always_accept":
-                passed = True
-            return score, passed | step.centre_bad
-
-        cand = expansion.accept_or_expand(
-            expansion.fresh_acquirer(step, params, step_key, directions, drawn),
-            test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
-        )
-        g, usable = expansion.finish(*candidate(cand), scale, cand.n_ok)
-        score = cand.score
-
-        ema = jax.tree.map(lambda mi, gi: jnp.where(usable, b1 * mi + (1 - b1) * gi, mi), m, g)
-        if trigger == "cosine":
-            calibrated = project(beta_tau * tau + (1 - beta_tau) * score)
-            tau = jnp.where(usable & ~warm & jnp.isfinite(score), calibrated, tau)
-        records = history.push(
-            state.history, ledger.direction_keys(step_key, 0, slots), cand.responses,
-            state.ledger.step, cand.ok & usable,
-        )
-        if reset == "min":
-            next_k = jnp.asarray(k_min, jnp.int32)
-        elif reset == "half":
-            next_k = k_min + ((cand.k - k_min) // k_step // 2) * k_step
-        else:
-            next_k = cand.k
-        next_k = jnp.where(usable, next_k, state.next_k)
-        new_state = ZoAQState(
-            ledger=step.charge(state.ledger, cand),
-            ema=ema,
-            tau=jnp.asarray(tau, jnp.float32),
-            next_k=jnp.asarray(next_k, jnp.int32),
-            history=records,
-            last_score=score,
-        )
-        return optax.tree.cast_like(g, params), new_state
-
-    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+    k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
+    gate = gates.momentum(
+        trigger, tau0=tau0, beta_tau=beta_tau, c_norm=c_norm, tau_band=tau_band, b1=b1,
+        eps_anc=eps_anc, always_accept=controller == "always_accept",
+    )
+    return adaptive_estimator(
+        gate, budgets.reset(reset, k_min, k_step), k_min=k_min, k_max=k_max, k_step=k_step,
+        n_hist=n_hist, mu=mu, difference=difference, directions=directions,
+        reuse_after_expand=controller != "fresh_on_expand", key=key,
+    )

@@ -90,7 +90,7 @@ def zoar_estimator(
         if difference == "forward":
             fresh = diff.values(params, u)
         else:
-            fresh = diff.responses(params, u, None)
+            fresh, _ = diff.responses(params, u, None)
         ok = jnp.isfinite(fresh)
         records = history.push(state.history, keys, fresh, state.ledger.step, ok)
         kept = history.valid(records)

@@ -1,0 +1,192 @@
+"""Budget rules: where each step of :func:`adaptive_estimator` starts, as pure functions.
+
+* :func:`constant`: always the same budget (the fixed-K estimator, StatZO's restart);
+* :func:`reset`: ZoAQ's reset policies after an accepted budget (``min``, ``half``,
+  ``linear``; :func:`next_budget` is the pure rule);
+* :func:`progress`: ``auto_k``'s rule: double the budget when the objective stops
+  improving, halve it when it improves fast again (:func:`window_statistics` and
+  :func:`progress_decision` are the pure pieces).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from zoaq_jax._src import checks
+from zoaq_jax._src.controller import BudgetRule, Outcome
+
+RESETS = ("min", "half", "linear")
+
+
+class ResetState(NamedTuple):
+    """State of :func:`reset`: the budget the next step starts from."""
+
+    next_k: jax.Array  # int32
+
+
+class ProgressState(NamedTuple):
+    """State of :func:`progress`.
+
+    The current window accumulates the steps' value estimates; the previous window is
+    kept as its mean and the squared standard error of that mean.
+    """
+
+    next_k: jax.Array  # int32, the budget of the next step
+    window_n: jax.Array  # int32, steps in the current window
+    window_sum: jax.Array  # float32, sum of value estimates
+    window_sq_diff: jax.Array  # float32, sum of squared successive differences
+    last_value: jax.Array  # float32, the last value estimate
+    prev_mean: jax.Array  # float32, mean of the previous window
+    prev_se2: jax.Array  # float32, squared standard error of that mean
+    have_prev: jax.Array  # bool, a previous window exists
+    fast: jax.Array  # bool, the previous window improved significantly fast
+
+
+def constant(k: int) -> BudgetRule:
+    """Every step stops at ``k`` fresh directions (unless the gate fails before)."""
+    k = checks.static_int("k", k, 1)
+    return BudgetRule(
+        init=optax.EmptyState,
+        start=lambda state: jnp.asarray(k, jnp.int32),
+        update=lambda state, outcome: state,
+    )
+
+
+def next_budget(kind: str, k: jax.Array, k_min: int, k_step: int) -> jax.Array:
+    """ZoAQ's reset policy: the start of the step after one that accepted ``k``.
+
+    ``"min"``: :math:`K_{\\min}`; ``"half"``: the grid point at the midpoint of
+    :math:`K_{\\min}` and ``k``; ``"linear"``: ``k``.
+    """
+    if kind == "min":
+        return jnp.asarray(k_min, jnp.int32)
+    if kind == "half":
+        return k_min + ((k - k_min) // k_step // 2) * k_step
+    return k
+
+
+def reset(kind: str, k_min: int, k_step: int) -> BudgetRule:
+    """Starts each step where :func:`next_budget` says; unusable steps keep the start."""
+    checks.choice("reset", kind, RESETS)
+
+    def update(state, outcome: Outcome):
+        k = next_budget(kind, outcome.k, k_min, k_step)
+        return ResetState(jnp.asarray(jnp.where(outcome.usable, k, state.next_k), jnp.int32))
+
+    return BudgetRule(
+        init=lambda: ResetState(jnp.asarray(k_min, jnp.int32)),
+        start=lambda state: state.next_k,
+        update=update,
+    )
+
+
+def window_statistics(total: jax.Array, sq_diff: jax.Array, n: jax.Array):
+    r"""Mean of a window and the squared standard error of that mean.
+
+    The noise variance is estimated from successive differences,
+    :math:`\hat\sigma^2 = \sum (v_t - v_{t-1})^2 / (2 (n - 1))`, which a slow trend
+    (the progress itself) barely inflates; the squared standard error is
+    :math:`\hat\sigma^2 / n`.
+    """
+    n = jnp.maximum(n, 1).astype(jnp.float32)
+    return total / n, sq_diff / (2.0 * jnp.maximum(n - 1.0, 1.0)) / n
+
+
+def progress_decision(prev_mean, prev_se2, mean, se2, *, r, r_up, z):
+    r"""Whether a window stalled or improved fast against the one before.
+
+    With :math:`\Delta = \bar v_{prev} - \bar v` and level :math:`L = |\bar v_{prev}|`:
+    stalled when :math:`\Delta < r L`; fast when
+    :math:`\Delta > r_{up} L + z \sqrt{SE_{prev}^2 + SE^2}` (significantly fast, so that
+    noise alone does not lower the budget).
+
+    Returns:
+      ``(stalled, fast)`` booleans.
+    """
+    level = jnp.maximum(jnp.abs(prev_mean), jnp.finfo(jnp.float32).tiny)
+    gain = prev_mean - mean
+    stalled = gain < r * level
+    fast = gain > r_up * level + z * jnp.sqrt(prev_se2 + se2)
+    return stalled, fast
+
+
+def progress(
+    k_min: int,
+    k_max: int,
+    *,
+    window: int = 1000,
+    r: float = 0.01,
+    r_up: float = 0.05,
+    z: float = 2.0,
+    floor: float = 0.0,
+) -> BudgetRule:
+    r"""``auto_k``'s budget rule: more directions only when progress stalls.
+
+    The steps' own value estimates :math:`v_t` (``Outcome.value``, minus ``floor``) are
+    averaged over windows of ``window`` usable steps. At the end of a window,
+    :func:`progress_decision` against the previous window doubles the budget (up to
+    :math:`K_{\max}`) when it stalled, and halves it (down to :math:`K_{\min}`) after two
+    consecutive significantly fast windows at the same budget (for example after the
+    objective changed). Unusable steps and non-finite values leave the state unchanged.
+
+    Args:
+      k_min: the first budget and the smallest.
+      k_max: the largest budget.
+      window: steps a window.
+      r: relative gain a window below which progress has stalled.
+      r_up: relative gain a window above which (significantly) progress is fast.
+      z: standard errors the fast test must clear.
+      floor: a lower bound of the objective; gains are relative to ``v - floor``.
+
+    Returns:
+      A :class:`BudgetRule` with state :class:`ProgressState`.
+    """
+    window = checks.static_int("window", window, 2)
+    for name, value in (("r", r), ("r_up", r_up)):
+        checks.positive(name, value)
+    if checks.concrete_value(r) is not None and checks.concrete_value(r_up) is not None:
+        if float(r_up) < float(r):
+            raise ValueError(f"r_up must be >= r, got r_up={r_up} < r={r}.")
+    checks.non_negative("z", z)
+
+    def init():
+        f0, i0, b0 = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32),
+                      jnp.zeros((), bool))
+        return ProgressState(jnp.asarray(k_min, jnp.int32), i0, f0, f0, f0, f0, f0, b0, b0)
+
+    def update(state: ProgressState, outcome: Outcome) -> ProgressState:
+        value = outcome.value.astype(jnp.float32) - floor
+        ok = outcome.usable & jnp.isfinite(value)
+        step_diff = jnp.where(state.window_n > 0, value - state.last_value, 0.0)
+        n = state.window_n + 1
+        total, sq_diff = state.window_sum + value, state.window_sq_diff + step_diff**2
+        mean, se2 = window_statistics(total, sq_diff, n)
+        stalled, fast = progress_decision(state.prev_mean, state.prev_se2, mean, se2,
+                                          r=r, r_up=r_up, z=z)
+        stalled, fast = stalled & state.have_prev, fast & state.have_prev
+        k = state.next_k
+        up = jnp.minimum(2 * k, k_max)
+        down = jnp.maximum(k // 2, k_min)
+        halve = fast & state.fast
+        new_k = jnp.where(stalled, up, jnp.where(halve, down, k))
+        closed = ProgressState(
+            next_k=jnp.asarray(new_k, jnp.int32),
+            window_n=jnp.zeros((), jnp.int32),
+            window_sum=jnp.zeros((), jnp.float32),
+            window_sq_diff=jnp.zeros((), jnp.float32),
+            last_value=value,
+            prev_mean=mean,
+            prev_se2=se2,
+            have_prev=jnp.ones((), bool),
+            fast=fast & ~halve & (new_k == k),
+        )
+        running = state._replace(window_n=n, window_sum=total, window_sq_diff=sq_diff,
+                                 last_value=value)
+        new = jax.tree.map(lambda a, b: jnp.where(n >= window, a, b), closed, running)
+        return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state)
+
+    return BudgetRule(init=init, start=lambda state: state.next_k, update=update)
