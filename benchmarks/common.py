@@ -4,8 +4,10 @@ downloads and output."""
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -14,7 +16,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,37 @@ def pin_to_cores(cores: Sequence[int]) -> None:
     """
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(cores))
+
+
+def _pin_from_queue(cores) -> None:
+    pin_to_cores([cores.get()])
+
+
+def pinned_map(fn: Callable[[Any], list], items: Sequence[Any], workers: int,
+               desc: str) -> list:
+    """``fn`` over ``items`` (slowest first) on ``workers`` processes pinned to one core each.
+
+    Returns the concatenation of the lists ``fn`` returns, in completion order.
+    ``workers <= 1`` runs in this process. Workers are spawned (a fresh JAX each) under
+    ``concurrent.futures.ProcessPoolExecutor``, which raises rather than hangs if one dies.
+    """
+    out: list = []
+    if workers <= 1:
+        for item in progress(items, total=len(items), desc=desc):
+            out += fn(item)
+        return out
+    ctx = multiprocessing.get_context("spawn")
+    cores = ctx.Queue()
+    available = available_cores()
+    for i in range(workers):
+        cores.put(available[i % len(available)])
+    with concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_pin_from_queue, initargs=(cores,)) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        for future in progress(concurrent.futures.as_completed(futures), total=len(futures),
+                               desc=desc):
+            out += future.result()
+    return out
 
 
 def available_cores() -> list[int]:

@@ -1,21 +1,29 @@
 """Synthetic benchmark: ZoAQ against its baselines on Quadratic, Cubic, Levy, Rosenbrock
 and Ackley (the paper's Section 5.1), and the appendix ablations.
 
+Two modes: ``steps`` (the paper's protocol: every method runs T steps) and ``budget``
+(every method runs until it has spent the same number of oracle calls; adaptive methods
+are scored by their query regret against the best fixed K in hindsight).
+
 Examples:
   python -m benchmarks synthetic                      # quick preset, about a minute
   python -m benchmarks synthetic --preset paper --out docs/results
   python -m benchmarks synthetic --ablation reset --preset paper --out docs/results
+  python -m benchmarks synthetic --mode budget --preset paper --out docs/results
+  python -m benchmarks synthetic --mode budget --ablation switch --preset paper
 
-Writes DIR/synthetic.json (or synthetic_<ablation>.json), PNG figures under
-DIR/synthetic/, and the Markdown report DIR/synthetic.md (synthetic_<ablation>.md).
+Writes DIR/synthetic.json (synthetic_<ablation>.json, synthetic_budget*.json), PNG figures
+under DIR/synthetic/, and the Markdown report DIR/synthetic.md (and the like).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 from pathlib import Path
 
 from benchmarks import common
+from benchmarks.synthetic import budget as budgets
 from benchmarks.synthetic import protocol as protocols
 from benchmarks.synthetic import report, runner
 from benchmarks.synthetic.methods import METHODS, REFERENCE, parse_methods
@@ -25,23 +33,50 @@ from benchmarks.synthetic.objectives import OBJECTIVES
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=("tiny", "quick", "paper"), default="quick",
                         help="quick: ~1 min on 2 cores; paper: the paper's protocol")
-    parser.add_argument("--ablation", choices=(*protocols.ABLATIONS, "all"),
-                        help="run an appendix ablation instead of the main comparison")
-    parser.add_argument("--functions", nargs="+", choices=tuple(OBJECTIVES),
-                        help="objectives (default: the preset's)")
+    parser.add_argument("--mode", choices=("steps", "budget"), default="steps",
+                        help="steps: equal steps (the paper's protocol); budget: equal calls")
+    parser.add_argument("--ablation", choices=(*protocols.ABLATIONS, "auto_k", "all"),
+                        help="run an ablation instead of the main comparison (budget mode: "
+                             "switch or auto_k)")
+    parser.add_argument("--functions", nargs="+", choices=budgets.FUNCTIONS,
+                        help="objectives (default: the preset's; least_squares: budget mode)")
     parser.add_argument("--methods", nargs="+", metavar="METHOD",
                         help=f"main comparison only; from {', '.join(METHODS)}")
     parser.add_argument("--seeds", type=common.positive_int,
                         help="number of seeds (default: the preset's)")
     parser.add_argument("--steps", type=common.positive_int,
                         help="steps per run (default: the preset's)")
+    parser.add_argument("--budget", type=common.positive_int,
+                        help="budget mode: oracle calls per run (default: the preset's)")
     parser.add_argument("--out", type=Path, default=Path("out"), help="output folder")
     parser.add_argument("--workers", type=common.positive_int,
                         default=len(common.available_cores()),
                         help="worker processes, one pinned core each (1: in-process)")
 
 
+def _budget_protocols(args: argparse.Namespace) -> list[budgets.BudgetProtocol]:
+    if args.steps:
+        raise SystemExit("error: --steps applies to the steps mode; use --budget")
+    names = {None: ["budget"], "switch": ["budget_switch"], "auto_k": ["budget_auto_k"],
+             "all": ["budget_switch", "budget_auto_k"]}.get(args.ablation)
+    if names is None:
+        raise SystemExit("error: budget mode has the ablations switch and auto_k")
+    if args.ablation and args.methods:
+        raise SystemExit("error: --methods applies to the main comparison, not to ablations")
+    if args.functions and args.ablation in ("switch", "all"):
+        raise SystemExit("error: --functions would replace the objective switch; leave it out")
+    variants = parse_methods(args.methods) if args.methods else None
+    return [budgets.restrict(budgets.protocol(n, args.preset), args.functions, variants,
+                             args.seeds, args.budget) for n in names]
+
+
 def _protocols(args: argparse.Namespace) -> list[protocols.Protocol]:
+    if args.budget:
+        raise SystemExit("error: --budget applies to --mode budget")
+    if args.ablation == "auto_k":
+        raise SystemExit("error: the auto_k ablation is a budget-mode ablation (--mode budget)")
+    if args.functions and "least_squares" in args.functions:
+        raise SystemExit("error: least_squares needs a data key a step: use --mode budget")
     if args.ablation is None:
         base = [protocols.main(args.preset)]
         variants = parse_methods(args.methods) if args.methods else None
@@ -116,8 +151,43 @@ def _markdown(protocol, results, figures, out: Path, machine, wall, command) -> 
                                  "\n\n".join(parts), "synthetic")
 
 
+def _run_budget(p: budgets.BudgetProtocol, args: argparse.Namespace, command: str) -> None:
+    with common.Stopwatch() as wall:
+        results = budgets.execute(p, args.workers, desc=f"synthetic {p.name}")
+    machine = common.machine_info()
+    rows = budgets.regret_rows(p, results)
+    name = "synthetic" if p.name == "budget" else f"synthetic_{p.name}"
+    json_path = common.write_json(args.out / f"{name}.json", {
+        "command": command, "date": datetime.date.today().isoformat(), "machine": machine,
+        "wall_seconds": wall.seconds, "protocol": {**vars(p), "variants": [
+            v.name for v in p.variants], "settings": vars(p.settings)} | {"name": p.name},
+        "grid": p.grid, "budgets": p.budgets, "regret": rows, "results": results})
+    figures = [(f"Gap against oracle calls, {bb} backbone", report.plot_budget_curves(
+        p, results, args.out / "synthetic" / f"{name}_{bb}.png", bb))
+        for bb in ("radazo", "zo_adamm") if any(r["backbone"] == bb for r in results)]
+    figures.append(("K against oracle calls", report.plot_budget_k(
+        p, results, args.out / "synthetic" / f"{name}_k.png")))
+    images = "\n\n".join(f"**{t}**\n\n![{t}]({path.relative_to(args.out).as_posix()})"
+                          for t, path in figures)
+    parts = [report.budget_header(p, machine, wall.seconds, command),
+             "## Query regret against the best fixed K", report.budget_regret_table(p, rows),
+             "Best fixed K (the envelope) at each budget:", report.budget_best_fixed(p, rows),
+             "## Gap at the budget", report.budget_final_table(results), "## Figures", images]
+    title = {"budget": "Synthetic benchmark at equal oracle calls",
+             "budget_switch": "Synthetic, equal calls: the objective switch",
+             "budget_auto_k": "Synthetic, equal calls: auto_k's sensitivity to its parameters"}
+    md = common.write_markdown(args.out / f"{name}.md", title[p.name], "\n\n".join(parts),
+                               "synthetic")
+    print(f"\n{p.name}: {wall.seconds:.0f} s -> {md}, {json_path}")
+    print(report.budget_regret_table(p, rows))
+
+
 def main(args: argparse.Namespace) -> int:
     command = common.command_line("synthetic", args)
+    if args.mode == "budget":
+        for p in _budget_protocols(args):
+            _run_budget(p, args, command)
+        return 0
     for protocol in _protocols(args):
         with common.Stopwatch() as wall:
             results = runner.execute(protocol, args.workers, desc=f"synthetic {protocol.name}")

@@ -11,13 +11,22 @@
 * Rosenbrock: ``sum_{i<d} 100 (x_{i+1} - x_i^2)^2 + (1 - x_i)^2``, minimiser 1.
 * Ackley: ``-20 exp(-0.2 sqrt(mean x^2)) - exp(mean cos(2 pi x)) + 20 + e``,
   minimiser 0.
+
+The budget mode adds one objective with evaluation noise, where real objectives live:
+
+* Least squares on a fresh minibatch each step (the MeZO setting):
+  ``0.5 * mean_{i in B_t} (a_i . x - b_i)^2`` over 32 of 1,000 fixed rows, the rows drawn
+  from the step's data key and shared by all queries of the step; ``b = A x* + 0.5 e``.
+  Its gap is the full-data loss minus the least-squares optimum.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -71,4 +80,38 @@ OBJECTIVES: dict[str, Objective] = {
         Objective("rosenbrock", "Rosenbrock", rosenbrock, _ones),
         Objective("ackley", "Ackley", ackley, _zeros),
     )
+}
+
+
+class NoisyObjective(NamedTuple):
+    name: str
+    label: str
+    fn: Callable[[jnp.ndarray, jnp.ndarray], jnp.ndarray]  # (x, data key) -> minibatch loss
+    gap: Callable[[jnp.ndarray], jnp.ndarray]  # full-data loss minus its minimum
+
+
+@functools.lru_cache(maxsize=None)
+def _least_squares_data(d: int, rows: int = 1000, noise: float = 0.5):
+    rng = np.random.default_rng(2026)
+    a = rng.standard_normal((rows, d))
+    b = a @ rng.standard_normal(d) + noise * rng.standard_normal(rows)
+    x_ls = np.linalg.lstsq(a, b, rcond=None)[0]
+    f_min = 0.5 * np.mean((a @ x_ls - b) ** 2)
+    return a.astype(np.float32), b.astype(np.float32), np.float32(f_min)
+
+
+def least_squares(x, batch, size: int = 32):
+    a, b, _ = _least_squares_data(x.shape[-1])
+    rows = jax.random.randint(batch, (size,), 0, a.shape[0])
+    return 0.5 * jnp.mean((jnp.asarray(a)[rows] @ x - jnp.asarray(b)[rows]) ** 2)
+
+
+def least_squares_gap(x):
+    a, b, f_min = _least_squares_data(x.shape[-1])
+    return 0.5 * jnp.mean((jnp.asarray(a) @ x - jnp.asarray(b)) ** 2) - f_min
+
+
+NOISY: dict[str, NoisyObjective] = {
+    "least_squares": NoisyObjective("least_squares", "Least squares (minibatch)", least_squares,
+                                    least_squares_gap),
 }

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import common
+from benchmarks import anytime, common
 from benchmarks.synthetic import paper
 from benchmarks.synthetic.methods import REFERENCE
-from benchmarks.synthetic.objectives import OBJECTIVES
+from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic.protocol import SWITCH, Protocol
 
 TRACE_POINTS = 200  # trace samples per seed kept in the JSON file
@@ -24,7 +24,7 @@ def stem(protocol: Protocol) -> str:
 def function_label(name: str) -> str:
     if name == SWITCH:
         return "Rosenbrock → Levy"
-    return OBJECTIVES[name].label
+    return (OBJECTIVES.get(name) or NOISY[name]).label
 
 
 # --------------------------------------------------------------------------- records
@@ -259,3 +259,107 @@ def header(protocol: Protocol, machine, wall_seconds: float, command: str) -> st
         f"- Methods: {methods}.",
         "- x0 ~ N(0, I) per seed, the same for every method; optimizer keys matched per seed.",
     ])
+
+
+# --------------------------------------------------------------------------- budget mode
+
+
+def budget_header(p, machine, wall_seconds: float, command: str) -> str:
+    methods = ", ".join(v.display for v in p.variants)
+    switch = (f" (the objective switches at {p.switch_at:,} calls; regret counts calls after "
+              "it)" if p.switch_at else "")
+    return "\n".join([
+        f"Command: `{command}`",
+        "",
+        f"- Date: {datetime.date.today().isoformat()}; wall time {wall_seconds:.0f} s "
+        "(compilation included).",
+        f"- Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB; "
+        f"JAX {machine['jax']} on {machine['backend']}.",
+        f"- Protocol: preset `{p.preset}`, d = {p.dim}, every run stops once it has spent "
+        f"{p.budget:,} oracle calls{switch}; seeds {list(p.seeds)}, lr {p.settings.lr}, "
+        f"betas ({p.settings.b1}, {p.settings.b2}), mu {p.settings.mu}, eps {p.settings.eps}, "
+        "central differences (StatZO: forward, one centre value a step).",
+        f"- Methods: {methods}. auto_k runs at the library defaults everywhere.",
+        "- x0 ~ N(0, I) per seed, the same for every method; optimizer keys matched per seed.",
+    ])
+
+
+def budget_regret_table(p, rows) -> str:
+    """Regret per function, backbone and adaptive method at each budget, with the best fixed K."""
+    fractions = ["1/64", "1/32", "1/16", "1/8", "1/4", "1/2", "1"]
+    table = []
+    for row in rows:
+        table.append([function_label(row["function"]), row["backbone"], row["label"],
+                      *(anytime.fmt(x) for x in row["regret"]), anytime.fmt(row["median"]),
+                      anytime.fmt(row["max"])])
+    span = "after the switch" if p.switch_at else "of the run"
+    return (f"Budgets are fractions of the {p.budget - p.origin:,} calls {span}. Regret = "
+            "calls the method needed to reach the best fixed K's mean gap at that budget, "
+            "divided by the budget (∞: not reached within the run).\n\n"
+            + common.markdown_table(["function", "backbone", "method", *fractions, "median",
+                                     "max"], table))
+
+
+def budget_best_fixed(p, rows) -> str:
+    """Which fixed K is the envelope at each budget (one row per function and backbone)."""
+    seen, table = set(), []
+    for row in rows:
+        key = (row["function"], row["backbone"])
+        if key not in seen:
+            seen.add(key)
+            table.append([function_label(row["function"]), row["backbone"], *row["best_fixed"]])
+    return common.markdown_table(["function", "backbone", "1/64", "1/32", "1/16", "1/8", "1/4",
+                                  "1/2", "1"], table)
+
+
+def budget_final_table(results) -> str:
+    rows = [[function_label(r["function"]), r["label"],
+             f"{_fmt(np.mean(r['final_gap']))} ± {_fmt(np.std(r['final_gap']))}",
+             _calls(np.mean(r["num_queries"])), f"{r['run_seconds']:.1f}"] for r in results]
+    return common.markdown_table(["function", "method", "gap at the budget (mean ± std)",
+                                  "calls spent", "run s"], rows)
+
+
+def plot_budget_curves(p, results, path: Path, backbone: str) -> Path:
+    """Mean gap against calls: fixed K thin, their envelope dashed, adaptive methods thick."""
+    groups = _by_function(results)
+    fig, axes = _grid(len(groups))
+    grid = p.grid
+    for ax, (function, rs) in zip(axes, groups.items()):
+        fixed = {r["label"]: np.mean(r["curves"], axis=0) for r in rs
+                 if r["fixed_k"] and r["backbone"] == backbone}
+        for label, curve in fixed.items():
+            ax.plot(grid, curve, lw=0.8, alpha=0.6, label=label)
+        if fixed:
+            env, _ = anytime.envelope(fixed)
+            ax.plot(grid, env, "k--", lw=1.6, label="best fixed K (envelope)")
+        for r in rs:
+            if not r["fixed_k"] and r["backbone"] == backbone:
+                ax.plot(grid, np.mean(r["curves"], axis=0), lw=2.0, label=r["label"])
+        if p.switch_at:
+            ax.axvline(p.switch_at, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(function_label(function))
+        ax.set_xlabel("oracle calls")
+        ax.set_ylabel("gap")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6)
+    return common.save_figure(fig, path)
+
+
+def plot_budget_k(p, results, path: Path) -> Path:
+    """The adaptive methods' K against calls (mean over seeds)."""
+    groups = _by_function(results)
+    fig, axes = _grid(len(groups))
+    for ax, (function, rs) in zip(axes, groups.items()):
+        for r in rs:
+            if not r["fixed_k"]:
+                ax.plot(p.grid, np.mean(r["k_curves"], axis=0), lw=1.4, label=r["label"])
+        ax.set_xscale("log")
+        ax.set_title(function_label(function))
+        ax.set_xlabel("oracle calls")
+        ax.set_ylabel("K at the last step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6)
+    return common.save_figure(fig, path)

@@ -7,8 +7,6 @@ cores of a CI machine. Compile time and run time are measured separately.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,29 +132,9 @@ def _result(unit: Unit, function: str, trace, compile_seconds: float, run_second
     }
 
 
-def _init_worker(cores) -> None:
-    common.pin_to_cores([cores.get()])
-
-
 def execute(protocol: Protocol, workers: int, desc: str) -> list[dict[str, Any]]:
     """Runs every unit of ``protocol`` on ``workers`` pinned processes (1: in-process)."""
-    todo = units(protocol)
-    results: list[dict[str, Any]] = []
-    if workers <= 1:
-        for unit in common.progress(todo, total=len(todo), desc=desc):
-            results += run_unit(unit)
-        return _ordered(results, protocol)
-    ctx = mp.get_context("spawn")
-    cores = ctx.Queue()
-    available = common.available_cores()
-    for i in range(workers):
-        cores.put(available[i % len(available)])
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(cores,)) as pool:
-        futures = [pool.submit(run_unit, u) for u in todo]
-        for future in common.progress(as_completed(futures), total=len(futures), desc=desc):
-            results += future.result()
-    return _ordered(results, protocol)
+    return _ordered(common.pinned_map(run_unit, units(protocol), workers, desc), protocol)
 
 
 def _ordered(results, protocol: Protocol):

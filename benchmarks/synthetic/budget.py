@@ -1,0 +1,257 @@
+"""Budget mode: every method runs until it has spent the same number of oracle calls.
+
+Fixed K in {1, 2, 4, 8, 16} on both backbones (R-AdaZO, ZO-AdaMM) define, per function,
+budget and backbone, the envelope of the best fixed K in hindsight; each adaptive method
+is scored by its query regret against it (:mod:`benchmarks.anytime`). Three protocols:
+
+* ``budget``: the five deterministic functions and least squares on a fresh minibatch
+  each step (:data:`objectives.NOISY`), all methods;
+* ``budget_switch``: Rosenbrock for half the budget, then Levy (the objective switch),
+  regret measured on the calls after the switch;
+* ``budget_auto_k``: the sensitivity of ``auto_k`` to its own parameters.
+
+A run is one ``lax.while_loop`` over log periods that stops when the lane's calls reach
+the budget (under ``vmap`` the loop runs until the last seed stops; finished lanes keep
+their state and are not counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from benchmarks import anytime, common
+from benchmarks.synthetic.methods import METHODS, Settings, Variant
+from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
+
+FIXED = tuple(f"{p}-k{k}" for p in ("radazo", "zo-adamm") for k in (1, 2, 4, 8, 16))
+ADAPTIVE = ("zoaq", "statzo", "auto-k", "zoaq-zo-adamm", "auto-k-zo-adamm")
+FUNCTIONS = (*OBJECTIVES, *NOISY)
+SWITCH = "rosenbrock>levy"
+
+
+@dataclass(frozen=True)
+class BudgetProtocol:
+    name: str  # "budget", "budget_switch" or "budget_auto_k"
+    preset: str
+    dim: int
+    budget: int  # oracle calls per run (the switch happens at half of it)
+    seeds: tuple[int, ...]
+    log_every: int  # steps between log rows
+    functions: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    settings: Settings = Settings()
+
+    @property
+    def switch_at(self) -> int | None:
+        return self.budget // 2 if any(">" in f for f in self.functions) else None
+
+    @property
+    def origin(self) -> int:
+        """Calls from which regret is measured (the switch, if any)."""
+        return self.switch_at or 0
+
+    @property
+    def budgets(self) -> tuple[float, ...]:
+        span = self.budget - self.origin
+        return tuple(self.origin + f * span for f in anytime.FRACTIONS)
+
+    @property
+    def grid(self) -> np.ndarray:
+        return np.unique(np.concatenate([anytime.call_grid(self.budget, self.budgets),
+                                         np.asarray(self.budgets)]))
+
+
+_SCALE = {  # preset -> (dim, budget, seeds, log_every)
+    "tiny": (10, 4000, 2, 10),
+    "quick": (100, 120_000, 3, 20),
+    "paper": (100, 1_200_000, 5, 50),
+}
+_TINY = ("radazo-k1", "radazo-k2", "zoaq", "auto-k")
+SENSITIVITY = (
+    ("window", (250, 4000)), ("r", (0.003, 0.03)), ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)),
+)
+
+
+def _variants(names) -> tuple[Variant, ...]:
+    return tuple(Variant(n) for n in names)
+
+
+def protocol(name: str, preset: str) -> BudgetProtocol:
+    dim, budget, seeds, log_every = _SCALE[preset]
+    fixed_radazo = tuple(m for m in FIXED if m.startswith("radazo"))
+    if name == "budget":
+        functions = FUNCTIONS if preset != "tiny" else ("quadratic", "least_squares")
+        variants = _variants(_TINY if preset == "tiny" else FIXED + ADAPTIVE)
+    elif name == "budget_switch":
+        functions = (SWITCH,)
+        variants = _variants(fixed_radazo + ("zoaq", "auto-k"))
+    elif name == "budget_auto_k":
+        functions = ("quadratic", "rosenbrock", "least_squares")
+        variants = _variants(fixed_radazo + ("auto-k",)) + tuple(
+            Variant("auto-k", ((key, v),), f"auto_k {key}={v}")
+            for key, values in SENSITIVITY for v in values)
+    else:
+        raise ValueError(f"unknown budget protocol {name!r}")
+    return BudgetProtocol(name, preset, dim, budget, tuple(range(seeds)), log_every, functions,
+                          variants)
+
+
+def restrict(p: BudgetProtocol, functions=None, variants=None, seeds=None, budget=None):
+    """The protocol with some fields overridden from the command line."""
+    changes: dict[str, Any] = {}
+    if functions:
+        changes["functions"] = tuple(functions)
+    if variants:
+        changes["variants"] = tuple(variants)
+    if seeds:
+        changes["seeds"] = tuple(range(seeds))
+    if budget:
+        changes["budget"] = budget
+    return replace(p, **changes)
+
+
+# --------------------------------------------------------------------------- runner
+
+_TABLE = (*OBJECTIVES, *NOISY)  # objective ids of the compiled switch
+
+
+def _fid(name: str) -> int:
+    return _TABLE.index(name)
+
+
+def objective(x, batch, fid):
+    """The objective with id ``fid``: deterministic ones ignore the data key ``batch``."""
+    import jax
+
+    fns = [lambda x, b, o=o: o.fn(x) for o in OBJECTIVES.values()]
+    fns += [lambda x, b, o=o: o.fn(x, b) for o in NOISY.values()]
+    return jax.lax.switch(fid, fns, x, batch)
+
+
+def gap(x, fid):
+    """The optimality gap of objective ``fid`` at ``x`` (full data for noisy ones)."""
+    import jax
+
+    fns = [o.fn for o in OBJECTIVES.values()] + [o.gap for o in NOISY.values()]
+    return jax.lax.switch(fid, fns, x)
+
+
+def _program(p: BudgetProtocol, variant: Variant):
+    """A jit-compiled function of (seeds, objective ids before/after the switch)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    rows = p.budget // (2 * p.log_every) + 2  # every method spends >= 2 calls a step
+    switch_at = p.budget + 1 if p.switch_at is None else p.switch_at
+
+    def one(seed, fids):
+        opt = variant.build(p.settings, jax.random.fold_in(jax.random.key(seed), 1))
+        x0 = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (p.dim,))
+        data_key = jax.random.fold_in(jax.random.key(seed), 2)
+
+        def calls(state):
+            return optax.tree.get(state, "num_queries")
+
+        def fid(state):
+            return jnp.where(calls(state) >= switch_at, fids[1], fids[0])
+
+        def step(carry, _):
+            x, state, t = carry
+            updates, state2 = opt.update(None, state, x, value_fn=objective,
+                                         batch=jax.random.fold_in(data_key, t), fid=fid(state))
+            return (optax.apply_updates(x, updates), state2, t + 1), None
+
+        def period(carry):
+            x, state, t, row, log = carry
+            (x, state, t), _ = jax.lax.scan(step, (x, state, t), None, length=p.log_every)
+            entry = (calls(state), gap(x, fid(state)), optax.tree.get(state, "last_k"))
+            log = tuple(a.at[row].set(v) for a, v in zip(log, entry))
+            return x, state, t, row + 1, log
+
+        state = opt.init(x0)
+        log = (jnp.zeros(rows, jnp.int32).at[1:].set(jnp.iinfo(jnp.int32).max),
+               jnp.full(rows, gap(x0, fids[0]), jnp.float32), jnp.zeros(rows, jnp.int32))
+        carry = (x0, state, jnp.int32(0), jnp.int32(1), log)
+        *_, log = jax.lax.while_loop(
+            lambda c: (calls(c[1]) < p.budget) & (c[3] < rows), period, carry)
+        return log
+
+    return jax.jit(jax.vmap(one, in_axes=(0, None)))
+
+
+def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
+    """Compiles a method once and runs it on each function; curves on the protocol grid."""
+    import jax
+    import jax.numpy as jnp
+
+    p, variant = unit
+    seeds = jnp.asarray(p.seeds, jnp.int32)
+    with common.Stopwatch() as compile_time:
+        compiled = _program(p, variant).lower(seeds, jnp.zeros(2, jnp.int32)).compile()
+    method = METHODS[variant.method]
+    out = []
+    for function in p.functions:
+        names = function.split(">")
+        fids = jnp.asarray([_fid(names[0]), _fid(names[-1])], jnp.int32)
+        with common.Stopwatch() as run_time:
+            calls, gaps, ks = (np.asarray(a) for a in jax.block_until_ready(compiled(seeds, fids)))
+        rows = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
+        out.append({
+            "function": function, "method": variant.name, "label": variant.display,
+            "backbone": method.backbone, "fixed_k": method.fixed_k if not variant.overrides
+            else None, "seeds": list(p.seeds),
+            "num_queries": [int(c[r[-1]]) for c, r in zip(calls, rows)],
+            "final_gap": [float(g[r[-1]]) for g, r in zip(gaps, rows)],
+            "curves": [anytime.sample_curve(c[r], g[r], p.grid).tolist()
+                       for c, g, r in zip(calls, gaps, rows)],
+            "k_curves": [anytime.sample_curve(c[r], k[r], p.grid).tolist()
+                         for c, k, r in zip(calls, ks, rows)],
+            "compile_seconds": compile_time.seconds, "run_seconds": run_time.seconds,
+        })
+    return out
+
+
+def _cost(unit) -> float:
+    p, variant = unit
+    method = METHODS[variant.method]
+    return -(1.0 / (method.fixed_k or 2))  # small budgets take the most steps
+
+
+def execute(p: BudgetProtocol, workers: int, desc: str) -> list[dict[str, Any]]:
+    todo = sorted(((p, v) for v in p.variants), key=_cost)
+    results = common.pinned_map(run_unit, todo, workers, desc)
+    order = {(f, v.name): i for i, (f, v) in enumerate(
+        (f, v) for f in p.functions for v in p.variants)}
+    return sorted(results, key=lambda r: order[(r["function"], r["method"])])
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def regret_rows(p: BudgetProtocol, results) -> list[dict[str, Any]]:
+    """Query regret of every non-fixed method against its backbone's fixed-K envelope."""
+    grid = p.grid
+    out = []
+    for function in p.functions:
+        rs = [r for r in results if r["function"] == function]
+        for backbone in ("radazo", "zo_adamm"):
+            fixed = {r["label"]: np.mean(r["curves"], axis=0) for r in rs
+                     if r["fixed_k"] and r["backbone"] == backbone}
+            if not fixed:
+                continue
+            env, best = anytime.envelope(fixed)
+            for r in rs:
+                if r["fixed_k"] or r["backbone"] != backbone:
+                    continue
+                regrets = anytime.regret(grid, np.mean(r["curves"], axis=0), env, p.budgets,
+                                         origin=p.origin)
+                at = [int(np.searchsorted(grid, b)) for b in p.budgets]
+                out.append({"function": function, "backbone": backbone, "method": r["method"],
+                            "label": r["label"], "regret": regrets,
+                            "best_fixed": [best[i] for i in at],
+                            **anytime.summarize(regrets)})
+    return out
