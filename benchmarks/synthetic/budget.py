@@ -99,6 +99,22 @@ def protocol(name: str, preset: str) -> BudgetProtocol:
                           variants)
 
 
+def as_dict(p: BudgetProtocol) -> dict[str, Any]:
+    return {"name": p.name, "preset": p.preset, "dim": p.dim, "budget": p.budget,
+            "seeds": list(p.seeds), "log_every": p.log_every, "functions": list(p.functions),
+            "variants": [v.name for v in p.variants], "settings": vars(p.settings)}
+
+
+def from_dict(d: dict[str, Any]) -> BudgetProtocol:
+    """The protocol recorded by :func:`as_dict` (variants by name, labels kept)."""
+    base = protocol(d["name"], d["preset"])
+    known = {v.name: v for v in base.variants} | {n: Variant(n) for n in METHODS}
+    return replace(base, dim=d["dim"], budget=d["budget"], seeds=tuple(d["seeds"]),
+                   log_every=d["log_every"], functions=tuple(d["functions"]),
+                   variants=tuple(known[n] for n in d["variants"]),
+                   settings=Settings(**d["settings"]))
+
+
 def restrict(p: BudgetProtocol, functions=None, variants=None, seeds=None, budget=None):
     """The protocol with some fields overridden from the command line."""
     changes: dict[str, Any] = {}
@@ -247,11 +263,13 @@ def regret_rows(p: BudgetProtocol, results) -> list[dict[str, Any]]:
             for r in rs:
                 if r["fixed_k"] or r["backbone"] != backbone:
                     continue
-                regrets = anytime.regret(grid, np.mean(r["curves"], axis=0), env, p.budgets,
-                                         origin=p.origin)
+                curve = np.mean(r["curves"], axis=0)
+                regrets = anytime.regret(grid, curve, env, p.budgets, origin=p.origin)
                 at = [int(np.searchsorted(grid, b)) for b in p.budgets]
+                ratio = [float(curve[i] / env[i]) for i in at]
                 out.append({"function": function, "backbone": backbone, "method": r["method"],
-                            "label": r["label"], "regret": regrets,
+                            "label": r["label"], "regret": regrets, "gap_ratio": ratio,
+                            "gap_ratio_median": float(np.median(ratio)),
                             "best_fixed": [best[i] for i in at],
                             **anytime.summarize(regrets)})
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 from pathlib import Path
 
 from benchmarks import common
@@ -49,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=common.positive_int,
                         help="budget mode: oracle calls per run (default: the preset's)")
     parser.add_argument("--out", type=Path, default=Path("out"), help="output folder")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="re-render a budget-mode report from its JSON into --out")
     parser.add_argument("--workers", type=common.positive_int,
                         default=len(common.available_cores()),
                         help="worker processes, one pinned core each (1: in-process)")
@@ -151,39 +154,63 @@ def _markdown(protocol, results, figures, out: Path, machine, wall, command) -> 
                                  "\n\n".join(parts), "synthetic")
 
 
+_BUDGET_TITLES = {
+    "budget": "Synthetic benchmark at equal oracle calls",
+    "budget_switch": "Synthetic, equal calls: the objective switch",
+    "budget_auto_k": "Synthetic, equal calls: auto_k's sensitivity to its parameters",
+}
+
+
+def _write_budget(p: budgets.BudgetProtocol, results, record: dict, out: Path):
+    """JSON, figures and report of a budget-mode run; returns (report, json, regret rows)."""
+    rows = budgets.regret_rows(p, results)
+    name = f"synthetic_{p.name}"
+    json_path = common.write_json(out / f"{name}.json", {
+        **record, "protocol": budgets.as_dict(p), "grid": p.grid, "budgets": p.budgets,
+        "regret": rows, "results": results})
+    figures = [(f"Gap against oracle calls, {bb} backbone", report.plot_budget_curves(
+        p, results, out / "synthetic" / f"{name}_{bb}.png", bb))
+        for bb in ("radazo", "zo_adamm") if any(r["backbone"] == bb for r in results)]
+    figures.append(("K against oracle calls", report.plot_budget_k(
+        p, results, out / "synthetic" / f"{name}_k.png")))
+    images = "\n\n".join(f"**{t}**\n\n![{t}]({path.relative_to(out).as_posix()})"
+                          for t, path in figures)
+    parts = [report.budget_header(p, record),
+             "## Query regret against the best fixed K", report.budget_regret_table(p, rows),
+             "## Gap against the best fixed K's at the same budget",
+             report.budget_ratio_table(p, rows),
+             "Best fixed K (the envelope) at each budget:", report.budget_best_fixed(p, rows),
+             "## Gap at the budget", report.budget_final_table(results), "## Figures", images]
+    md = common.write_markdown(out / f"{name}.md", _BUDGET_TITLES[p.name], "\n\n".join(parts),
+                               "synthetic")
+    return md, json_path, rows
+
+
 def _run_budget(p: budgets.BudgetProtocol, args: argparse.Namespace, command: str) -> None:
     with common.Stopwatch() as wall:
         results = budgets.execute(p, args.workers, desc=f"synthetic {p.name}")
-    machine = common.machine_info()
-    rows = budgets.regret_rows(p, results)
-    name = "synthetic" if p.name == "budget" else f"synthetic_{p.name}"
-    json_path = common.write_json(args.out / f"{name}.json", {
-        "command": command, "date": datetime.date.today().isoformat(), "machine": machine,
-        "wall_seconds": wall.seconds, "protocol": {**vars(p), "variants": [
-            v.name for v in p.variants], "settings": vars(p.settings)} | {"name": p.name},
-        "grid": p.grid, "budgets": p.budgets, "regret": rows, "results": results})
-    figures = [(f"Gap against oracle calls, {bb} backbone", report.plot_budget_curves(
-        p, results, args.out / "synthetic" / f"{name}_{bb}.png", bb))
-        for bb in ("radazo", "zo_adamm") if any(r["backbone"] == bb for r in results)]
-    figures.append(("K against oracle calls", report.plot_budget_k(
-        p, results, args.out / "synthetic" / f"{name}_k.png")))
-    images = "\n\n".join(f"**{t}**\n\n![{t}]({path.relative_to(args.out).as_posix()})"
-                          for t, path in figures)
-    parts = [report.budget_header(p, machine, wall.seconds, command),
-             "## Query regret against the best fixed K", report.budget_regret_table(p, rows),
-             "Best fixed K (the envelope) at each budget:", report.budget_best_fixed(p, rows),
-             "## Gap at the budget", report.budget_final_table(results), "## Figures", images]
-    title = {"budget": "Synthetic benchmark at equal oracle calls",
-             "budget_switch": "Synthetic, equal calls: the objective switch",
-             "budget_auto_k": "Synthetic, equal calls: auto_k's sensitivity to its parameters"}
-    md = common.write_markdown(args.out / f"{name}.md", title[p.name], "\n\n".join(parts),
-                               "synthetic")
+    record = {"command": command, "date": datetime.date.today().isoformat(),
+              "machine": common.machine_info(), "wall_seconds": wall.seconds}
+    md, json_path, rows = _write_budget(p, results, record, args.out)
     print(f"\n{p.name}: {wall.seconds:.0f} s -> {md}, {json_path}")
     print(report.budget_regret_table(p, rows))
 
 
+def _render_budget(path: Path, out: Path) -> None:
+    """Re-renders a budget-mode report from its JSON (no computation)."""
+    if not path.exists():
+        raise SystemExit(f"error: {path} does not exist")
+    data = json.loads(path.read_text())
+    record = {k: data[k] for k in ("command", "date", "machine", "wall_seconds")}
+    md, _, _ = _write_budget(budgets.from_dict(data["protocol"]), data["results"], record, out)
+    print(f"{path} -> {md}")
+
+
 def main(args: argparse.Namespace) -> int:
     command = common.command_line("synthetic", args)
+    if args.render:
+        _render_budget(args.render, args.out)
+        return 0
     if args.mode == "budget":
         for p in _budget_protocols(args):
             _run_budget(p, args, command)

@@ -264,14 +264,15 @@ def header(protocol: Protocol, machine, wall_seconds: float, command: str) -> st
 # --------------------------------------------------------------------------- budget mode
 
 
-def budget_header(p, machine, wall_seconds: float, command: str) -> str:
+def budget_header(p, record: dict) -> str:
+    machine = record["machine"]
     methods = ", ".join(v.display for v in p.variants)
     switch = (f" (the objective switches at {p.switch_at:,} calls; regret counts calls after "
               "it)" if p.switch_at else "")
     return "\n".join([
-        f"Command: `{command}`",
+        f"Command: `{record['command']}`",
         "",
-        f"- Date: {datetime.date.today().isoformat()}; wall time {wall_seconds:.0f} s "
+        f"- Date: {record['date']}; wall time {record['wall_seconds']:.0f} s "
         "(compilation included).",
         f"- Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB; "
         f"JAX {machine['jax']} on {machine['backend']}.",
@@ -298,6 +299,17 @@ def budget_regret_table(p, rows) -> str:
             "divided by the budget (∞: not reached within the run).\n\n"
             + common.markdown_table(["function", "backbone", "method", *fractions, "median",
                                      "max"], table))
+
+
+def budget_ratio_table(p, rows) -> str:
+    """Mean gap of each adaptive method over the envelope's at the same budget."""
+    table = [[function_label(row["function"]), row["backbone"], row["label"],
+              *(f"{x:.3g}" for x in row["gap_ratio"]), f"{row['gap_ratio_median']:.3g}"]
+             for row in rows]
+    return ("Mean gap divided by the best fixed K's mean gap at the same budget (1: as good; "
+            "below 1: better). Where regret is ∞ this says by how much the method missed.\n\n"
+            + common.markdown_table(["function", "backbone", "method", "1/64", "1/32", "1/16",
+                                     "1/8", "1/4", "1/2", "1", "median"], table))
 
 
 def budget_best_fixed(p, rows) -> str:
