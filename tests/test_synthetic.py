@@ -130,3 +130,37 @@ def test_trigger_metrics_are_per_function():
     assert [(r[0].strip("| "), r[1], r[2]) for r in rows] == [
         ("Quadratic", "A", "2"), ("Quadratic", "B", "2"), ("Levy", "A", "7"), ("Levy", "B", "7")]
     assert rows[0][3] == "1,000" and rows[3][3] == "1,000"
+
+
+def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_path):
+    assert cli(["synthetic", "--mode", "budget", "--preset", "tiny", "--functions", "quadratic",
+                "least_squares", "--seeds", "2", "--workers", "1", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "synthetic_budget.json").read_text())
+    budget = data["protocol"]["budget"]
+    for r in data["results"]:
+        # a log period may overshoot by at most log_every steps of the method's budget
+        assert all(budget <= c <= budget + 2 * 16 * data["protocol"]["log_every"]
+                   for c in r["num_queries"])
+        assert len(r["curves"][0]) == len(data["grid"])
+    assert {(row["function"], row["method"]) for row in data["regret"]} == {
+        (f, m) for f in ("quadratic", "least_squares") for m in ("zoaq", "auto-k")}
+    md = (tmp_path / "synthetic_budget.md").read_text()
+    assert "Query regret" in md and "auto_k" in md
+    # the report re-renders from its JSON alone, to the same text
+    again = tmp_path / "again"
+    assert cli(["synthetic", "--render", str(tmp_path / "synthetic_budget.json"),
+                "--out", str(again)]) == 0
+    assert (again / "synthetic_budget.md").read_text() == md
+
+
+def test_budget_runs_match_plain_runs_of_the_same_optimizer():
+    from benchmarks.synthetic import budget
+
+    p = budget.restrict(budget.protocol("budget", "tiny"), functions=["quadratic"], seeds=1,
+                        variants=[Variant("radazo-k2")], budget=400)
+    (result,) = budget.run_unit((p, p.variants[0]))
+    x0 = jax.random.normal(jax.random.fold_in(jax.random.key(0), 0), (p.dim,))
+    opt = p.variants[0].build(Settings(), jax.random.fold_in(jax.random.key(0), 1))
+    _, _, trace = zoaq_jax.run(opt, OBJECTIVES["quadratic"].fn, x0, 100, log_every=10)
+    assert result["num_queries"] == [400]
+    assert result["final_gap"][0] == pytest.approx(float(trace.value[-1]), rel=1e-4)
