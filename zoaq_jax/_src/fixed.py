@@ -63,18 +63,18 @@ def fixed_estimator(
     """
     k = checks.static_int("k", k, 1)
     checks.positive("mu", mu)
-    checks.check_key(key)
+    schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     checks.choice("directions", directions, dirs.KINDS)
 
     def init_fn(params):
         del params
-        return FixedEstimatorState(ledger=ledger.init(checks.as_key(key)))
+        return FixedEstimatorState(ledger=schedule.init())
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates
         step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
-        step_key = ledger.step_key(state.ledger)
+        step_key = schedule.step_key(state.ledger)
         _, drawn = expansion.draw_step(directions, step_key, k, params)
         cand = expansion.accept_or_expand(
             expansion.fresh_acquirer(step, params, step_key, directions, drawn),

@@ -81,7 +81,7 @@ def statzo_estimator(
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
     checks.positive("theta", theta)
     checks.positive("mu", mu)
-    checks.check_key(key)
+    schedule = ledger.KeySchedule.of(key)
     checks.choice("directions", directions, dirs.KINDS)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     slots = expansion.capacity(k_min, k_max, k_step)
@@ -89,7 +89,7 @@ def statzo_estimator(
     def init_fn(params):
         del params
         return StatZOState(
-            ledger=ledger.init(checks.as_key(key)),
+            ledger=schedule.init(),
             tau=jnp.asarray(theta, jnp.float32),
             last_score=jnp.asarray(jnp.nan, jnp.float32),
         )
@@ -97,7 +97,7 @@ def statzo_estimator(
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates
         step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
-        step_key = ledger.step_key(state.ledger)
+        step_key = schedule.step_key(state.ledger)
         _, drawn = expansion.draw_step(directions, step_key, slots, params)
 
         def test(cand):

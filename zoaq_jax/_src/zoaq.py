@@ -129,7 +129,7 @@ def zoaq_estimator(
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
     n_hist = checks.static_int("n_hist", n_hist, 0)
     checks.positive("mu", mu)
-    checks.check_key(key)
+    schedule = ledger.KeySchedule.of(key)
     checks.in_closed_interval("tau0", tau0, -1.0, 1.0)
     checks.decay("beta_tau", beta_tau)
     checks.decay("b1", b1)
@@ -159,21 +159,20 @@ def zoaq_estimator(
         return tau if tau_band is None else jnp.clip(tau, tau_band[0], tau_band[1])
 
     def init_fn(params):
-        run_key = checks.as_key(key)
         tau = c_norm if trigger == "norm" else project(tau0)
         return ZoAQState(
-            ledger=ledger.init(run_key),
+            ledger=schedule.init(),
             ema=dirs.zeros(params),
             tau=jnp.asarray(tau, jnp.float32),
             next_k=jnp.asarray(k_min, jnp.int32),
-            history=history.init(n_hist, run_key),
+            history=history.init(n_hist),
             last_score=jnp.asarray(jnp.nan, jnp.float32),
         )
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates
         step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
-        step_key = ledger.step_key(state.ledger)
+        step_key = schedule.step_key(state.ledger)
         scale = dirs.estimator_scale(directions, params)
         # A non-finite forward centre ends the step at once, whatever the reset policy.
         k_start = jnp.where(step.centre_bad, k_min, state.next_k)
@@ -183,11 +182,13 @@ def zoaq_estimator(
 
         retained = history.valid(state.history)
         coeffs = jnp.where(retained, state.history.responses, 0.0)
+        retained_keys = schedule.record_keys(state.ledger, state.history.steps,
+                                             state.history.index)
         retained_u, drawn = expansion.draw_step(
-            directions, step_key, slots, params, state.history.keys if n_hist else None
+            directions, step_key, slots, params, retained_keys if n_hist else None
         )
         if retained_u is None:
-            retained_total = dirs.regenerate_sum(directions, state.history.keys, coeffs, params)
+            retained_total = dirs.regenerate_sum(directions, retained_keys, coeffs, params)
         else:
             retained_total = dirs.weighted_sum(coeffs, retained_u)
         n_retained = jnp.sum(retained, dtype=jnp.int32)
@@ -229,7 +230,7 @@ def zoaq_estimator(
             calibrated = project(beta_tau * tau + (1 - beta_tau) * score)
             tau = jnp.where(usable & ~warm & jnp.isfinite(score), calibrated, tau)
         records = history.push(
-            state.history, ledger.direction_keys(step_key, 0, slots), cand.responses,
+            state.history, jnp.arange(slots, dtype=jnp.int32), cand.responses,
             state.ledger.step, cand.ok & usable,
         )
         if reset == "min":
