@@ -68,8 +68,7 @@ def fixed_estimator(
     checks.choice("directions", directions, dirs.KINDS)
 
     def init_fn(params):
-        del params
-        return FixedEstimatorState(ledger=schedule.init())
+        return FixedEstimatorState(ledger=schedule.init(params))
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from zoaq_jax._src import checks
+from zoaq_jax._src import checks, oracle
 
 
 class QueryLedger(NamedTuple):
@@ -70,8 +70,12 @@ class KeySchedule(NamedTuple):
         return jax.vmap(lambda t, i: jax.random.fold_in(jax.random.fold_in(run_key, t), i))(
             steps, index)
 
-    def init(self) -> QueryLedger:
-        """A fresh ledger (the key data is a new buffer, never the user's key)."""
+    def init(self, params: Any) -> QueryLedger:
+        """A fresh ledger for ``params`` (checked by :func:`oracle.check_params`).
+
+        The key data is a new buffer, never the user's key.
+        """
+        oracle.check_params(params)
         key = self.seed if checks.is_typed_key(self.seed) else jax.random.key(
             self.seed, impl=self.impl)
         data = jnp.array(jax.random.key_data(key), jnp.uint32, copy=True)

@@ -87,9 +87,8 @@ def statzo_estimator(
     slots = expansion.capacity(k_min, k_max, k_step)
 
     def init_fn(params):
-        del params
         return StatZOState(
-            ledger=schedule.init(),
+            ledger=schedule.init(params),
             tau=jnp.asarray(theta, jnp.float32),
             last_score=jnp.asarray(jnp.nan, jnp.float32),
         )

@@ -161,7 +161,7 @@ def zoaq_estimator(
     def init_fn(params):
         tau = c_norm if trigger == "norm" else project(tau0)
         return ZoAQState(
-            ledger=schedule.init(),
+            ledger=schedule.init(params),
             ema=dirs.zeros(params),
             tau=jnp.asarray(tau, jnp.float32),
             next_k=jnp.asarray(k_min, jnp.int32),

@@ -78,8 +78,7 @@ def zoar_estimator(
     capacity = (n_hist + 1) * k
 
     def init_fn(params):
-        del params
-        return ZoARState(ledger=schedule.init(), history=history.init(capacity))
+        return ZoARState(ledger=schedule.init(params), history=history.init(capacity))
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates, value  # the forward form needs no centre value
