@@ -69,8 +69,8 @@ def zoaq_estimator(
     scores :math:`-\infty`. On acceptance :math:`m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t`,
     :math:`\tau_t = \beta_\tau \tau_{t-1} + (1-\beta_\tau) s_t` (projected onto
     ``tau_band`` if given; unchanged for :math:`s_t = -\infty` and at warm start), and
-    the buffer keeps the newest ``n_hist`` records. Records store a key, a response and
-    the acquisition step; directions are regenerated from keys.
+    the buffer keeps the newest ``n_hist`` records. Records store the acquisition step,
+    the direction's index and a response; directions are regenerated from their keys.
 
     NaN/inf policy: a non-finite response is discarded (it was a query, so it is
     counted in ``num_queries`` and in ``num_nonfinite``) and never enters the estimate,
