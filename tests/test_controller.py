@@ -88,7 +88,9 @@ def test_adaptive_controller_keeps_history_in_expanded_candidates():
     old = jnp.sum(jnp.where(zoaq_jax._src.history.valid(state.history),
                             state.history.responses, 0)[:, None]
                   * jax.vmap(lambda k: zoaq_jax._src.directions.sample("gaussian", k, A))(
-                      state.history.keys), axis=0)
+                      jax.vmap(lambda t, i: jax.random.fold_in(jax.random.fold_in(
+                          jax.random.key(9), t), i))(state.history.steps,
+                                                       state.history.index)), axis=0)
     np.testing.assert_allclose(g, (old + 4 * h) / (n_old + 4), rtol=1e-5, atol=1e-5)
 
 

@@ -182,3 +182,22 @@ def test_optimizers_survive_a_nan_region_end_to_end():
                 zoaq_jax.statzo(1e-2, k_max=4, mu=0.5, key=1)):
         params, state, trace = zoaq_jax.run(opt, holey, -jnp.ones(D), 60)
         assert np.all(np.isfinite(params))
+
+
+@pytest.mark.parametrize("params", [{}, {"n": jnp.array([1, 2])}, [None]])
+def test_params_without_float_leaves_are_refused_clearly(params):
+    for opt in (zoaq_jax.zoaq(1e-2), zoaq_jax.zoar_estimator(), zoaq_jax.statzo(1e-2)):
+        with pytest.raises(ValueError, match="no floating-point leaves"):
+            opt.init(params)
+
+
+def test_run_under_x64_keeps_int32_counters_and_does_not_warn():
+    """The ring buffer's counters stayed int32 and ZoAR's scatter float32 under x64."""
+    import warnings
+
+    with jax.enable_x64(True), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for opt in (zoaq_jax.zoaq(1e-2, k_max=3, n_hist=2), zoaq_jax.zoar(1e-2, n_hist=2)):
+            _, state, trace = zoaq_jax.run(opt, wavy, jnp.ones(D), 4)
+            assert optax.tree.get(state, "head").dtype == jnp.int32
+            assert np.all(np.isfinite(trace.value))

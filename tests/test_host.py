@@ -126,3 +126,15 @@ def test_pytorch_objective_through_host_oracle():
     assert float(np.sum((np.asarray(params) - target.numpy()) ** 2)) < 0.05 * float(
         np.sum(target.numpy() ** 2))
     assert len(calls) == int(optax.tree.get(state, "num_queries"))
+
+
+def test_a_host_function_returning_none_is_an_error_not_a_zero_update():
+    def forgot_return(x):
+        float(np.sum(x**2))
+
+    est = zoaq_jax.fixed_estimator(k=2)
+    params = jnp.ones(3)
+    with pytest.raises(Exception, match="returned None"):
+        g, _ = est.update(None, est.init(params), params,
+                          value_fn=zoaq_jax.host_oracle(forgot_return))
+        jax.block_until_ready(g)

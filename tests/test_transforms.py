@@ -1,5 +1,10 @@
-"""Transformations: jit (compile once), vmap over seeds, sharding, PyTrees, Optax chains."""
+"""Transformations: jit, vmap, sharding, PyTrees, dtypes, Optax chains and wrappers.
 
+The per-optimizer properties (compile once, donation, vmap over seeds, ...) are in
+tests/test_properties.py.
+"""
+
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,67 +16,6 @@ import zoaq_jax
 from helpers import diag, wavy
 
 D = 16
-
-
-def loss_with_data(params, batch):
-    """A PyTree objective with data: params = {'w': [D], 'b': [2, 4]}."""
-    pred = batch["x"] @ params["w"] + jnp.sum(params["b"])
-    return jnp.mean((pred - batch["y"]) ** 2) + 0.1 * jnp.sum(params["b"] ** 2)
-
-
-def _batch(seed):
-    x = jax.random.normal(jax.random.key(seed), (32, D))
-    return {"x": x, "y": x @ jnp.linspace(-1, 1, D)}
-
-
-PARAMS = {"w": jnp.zeros(D), "b": jnp.ones((2, 4))}
-
-
-def separable(params, data):
-    """A polynomial objective with data and 1-D and 2-D leaves.
-
-    It has no matrix products and no transcendental functions, whose XLA kernels may
-    round differently in batched and unbatched programs (finite differences amplify
-    such last-bit differences by 1/mu); on it vmap and sharding must reproduce per-seed
-    runs bit for bit.
-    """
-    w = params["w"] - data["target"]
-    return jnp.sum(data["scale"] * w**2 * (1 + 0.1 * w**2)) + jnp.sum((params["b"] - 0.5) ** 2)
-
-
-DATA = {"target": jnp.linspace(-1.0, 1.0, D), "scale": jnp.linspace(0.5, 2.0, D)}
-
-OPTIMIZERS = {
-    "zoaq": lambda key: zoaq_jax.zoaq(1e-2, k_max=6, key=key),
-    "zoaq_forward": lambda key: zoaq_jax.zoaq(1e-2, k_max=4, difference="forward", key=key),
-    "radazo": lambda key: zoaq_jax.radazo(1e-2, k=3, key=key),
-    "zo_adamm": lambda key: zoaq_jax.zo_adamm(1e-2, k=3, key=key),
-    "zo_sgd": lambda key: zoaq_jax.zo_sgd(1e-3, k=2, key=key),
-    "mezo": lambda key: zoaq_jax.mezo(1e-3, k=2, weight_decay=1e-3, key=key),
-    "zoar": lambda key: zoaq_jax.zoar(1e-2, k=2, n_hist=3, key=key),
-    "statzo": lambda key: zoaq_jax.statzo(1e-2, k_max=4, key=key),
-}
-
-
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_step_compiles_once_and_reports_diagnostics(name):
-    opt = OPTIMIZERS[name](0)
-
-    @jax.jit
-    def step(params, state, batch):
-        updates, state = opt.update(None, state, params, value_fn=loss_with_data, batch=batch)
-        return optax.apply_updates(params, updates), state
-
-    params, state = PARAMS, opt.init(PARAMS)
-    values, ks = [], []
-    for t in range(6):
-        params, state = step(params, state, _batch(t))  # new data values every step
-        values.append(float(loss_with_data(params, _batch(0))))
-        ks.append(diag(state, "last_k"))
-    assert step._cache_size() == 1
-    assert diag(state, "num_queries") > 0
-    assert all(np.isfinite(values))
-    assert jax.tree.map(lambda p: p.dtype, params) == jax.tree.map(lambda p: p.dtype, PARAMS)
 
 
 def test_adaptive_budgets_do_not_recompile():
@@ -119,59 +63,9 @@ def test_adaptive_step_traces_the_objective_once_per_chunk_size(difference):
         assert _traces(estimator) == fixed + extra
 
 
-ESTIMATORS = {
-    "zoaq": lambda key: zoaq_jax.zoaq_estimator(k_max=6, key=key),
-    "zoaq_forward": lambda key: zoaq_jax.zoaq_estimator(k_max=4, difference="forward", key=key),
-    "statzo": lambda key: zoaq_jax.statzo_estimator(k_max=4, key=key),
-    "zoar": lambda key: zoaq_jax.zoar_estimator(k=2, n_hist=3, key=key),
-}
-
-
-def _plain(tree):
-    """Typed PRNG keys as their raw data, so that NumPy can compare them."""
-    return jax.tree.map(
-        lambda x: jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x,
-        tree)
-
-
-@pytest.mark.parametrize("name", sorted(ESTIMATORS))
-def test_vmap_over_seeds_equals_per_seed_estimates(name):
-    """Each lane of a vmapped estimator is its seed's estimator.
-
-    Keys, counts, budgets and buffers must match exactly. Floats match to rounding:
-    XLA may compile the batched objective differently (FMA contraction, vectorised
-    transcendental kernels), and finite differences amplify a last-bit difference by
-    1/mu, so bitwise equality of iterates is not a property JAX offers.
-    """
-    def one(seed):
-        est = ESTIMATORS[name](seed)
-
-        def step(carry, _):
-            params, state = carry
-            g, state = est.update(None, state, params, value_fn=separable, data=DATA)
-            return (jax.tree.map(lambda p, u: p - 0.05 * u, params, g), state), g
-
-        (_, state), estimates = jax.lax.scan(step, (PARAMS, est.init(PARAMS)), length=3)
-        return estimates, state
-
-    batched = _plain(jax.jit(jax.vmap(one))(jnp.arange(3)))
-    one_jit = jax.jit(one)
-    for i in (0, 2):
-        single = _plain(one_jit(jnp.int32(i)))
-        lane = jax.tree.map(lambda a: a[i], batched)
-        jax.tree.map(np.testing.assert_array_equal, lane[1].ledger, single[1].ledger)
-        if hasattr(single[1], "history"):
-            h, hs = lane[1].history, single[1].history
-            for field in ("keys", "steps", "head", "size"):
-                np.testing.assert_array_equal(getattr(h, field), getattr(hs, field))
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4),
-                     lane, single)
-    assert not np.array_equal(batched[0]["w"][0], batched[0]["w"][2])  # seeds matter
-
-
 def test_vmapped_runs_make_the_same_decisions_as_per_seed_runs():
     def one(seed):
-        return zoaq_jax.run(OPTIMIZERS["zoaq"](seed), wavy, jnp.ones(D), 40, log_every=10)
+        return zoaq_jax.run(zoaq_jax.zoaq(1e-2, k_max=6, key=seed), wavy, jnp.ones(D), 40, log_every=10)
 
     batched = jax.jit(jax.vmap(one))(jnp.arange(3))
     one_jit = jax.jit(one)
@@ -219,16 +113,23 @@ def test_mixed_pytree_with_bf16_leaf_keeps_dtypes():
 
 
 def test_chain_with_optax_clip_and_injected_learning_rate():
+    """Clipping goes after the estimator (before it, it would receive ``updates=None``)."""
     factory = optax.inject_hyperparams(
-        zoaq_jax.zoaq, static_args=("k_min", "k_max", "k_step", "n_hist"))
-    opt = optax.chain(optax.clip_by_global_norm(1.0), factory(learning_rate=1e-2, k_max=4))
+        zoaq_jax.zoaq_estimator, static_args=("k_min", "k_max", "k_step", "n_hist"))
+    opt = optax.inject_hyperparams(
+        lambda learning_rate: optax.chain(
+            factory(k_max=4, key=0), optax.clip_by_global_norm(1e-3),
+            optax.scale_by_learning_rate(learning_rate)))(learning_rate=1.0)
     step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=wavy))
     params = jnp.ones(D)
     state = opt.init(params)
+    queries = 0
     for _ in range(5):
         u, state = step(params, state)
+        assert float(optax.tree.norm(u)) == pytest.approx(1e-3, rel=1e-4)  # clipped
+        queries += 2 * diag(state, "last_k")  # central differences
         params = params + u
-    assert diag(state, "num_queries") > 0
+    assert diag(state, "num_queries") == queries
     state = optax.tree.set(state, learning_rate=jnp.float32(0.0))  # frozen by the schedule
     u, state = step(params, state)
     np.testing.assert_array_equal(u, jnp.zeros(D))
@@ -274,18 +175,6 @@ def test_chain_with_backtracking_linesearch_decreases_the_objective():
     assert all(b <= a + 1e-4 for a, b, ok in zip(values, values[1:], armijo) if ok)
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_state_can_be_donated(name):
-    """No two state leaves share a buffer, so ``donate_argnums`` works."""
-    opt = OPTIMIZERS[name](0)
-    step = jax.jit(lambda s, p: opt.update(None, s, p, value_fn=separable, data=DATA)[1],
-                   donate_argnums=0)
-    state = opt.init(PARAMS)
-    state = step(state, PARAMS)
-    state = step(state, PARAMS)
-    assert diag(state, "num_queries") > 0
-
-
 @pytest.mark.parametrize("difference", ["central", "forward"])
 def test_float64_objectives_keep_their_precision(difference):
     """Differences are taken in float64 for a float64 objective: a large constant offset
@@ -298,3 +187,46 @@ def test_float64_objectives_keep_their_precision(difference):
         assert g[0].dtype == jnp.float64
         np.testing.assert_allclose(g[1], g[0], rtol=1e-5, atol=1e-6)
         assert float(jnp.max(jnp.abs(g[0]))) > 0.1
+
+
+def test_bf16_parameters_keep_their_perturbation():
+    """x + mu u is evaluated in float32: rounded to bf16 (spacing 1/16 at 8) it was x."""
+    f = lambda x: 0.5 * jnp.sum(x.astype(jnp.float32) ** 2)  # noqa: E731
+    x = jnp.full(100, 8.0, jnp.bfloat16)
+    params, _, trace = zoaq_jax.run(zoaq_jax.mezo(1e-2, k=4), f, x, 100, log_every=100)
+    assert params.dtype == jnp.bfloat16
+    assert float(trace.value[-1]) < 0.3 * float(trace.value[0])  # float32: 3200 -> 667
+
+
+def test_masked_estimators_are_refused_with_the_composition_to_use():
+    params = {"a": jnp.ones(3), "frozen": jnp.ones(2)}
+    for opt in (optax.masked(zoaq_jax.zoaq(1e-2), {"a": True, "frozen": False}),
+                optax.multi_transform({"zo": zoaq_jax.zoaq(1e-2), "off": optax.set_to_zero()},
+                                      {"a": "zo", "frozen": "off"})):
+        with pytest.raises(ValueError, match="Put the estimator first"):
+            opt.init(params)
+
+
+def test_estimator_first_composes_with_multisteps_and_apply_if_finite():
+    """Wrappers that transform incoming updates go after the estimator.
+
+    ``MultiSteps`` then accumulates estimates: with every_k = 2 the first call emits
+    nothing and the second applies the backbone to the mean of the two estimates.
+    """
+    f = lambda p: jnp.sum(p["a"] ** 2) + jnp.sum(p["b"] ** 2)  # noqa: E731
+    params = {"a": jnp.ones(3), "b": jnp.ones(2)}
+    est = zoaq_jax.fixed_estimator(k=2, key=0)
+    opt = optax.chain(est, optax.MultiSteps(optax.sgd(0.1), 2).gradient_transformation())
+    state = opt.init(params)
+    u1, state = opt.update(None, state, params, value_fn=f)
+    u2, state = opt.update(None, state, params, value_fn=f)
+    s = est.init(params)
+    g1, s = est.update(None, s, params, value_fn=f)
+    g2, s = est.update(None, s, params, value_fn=f)
+    chex.assert_trees_all_equal(u1, jax.tree.map(jnp.zeros_like, params))
+    chex.assert_trees_all_close(u2, jax.tree.map(lambda a, b: -0.05 * (a + b), g1, g2),
+                                rtol=1e-6)
+    guarded = optax.chain(est, optax.apply_if_finite(optax.sgd(0.1), 3))
+    u, state = guarded.update(None, guarded.init(params), params, value_fn=f)
+    chex.assert_trees_all_close(u, jax.tree.map(lambda g: -0.1 * g, g1), rtol=1e-6)
+    assert int(optax.tree.get(state, "num_queries")) == 4

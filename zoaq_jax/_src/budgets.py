@@ -145,7 +145,7 @@ def progress(
     Returns:
       A :class:`BudgetRule` with state :class:`ProgressState`.
     """
-    window = checks.static_int("window", window, 2)
+    checks.count("window", window, 2)
     for name, value in (("r", r), ("r_up", r_up)):
         checks.positive(name, value)
     if checks.concrete_value(r) is not None and checks.concrete_value(r_up) is not None:
@@ -154,9 +154,13 @@ def progress(
     checks.non_negative("z", z)
 
     def init():
-        f0, i0, b0 = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32),
-                      jnp.zeros((), bool))
-        return ProgressState(jnp.asarray(k_min, jnp.int32), i0, f0, f0, f0, f0, f0, b0, b0)
+        def f0():  # one buffer each, so that the state can be donated to jit
+            return jnp.zeros((), jnp.float32)
+
+        return ProgressState(
+            next_k=jnp.asarray(k_min, jnp.int32), window_n=jnp.zeros((), jnp.int32),
+            window_sum=f0(), window_sq_diff=f0(), last_value=f0(), prev_mean=f0(),
+            prev_se2=f0(), have_prev=jnp.zeros((), bool), fast=jnp.zeros((), bool))
 
     def update(state: ProgressState, outcome: Outcome) -> ProgressState:
         value = outcome.value.astype(jnp.float32) - floor

@@ -1,7 +1,9 @@
 """Construction-time validation of hyperparameters.
 
 Every factory in :mod:`zoaq_jax` validates its arguments before it returns, so a bad
-setting fails where it was written, not deep inside a compiled step. Hyperparameters
+setting fails where it was written, not deep inside a compiled step. Real
+hyperparameters must be scalars (a Python number or an array of shape ``()``); strings,
+``None`` and arrays of other shapes are refused. Hyperparameters
 that arrive as tracers (for example from :func:`optax.inject_hyperparams` or from a
 ``jax.vmap`` over settings) cannot be inspected; they are checked only when concrete.
 Structural sizes (``k_min``, ``k_max``, ``n_hist``, ...) fix array shapes and must be
@@ -50,29 +52,39 @@ def static_int(name: str, value: Any, minimum: int) -> int:
     return value
 
 
+def count(name: str, value: Any, minimum: int) -> None:
+    """Like :func:`static_int`, but a traced value (a hyperparameter) is accepted unchecked."""
+    if not isinstance(value, jax.core.Tracer):
+        static_int(name, value, minimum)
+
+
 def positive(name: str, value: Any) -> None:
-    """Raises ``ValueError`` unless a concrete ``value`` is finite and > 0."""
+    """Raises unless ``value`` is a real scalar, finite and > 0 when concrete."""
+    real_scalar(name, value)
     v = concrete_value(value)
     if v is not None and not (np.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
 
 
 def non_negative(name: str, value: Any) -> None:
-    """Raises ``ValueError`` unless a concrete ``value`` is finite and >= 0."""
+    """Raises unless ``value`` is a real scalar, finite and >= 0 when concrete."""
+    real_scalar(name, value)
     v = concrete_value(value)
     if v is not None and not (np.isfinite(v) and v >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
 
 
 def decay(name: str, value: Any) -> None:
-    """Raises ``ValueError`` unless a concrete EMA factor lies in ``[0, 1)``."""
+    """Raises unless ``value`` is a real scalar in ``[0, 1)`` (when concrete)."""
+    real_scalar(name, value)
     v = concrete_value(value)
     if v is not None and not (0.0 <= v < 1.0):
         raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
 
 
 def in_closed_interval(name: str, value: Any, lo: float, hi: float) -> None:
-    """Raises ``ValueError`` unless a concrete ``value`` lies in ``[lo, hi]``."""
+    """Raises unless ``value`` is a real scalar in ``[lo, hi]`` (when concrete)."""
+    real_scalar(name, value)
     v = concrete_value(value)
     if v is not None and not (lo <= v <= hi):
         raise ValueError(f"{name} must lie in [{lo}, {hi}], got {value!r}.")
@@ -100,26 +112,20 @@ def budget_grid(k_min: Any, k_max: Any, k_step: Any) -> tuple[int, int, int]:
     return k_min, k_max, min(k_step, max(k_max - k_min, 1))
 
 
-def as_key(key: Any) -> jax.Array:
-    """Returns a typed PRNG key from an integer seed or a typed key.
-
-    Raw ``uint32`` key arrays (the legacy ``jax.random.PRNGKey`` format) are refused
-    because they are indistinguishable from data; wrap them with
-    ``jax.random.wrap_key_data`` first. Estimators call :func:`check_key` when they are
-    built and this function in ``init``.
-    """
-    check_key(key)
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return key
-    return jax.random.key(key)
+def is_typed_key(key: Any) -> bool:
+    """Whether ``key`` is a typed PRNG key (from ``jax.random.key``)."""
+    dtype = getattr(key, "dtype", None)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def check_key(key: Any) -> None:
-    """Raises unless ``key`` is an integer seed (scalar) or a single typed key."""
+    """Raises unless ``key`` is an integer seed (scalar, int64 range) or a single typed key."""
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        if not -(2**63) <= int(key) < 2**63:
+            raise ValueError(f"key must be an integer seed in [-2**63, 2**63), got {key}.")
         return
     dtype, shape = getattr(key, "dtype", None), getattr(key, "shape", None)
-    if dtype is None:
+    if dtype is None or isinstance(key, bool):
         raise TypeError(
             f"key must be an integer seed or a typed key from jax.random.key, got {key!r}."
         )
@@ -134,3 +140,32 @@ def check_key(key: Any) -> None:
         f"dtype {dtype} and shape {shape} (wrap legacy uint32 keys with "
         "jax.random.wrap_key_data)."
     )
+
+
+def real_scalar(name: str, value: Any) -> None:
+    """Raises ``TypeError`` unless ``value`` is a real number or a real array of shape ()."""
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"{name} must be a real scalar, got {value!r}.")
+    dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+    if dtype is None:
+        if isinstance(value, (int, float, np.number)):
+            return
+        raise TypeError(f"{name} must be a real scalar, got {type(value).__name__} {value!r}.")
+    if shape != () or not (jnp.issubdtype(dtype, jnp.floating)
+                           or jnp.issubdtype(dtype, jnp.integer)):
+        raise TypeError(
+            f"{name} must be a real scalar (shape ()), got an array of dtype {dtype} and "
+            f"shape {shape}."
+        )
+
+
+def learning_rate(value: Any) -> None:
+    """Raises unless ``value`` is an Optax schedule or a finite real scalar > 0."""
+    if callable(value):
+        return
+    if value is None:
+        raise TypeError(
+            "learning_rate is required: pass a finite number > 0 or an Optax schedule "
+            "(None would apply the raw estimate without a sign flip, i.e. ascend)."
+        )
+    positive("learning_rate", value)

@@ -161,25 +161,24 @@ def adaptive_estimator(
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
     n_hist = checks.static_int("n_hist", n_hist, 0)
     checks.positive("mu", mu)
-    checks.check_key(key)
+    schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     checks.choice("directions", directions, dirs.KINDS)
     slots = expansion.capacity(k_min, k_max, k_step)
 
     def init_fn(params):
-        run_key = checks.as_key(key)
         return AdaptiveState(
-            ledger=ledger.init(run_key),
+            ledger=schedule.init(params),
             gate=gate.init(params),
             budget=budget.init(),
-            history=history.init(n_hist, run_key),
+            history=history.init(n_hist),
             last_score=jnp.asarray(jnp.nan, jnp.float32),
         )
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates
         step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
-        step_key = ledger.step_key(state.ledger)
+        step_key = schedule.step_key(state.ledger)
         scale = dirs.estimator_scale(directions, params)
         k_start = jnp.where(step.centre_bad, k_min, budget.start(state.budget))
         context = gate.prepare(state.gate)
@@ -188,11 +187,12 @@ def adaptive_estimator(
         if n_hist:
             retained = history.valid(state.history)
             coeffs = jnp.where(retained, state.history.responses, 0.0)
+            retained_keys = schedule.record_keys(state.ledger, state.history.steps,
+                                                 state.history.index)
             retained_u, drawn = expansion.draw_step(
-                directions, step_key, slots if predraw else 0, params, state.history.keys)
+                directions, step_key, slots if predraw else 0, params, retained_keys)
             if retained_u is None:
-                retained_total = dirs.regenerate_sum(
-                    directions, state.history.keys, coeffs, params)
+                retained_total = dirs.regenerate_sum(directions, retained_keys, coeffs, params)
             else:
                 retained_total = dirs.weighted_sum(coeffs, retained_u)
             pooled = (retained_total, jnp.sum(retained, dtype=jnp.int32))
@@ -230,7 +230,7 @@ def adaptive_estimator(
             budget=budget.update(
                 state.budget, Outcome(cand.k, usable, value_estimate, cand.score)),
             history=history.push(
-                state.history, ledger.direction_keys(step_key, 0, slots), cand.responses,
+                state.history, jnp.arange(slots, dtype=jnp.int32), cand.responses,
                 state.ledger.step, cand.ok & usable,
             ),
             last_score=cand.score,

@@ -4,7 +4,9 @@ A direction is a PyTree shaped like the parameters. Leaf ``i`` of the direction 
 from key ``k`` is ``normal(fold_in(k, i), leaf.shape)``, so a record needs only its key:
 the full direction is recomputed whenever it is needed, and no state array ever holds
 ``n_hist * d`` numbers. Directions are drawn in at least float32, whatever the leaf
-dtype, so that bf16 parameters still get well-resolved directions.
+dtype, so that bf16 parameters still get well-resolved directions. Integer and bool
+leaves are not optimised: their direction component is zero, so they are passed to the
+objective unchanged and receive zero updates.
 
 Two distributions are offered:
 
@@ -34,9 +36,15 @@ def compute_dtype(leaf: Any) -> jnp.dtype:
     return jnp.promote_types(jnp.result_type(leaf), jnp.float32)
 
 
+def optimised(leaf: Any) -> bool:
+    """Whether a parameter leaf is optimised: floating point (integer and bool are not)."""
+    return bool(jnp.issubdtype(jnp.result_type(leaf), jnp.inexact))
+
+
 def dimension(like: Any) -> int:
-    """Total number of scalars in the PyTree ``like`` (the paper's ``d``)."""
-    return int(sum(np.prod(jnp.shape(x), dtype=np.int64) for x in jax.tree.leaves(like)))
+    """Number of optimised scalars in the PyTree ``like`` (the paper's ``d``)."""
+    return int(sum(np.prod(jnp.shape(x), dtype=np.int64) for x in jax.tree.leaves(like)
+                   if optimised(x)))
 
 
 def estimator_scale(kind: str, like: Any) -> float:
@@ -54,6 +62,7 @@ def sample(kind: str, key: jax.Array, like: Any) -> Any:
     leaves, treedef = jax.tree.flatten(like)
     z = [
         jax.random.normal(jax.random.fold_in(key, i), jnp.shape(x), compute_dtype(x))
+        if optimised(x) else jnp.zeros(jnp.shape(x), compute_dtype(x))
         for i, x in enumerate(leaves)
     ]
     if kind == "sphere":
@@ -113,13 +122,25 @@ def regenerate_sum(kind: str, keys: jax.Array, coeffs: jax.Array, like: Any) -> 
 
 
 def perturb(params: Any, directions: Any, step: jax.Array) -> Any:
-    """Returns ``params + step * directions`` in the parameters' own dtypes.
+    """Returns ``params + step * directions`` in the compute dtypes (>= float32).
 
+    The perturbed point is not rounded back to a low-precision leaf dtype: rounding
+    ``x + mu u`` to bfloat16 (8 significant bits) loses every perturbation below half
+    the spacing at ``x`` (``|x| / 256``), so the differences would be zero. Leaves that
+    are not optimised (:func:`optimised`) are passed unchanged, in their own dtype.
     ``directions`` may carry extra leading (batch) axes; ``step`` broadcasts against them.
     """
-    return jax.tree.map(
-        lambda p, u: (p.astype(u.dtype) + step * u).astype(jnp.result_type(p)), params, directions
-    )
+    def one(p, u):
+        if not optimised(p):
+            return jnp.broadcast_to(p, u.shape[: u.ndim - jnp.ndim(p)] + jnp.shape(p))
+        return (p.astype(u.dtype) + step * u).astype(u.dtype)
+
+    return jax.tree.map(one, params, directions)
+
+
+def promote(params: Any) -> Any:
+    """``params`` with optimised leaves in their compute dtypes (the perturbed points' dtypes)."""
+    return jax.tree.map(lambda p: p.astype(compute_dtype(p)) if optimised(p) else p, params)
 
 
 def zeros(like: Any) -> Any:

@@ -2,20 +2,22 @@
 
 Adaptive estimators (ZoAQ, StatZO) grow the number ``K`` of fresh directions at the
 current point on the grid ``{k_min, k_min + k_step, ..., k_max}`` until a test passes.
-The candidate sets are nested: a retry buys only the ``k_step`` new directions (the last
-chunk is cut at ``k_max``) and keeps everything already bought. The loop is a
-``lax.while_loop``, so a step compiles once whatever budget it ends up spending.
+The candidate sets are nested: a retry buys only the ``k_step`` new directions and keeps
+everything already bought. When ``k_step`` does not divide ``k_max - k_min`` the last
+chunk has exactly the remaining size (a ``lax.cond`` between the two chunk sizes), so
+every evaluated direction is a counted query. The loop is a ``lax.while_loop``, so a
+step compiles once whatever budget it ends up spending.
 
 Batched execution: under ``jax.vmap`` the loop runs until the slowest lane accepts.
 Lanes that have accepted still execute the body (XLA evaluates the objective for them)
 but keep their carry unchanged, so their counts and records are exact; the extra
-evaluations are wasted compute, not queries. A chunk cut at ``k_max`` likewise evaluates
-its masked directions without counting them.
+evaluations are wasted compute, not queries. Under ``vmap`` the chunk-size ``cond``
+becomes a ``select``: both chunk sizes are evaluated and one is kept, so a
+non-dividing grid adds the remainder chunk's evaluations as further uncounted work.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -42,8 +44,9 @@ class Candidate(NamedTuple):
 
 
 def capacity(k_min: int, k_max: int, k_step: int) -> int:
-    """Slots needed for the fresh records of one step, rounded up to whole chunks."""
-    return k_min + math.ceil((k_max - k_min) / k_step) * k_step
+    """Slots needed for the fresh records of one step: ``k_max`` (chunks end exactly there)."""
+    del k_min, k_step  # every grid ends at k_max, whatever its spacing
+    return k_max
 
 
 def draw_step(
@@ -153,9 +156,9 @@ def accept_or_expand(
     """
     slots = capacity(k_min, k_max, k_step)
 
-    def absorb(cand: Candidate, first: jax.Array, size: int, count: jax.Array) -> Candidate:
+    def absorb(cand: Candidate, first: jax.Array, size: int) -> Candidate:
         responses, values, directions = acquire(first, size)
-        ok = (jnp.arange(size) < count) & jnp.isfinite(responses)
+        ok = jnp.isfinite(responses)
         coeffs = jnp.where(ok, responses, 0.0)
         total = jax.tree.map(jnp.add, cand.total, dirs.weighted_sum(coeffs, directions))
         sq_norm = cand.sq_norm
@@ -166,7 +169,7 @@ def accept_or_expand(
             )
             sq_norm = sq_norm + jnp.sum(jnp.square(coeffs) * norms)
         return cand._replace(
-            k=jnp.asarray(first + count, jnp.int32),
+            k=jnp.asarray(first + size, jnp.int32),
             total=total,
             sq_norm=sq_norm,
             value_sum=cand.value_sum + jnp.sum(jnp.where(ok, values, 0.0)),
@@ -192,15 +195,24 @@ def accept_or_expand(
         accepted=jnp.zeros((), bool),
     )
 
+    remainder = (k_max - k_min) % k_step
+
     def expand(cand: Candidate) -> Candidate:
-        count = jnp.minimum(k_step, k_max - cand.k)
-        return decide(absorb(cand, cand.k, k_step, count))
+        if not remainder:
+            return decide(absorb(cand, cand.k, k_step))
+        # The last chunk is cut at k_max: evaluate exactly the directions it buys.
+        return decide(jax.lax.cond(
+            k_max - cand.k >= k_step,
+            lambda c: absorb(c, c.k, k_step),
+            lambda c: absorb(c, c.k, remainder),
+            cand,
+        ))
 
     if k_step == k_min and k_max > k_min:
         # Every chunk has the same size, so the first one is an ordinary iteration and
         # the objective is traced (and compiled) once rather than twice.
         return jax.lax.while_loop(lambda c: ~c.accepted, expand, empty)
-    cand = decide(absorb(empty, jnp.zeros((), jnp.int32), k_min, jnp.int32(k_min)))
+    cand = decide(absorb(empty, jnp.zeros((), jnp.int32), k_min))
     if k_max == k_min:
         return cand
     return jax.lax.while_loop(lambda c: ~c.accepted, expand, cand)

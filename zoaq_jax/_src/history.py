@@ -1,9 +1,11 @@
 """Fixed-capacity FIFO ring buffer of query records.
 
-A record is what ZoAQ and ZoAR retain from an oracle call: the PRNG key of its
-direction, the scalar response observed at acquisition, and the acquisition step. The
-direction itself is regenerated from the key (:mod:`zoaq_jax._src.directions`), so the
-buffer holds ``capacity`` keys and scalars, never ``capacity * d`` numbers.
+A record is what ZoAQ and ZoAR retain from an oracle call: where its direction came
+from (the acquisition step ``t`` and the direction's index ``i`` within that step), the
+scalar response observed at acquisition, nothing else. The direction's key is
+``fold_in(fold_in(run_key, t), i)`` (the schedule of :mod:`zoaq_jax._src.ledger`) and the
+direction is regenerated from it (:mod:`zoaq_jax._src.directions`), so the buffer holds
+``3 * capacity`` numbers, never ``capacity * d``, and only plain integer and float arrays.
 """
 
 from __future__ import annotations
@@ -17,17 +19,17 @@ import jax.numpy as jnp
 class History(NamedTuple):
     """Ring buffer of records; slot ``(head - 1) % capacity`` holds the newest."""
 
-    keys: jax.Array  # [capacity] typed PRNG keys of the directions
+    index: jax.Array  # [capacity] int32 direction index of each record within its step
     responses: jax.Array  # [capacity] float32 responses at acquisition
     steps: jax.Array  # [capacity] int32 acquisition steps
     head: jax.Array  # int32, the slot the next record is written to
     size: jax.Array  # int32, number of valid records (<= capacity)
 
 
-def init(capacity: int, key: jax.Array) -> History:
-    """An empty buffer of ``capacity`` slots for keys of the same kind as ``key``."""
+def init(capacity: int) -> History:
+    """An empty buffer of ``capacity`` slots."""
     return History(
-        keys=jax.random.split(key, capacity),
+        index=jnp.zeros((capacity,), jnp.int32),
         responses=jnp.zeros((capacity,), jnp.float32),
         steps=jnp.zeros((capacity,), jnp.int32),
         head=jnp.zeros((), jnp.int32),
@@ -42,32 +44,36 @@ def valid(history: History) -> jax.Array:
     return age < history.size
 
 
-def push(history: History, keys: jax.Array, responses: jax.Array, step: jax.Array,
+def push(history: History, index: jax.Array, responses: jax.Array, step: jax.Array,
          keep: jax.Array) -> History:
     """Appends the records with ``keep[j]`` in order, evicting the oldest ones.
 
     Args:
       history: the buffer.
-      keys: ``[n]`` typed keys of candidate records, oldest first.
-      responses: ``[n]`` their responses.
+      index: ``[n]`` int32 direction indices (within ``step``) of candidate records,
+        oldest first.
+      responses: ``[n]`` their responses (stored as float32).
       step: the acquisition step shared by all of them.
       keep: ``[n]`` mask of the records to append (acquired and finite).
 
     Returns:
       The buffer holding the newest ``capacity`` records of (old records, kept ones).
+      Every field keeps its dtype (int32 counters also under ``jax_enable_x64``).
     """
     capacity = history.responses.shape[0]
     if capacity == 0:
         return history
     keep = keep.astype(bool)
-    rank = jnp.cumsum(keep.astype(jnp.int32)) - 1  # position among the kept records
-    total = jnp.sum(keep.astype(jnp.int32))
+    rank = jnp.cumsum(keep, dtype=jnp.int32) - 1  # position among the kept records
+    total = jnp.sum(keep, dtype=jnp.int32)
     write = keep & (rank >= total - capacity)  # only the newest `capacity` survive
     slot = jnp.where(write, (history.head + rank) % capacity, capacity)  # capacity: dropped
     return History(
-        keys=history.keys.at[slot].set(keys, mode="drop"),
-        responses=history.responses.at[slot].set(responses, mode="drop"),
-        steps=history.steps.at[slot].set(jnp.broadcast_to(step, slot.shape), mode="drop"),
-        head=(history.head + total) % capacity,
-        size=jnp.minimum(history.size + total, capacity),
+        index=history.index.at[slot].set(jnp.asarray(index, jnp.int32), mode="drop"),
+        responses=history.responses.at[slot].set(
+            jnp.asarray(responses, jnp.float32), mode="drop"),
+        steps=history.steps.at[slot].set(
+            jnp.broadcast_to(jnp.asarray(step, jnp.int32), slot.shape), mode="drop"),
+        head=jnp.asarray((history.head + total) % capacity, jnp.int32),
+        size=jnp.asarray(jnp.minimum(history.size + total, capacity), jnp.int32),
     )

@@ -57,6 +57,14 @@ def host_oracle(
     """
     result = jax.ShapeDtypeStruct((), dtype)
 
+    def _result(value, shape):
+        if value is None:  # np.asarray(None, float) is NaN: a silent zero update
+            raise TypeError(
+                f"host_oracle: {getattr(fn, '__name__', 'fn')} returned None; it must "
+                "return the objective's value (a float, or one per row when vectorized)."
+            )
+        return np.asarray(value, dtype).reshape(shape)
+
     @functools.wraps(fn)
     def value_fn(*args, **kwargs):
         shapes = [jnp.shape(x) for x in jax.tree.leaves((args, kwargs))]
@@ -65,7 +73,7 @@ def host_oracle(
             leaves, tree = jax.tree.flatten((a, kw))
             if not vectorized:
                 a, kw = jax.tree.unflatten(tree, [np.asarray(x) for x in leaves])
-                return np.asarray(fn(*a, **kw), dtype).reshape(())
+                return _result(fn(*a, **kw), ())
             # Every vmap level adds a leading axis (size 1 where that argument is not
             # mapped): broadcast them to one batch shape and flatten it into one axis.
             batch = np.broadcast_shapes(
@@ -73,7 +81,7 @@ def host_oracle(
             rows = [np.broadcast_to(x, batch + s).reshape((-1, *s))
                     for x, s in zip(leaves, shapes)]
             a, kw = jax.tree.unflatten(tree, rows)
-            return np.asarray(fn(*a, **kw), dtype).reshape(batch)
+            return _result(fn(*a, **kw), batch)
 
         method = "expand_dims" if vectorized else "sequential"
         return jax.pure_callback(on_host, result, *args, vmap_method=method, **kwargs)

@@ -15,7 +15,7 @@ from zoaq_jax._src import directions as dirs
 class ConsistencyState(NamedTuple):
     """State of :func:`monitor_consistency`."""
 
-    ema: Any  # EMA of the updates seen so far
+    monitor_ema: Any  # EMA of the updates seen so far (not ``ema``: ZoAQ's gate has one)
     consistency: jax.Array  # float32, cos(updates, previous ema); NaN if either is zero
 
 
@@ -54,15 +54,15 @@ def monitor_consistency(b1: float = 0.9) -> optax.GradientTransformation:
     checks.decay("b1", b1)
 
     def init_fn(params):
-        return ConsistencyState(ema=dirs.zeros(params),
+        return ConsistencyState(monitor_ema=dirs.zeros(params),
                                 consistency=jnp.asarray(jnp.nan, jnp.float32))
 
     def update_fn(updates, state, params=None):
         del params
-        norms = dirs.norm(updates) * dirs.norm(state.ema)
-        cos = dirs.dot(updates, state.ema) / jnp.where(norms > 0, norms, 1.0)
+        norms = dirs.norm(updates) * dirs.norm(state.monitor_ema)
+        cos = dirs.dot(updates, state.monitor_ema) / jnp.where(norms > 0, norms, 1.0)
         consistency = jnp.where(norms > 0, cos, jnp.nan).astype(jnp.float32)
-        ema = optax.tree.update_moment(updates, state.ema, b1, 1)
-        return updates, ConsistencyState(ema=ema, consistency=consistency)
+        ema = optax.tree.update_moment(updates, state.monitor_ema, b1, 1)
+        return updates, ConsistencyState(monitor_ema=ema, consistency=consistency)
 
     return optax.GradientTransformation(init_fn, update_fn)

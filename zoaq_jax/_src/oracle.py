@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from zoaq_jax._src import directions as dirs
 
@@ -41,6 +42,7 @@ def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any
     """
     if not callable(value_fn):
         raise TypeError(f"value_fn must be callable, got {type(value_fn).__name__}.")
+    check_params(params)
     try:
         signature = inspect.signature(value_fn)
     except (TypeError, ValueError):  # builtins and some C extensions have none
@@ -73,6 +75,30 @@ def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any
     return lambda x: jnp.reshape(fn(x), ())
 
 
+def check_params(params: Any) -> None:
+    """Raises a clear error for parameter trees an estimator cannot work on.
+
+    Refused: trees without floating-point leaves (nothing to optimise) and trees with
+    ``optax.MaskedNode`` (an estimator inside ``optax.masked`` or ``multi_transform``
+    would hand the objective a partial tree).
+    """
+    masked = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, optax.MaskedNode))
+    if any(isinstance(x, optax.MaskedNode) for x in masked):
+        raise ValueError(
+            "The estimator received params containing optax.MaskedNode: it sits inside "
+            "optax.masked or optax.multi_transform, so the objective would see a partial "
+            "tree. Put the estimator first (it needs every parameter to evaluate the "
+            "objective) and pass frozen parameters to update() as data keywords of "
+            "value_fn; mask the transformations after the estimator instead."
+        )
+    if not any(dirs.optimised(x) for x in jax.tree.leaves(params)):
+        raise ValueError(
+            "params has no floating-point leaves (got "
+            f"{jax.tree.structure(params)}): there is nothing to optimise. Integer and "
+            "bool leaves are passed to the objective unchanged and never updated."
+        )
+
+
 class FiniteDifference(NamedTuple):
     """A finite-difference scheme over a bound objective.
 
@@ -80,7 +106,9 @@ class FiniteDifference(NamedTuple):
     * forward: :math:`r = (f(x + \\mu u) - f(x)) / \\mu`, 1 call a direction plus one
       centre value :math:`f(x)` per step, shared by all directions of the step.
 
-    Differences are taken in the objective's own precision (at least float32), so a
+    Perturbed points (and a queried centre) reach the objective in the compute dtypes
+    (float32 for bfloat16/float16 leaves; see :func:`directions.perturb`), and
+    differences are taken in the objective's own precision (at least float32), so a
     float64 objective keeps the digits a difference needs; responses are float32.
     """
 
@@ -103,7 +131,7 @@ class FiniteDifference(NamedTuple):
             return None, 0
         if value is not None:
             return _at_least_f32(jnp.reshape(jnp.asarray(value), ())), 0
-        return _at_least_f32(self.fn(params)), 1
+        return _at_least_f32(self.fn(dirs.promote(params))), 1
 
     def values(self, params: Any, directions: Any) -> jax.Array:
         """``f(x + mu u_i)`` for a batch of directions, in one vectorised call."""

@@ -13,10 +13,14 @@ from zoaq_jax._src import directions as dirs
 
 
 class ScaleByRAdaZOState(NamedTuple):
-    """State of :func:`scale_by_radazo` (moments in at least float32)."""
+    """State of :func:`scale_by_radazo` (moments in at least float32).
 
-    mu: Any  # first moment m
-    nu: Any  # second moment of the first moment, v
+    The fields are not called ``mu``/``nu`` (Optax's names) because ``mu`` is the
+    estimators' smoothing radius: every name in a chained state is unique.
+    """
+
+    m: Any  # first moment m
+    v: Any  # second moment of the first moment, v
 
 
 def scale_by_radazo(
@@ -64,16 +68,16 @@ def scale_by_radazo(
 
     def init_fn(params):
         # separate buffers for each moment, so that the state can be donated to jit
-        return ScaleByRAdaZOState(mu=dirs.zeros(params), nu=dirs.zeros(params))
+        return ScaleByRAdaZOState(m=dirs.zeros(params), v=dirs.zeros(params))
 
     def update_fn(updates, state, params=None):
         del params
-        mu = optax.tree.update_moment(updates, state.mu, b1, 1)
-        nu = optax.tree.update_moment_per_elem_norm(mu, state.nu, b2, 2)
+        m = optax.tree.update_moment(updates, state.m, b1, 1)
+        v = optax.tree.update_moment_per_elem_norm(m, state.v, b2, 2)
         if eps_in_sqrt:
-            scaled = jax.tree.map(lambda m, v: m / jnp.sqrt(v + eps), mu, nu)
+            scaled = jax.tree.map(lambda mi, vi: mi / jnp.sqrt(vi + eps), m, v)
         else:
-            scaled = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
-        return optax.tree.cast_like(scaled, updates), ScaleByRAdaZOState(mu=mu, nu=nu)
+            scaled = jax.tree.map(lambda mi, vi: mi / (jnp.sqrt(vi) + eps), m, v)
+        return optax.tree.cast_like(scaled, updates), ScaleByRAdaZOState(m=m, v=v)
 
     return optax.GradientTransformation(init_fn, update_fn)

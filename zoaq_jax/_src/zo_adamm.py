@@ -13,11 +13,15 @@ from zoaq_jax._src import directions as dirs
 
 
 class ScaleByZOAdaMMState(NamedTuple):
-    """State of :func:`scale_by_zo_adamm`; ``nu_max`` is ``None`` without AMSGrad."""
+    """State of :func:`scale_by_zo_adamm`; ``v_max`` is ``None`` without AMSGrad.
 
-    mu: Any
-    nu: Any
-    nu_max: Any
+    The fields are not called ``mu``/``nu`` (Optax's names) because ``mu`` is the
+    estimators' smoothing radius: every name in a chained state is unique.
+    """
+
+    m: Any  # first moment
+    v: Any  # second moment
+    v_max: Any  # running maximum of v (AMSGrad), or None
 
 
 def scale_by_zo_adamm(
@@ -65,17 +69,17 @@ def scale_by_zo_adamm(
     def init_fn(params):
         # separate buffers for each moment, so that the state can be donated to jit
         return ScaleByZOAdaMMState(
-            mu=dirs.zeros(params), nu=dirs.zeros(params),
-            nu_max=dirs.zeros(params) if amsgrad else None,
+            m=dirs.zeros(params), v=dirs.zeros(params),
+            v_max=dirs.zeros(params) if amsgrad else None,
         )
 
     def update_fn(updates, state, params=None):
         del params
-        mu = optax.tree.update_moment(updates, state.mu, b1, 1)
-        nu = optax.tree.update_moment_per_elem_norm(updates, state.nu, b2, 2)
-        nu_max = jax.tree.map(jnp.maximum, state.nu_max, nu) if amsgrad else None
-        scaled = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu_max if amsgrad else nu)
-        new_state = ScaleByZOAdaMMState(mu=mu, nu=nu, nu_max=nu_max)
+        m = optax.tree.update_moment(updates, state.m, b1, 1)
+        v = optax.tree.update_moment_per_elem_norm(updates, state.v, b2, 2)
+        v_max = jax.tree.map(jnp.maximum, state.v_max, v) if amsgrad else None
+        scaled = jax.tree.map(lambda mi, vi: mi / (jnp.sqrt(vi) + eps), m, v_max if amsgrad else v)
+        new_state = ScaleByZOAdaMMState(m=m, v=v, v_max=v_max)
         return optax.tree.cast_like(scaled, updates), new_state
 
     return optax.GradientTransformation(init_fn, update_fn)

@@ -73,33 +73,33 @@ def zoar_estimator(
     k = checks.static_int("k", k, 1)
     n_hist = checks.static_int("n_hist", n_hist, 0)
     checks.positive("mu", mu)
-    checks.check_key(key)
+    schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     capacity = (n_hist + 1) * k
 
     def init_fn(params):
-        del params
-        run_key = checks.as_key(key)
-        return ZoARState(ledger=ledger.init(run_key), history=history.init(capacity, run_key))
+        return ZoARState(ledger=schedule.init(params), history=history.init(capacity))
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates, value  # the forward form needs no centre value
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
-        keys = ledger.direction_keys(ledger.step_key(state.ledger), 0, k)
-        u = dirs.sample_many("gaussian", keys, params)
+        step_key = schedule.step_key(state.ledger)
+        u = dirs.sample_many("gaussian", ledger.direction_keys(step_key, 0, k), params)
         if difference == "forward":
             fresh = diff.values(params, u)
         else:
             fresh, _ = diff.responses(params, u, None)
         ok = jnp.isfinite(fresh)
-        records = history.push(state.history, keys, fresh, state.ledger.step, ok)
+        records = history.push(state.history, jnp.arange(k, dtype=jnp.int32), fresh,
+                               state.ledger.step, ok)
         kept = history.valid(records)
         n = jnp.sum(kept, dtype=jnp.int32)
         coeffs = records.responses
         if difference == "forward":
             baseline = jnp.sum(jnp.where(kept, coeffs, 0.0)) / jnp.maximum(n, 1)
             coeffs = (coeffs - baseline) / mu
-        total = dirs.regenerate_sum("gaussian", records.keys, jnp.where(kept, coeffs, 0.0), params)
+        record_keys = schedule.record_keys(state.ledger, records.steps, records.index)
+        total = dirs.regenerate_sum("gaussian", record_keys, jnp.where(kept, coeffs, 0.0), params)
         n_ok = jnp.sum(ok, dtype=jnp.int32)
         g, _ = expansion.finish(total, n, 1.0, n_ok)
         new_ledger = ledger.advance(

@@ -1,0 +1,109 @@
+"""One registry of every public optimizer and estimator, for the property matrix.
+
+Each :class:`Entry` names a factory and small settings; ``tests/test_properties.py``
+runs every property over every entry. A new optimizer joins the matrix by adding one
+entry here: give its factory, settings that keep a step cheap (d = 8, few directions),
+the structural arguments that ``optax.inject_hyperparams`` must keep static, and
+whether it returns estimates (``estimator=True``: the test loops step with ``-0.05 g``)
+or finished updates.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import optax
+
+import zoaq_jax
+
+SIZES = ("k", "k_min", "k_max", "k_step", "n_hist")
+
+
+class Entry(NamedTuple):
+    factory: Callable[..., Any]
+    kwargs: dict
+    estimator: bool = False  # returns gradient estimates, not updates to apply
+
+    def make(self, **overrides):
+        """The transformation with ``overrides`` on top of the entry's settings."""
+        return self.factory(**{**self.kwargs, **overrides})
+
+    @property
+    def static_args(self) -> tuple[str, ...]:
+        """Arguments that fix array shapes (static under ``inject_hyperparams``)."""
+        accepted = inspect.signature(self.factory).parameters
+        return tuple(name for name in SIZES if name in accepted)
+
+
+def zoaq_estimator_with_monitor(k_max, n_hist, mu=5e-3, b1=0.9, key=0):
+    """ZoAQ's estimator followed by the consistency monitor (whose EMA must not clash)."""
+    return optax.chain(zoaq_jax.zoaq_estimator(k_max=k_max, n_hist=n_hist, mu=mu, b1=b1, key=key),
+                       zoaq_jax.monitor_consistency(b1=b1))
+
+
+def fixed_on_backbones(learning_rate, k, mu=5e-3, b1=0.9, b2=0.99, eps=1e-8, key=0):
+    """A hand-built chain: fixed estimator, R-AdaZO (eps in the root), monitor, step."""
+    return optax.chain(
+        zoaq_jax.fixed_estimator(k=k, mu=mu, difference="forward", directions="sphere", key=key),
+        zoaq_jax.scale_by_radazo(b1=b1, b2=b2, eps=eps, eps_in_sqrt=True),
+        zoaq_jax.monitor_consistency(b1=b1),
+        optax.scale_by_learning_rate(learning_rate),
+    )
+
+
+def user_budget_rule(k_max, mu=5e-3, key=0):
+    """The skeleton with a user's rule (K = k_max every third step, else 1) and ZoAQ's gate."""
+    import jax.numpy as jnp
+
+    rule = zoaq_jax.BudgetRule(init=lambda: jnp.int32(0),
+                               start=lambda t: jnp.where(t % 3 == 0, k_max, 1),
+                               update=lambda t, outcome: t + 1)
+    return zoaq_jax.adaptive_estimator(zoaq_jax.gates.momentum(), rule, k_min=1, k_max=k_max,
+                                       n_hist=2, mu=mu, key=key)
+
+
+REGISTRY = {
+    # ZoAQ and its variants (a non-dividing grid: k_step=2 does not divide 6 - 1).
+    "zoaq": Entry(zoaq_jax.zoaq, dict(learning_rate=1e-2, k_max=4, n_hist=3)),
+    "zoaq_half_nondividing": Entry(
+        zoaq_jax.zoaq, dict(learning_rate=1e-2, k_max=6, k_step=2, n_hist=3, reset="half")),
+    "zoaq_norm_forward": Entry(
+        zoaq_jax.zoaq,
+        dict(learning_rate=1e-2, k_max=4, n_hist=3, trigger="norm", difference="forward")),
+    "zoaq_sphere_nohist_zo_adamm": Entry(
+        zoaq_jax.zoaq, dict(learning_rate=1e-2, k_max=4, n_hist=0, directions="sphere",
+                            backbone="zo_adamm")),
+    "zoaq_estimator_monitor": Entry(zoaq_estimator_with_monitor, dict(k_max=4, n_hist=3),
+                                    estimator=True),
+    # Fixed-budget methods.
+    "radazo": Entry(zoaq_jax.radazo, dict(learning_rate=1e-2, k=2)),
+    "zo_adamm_amsgrad": Entry(zoaq_jax.zo_adamm, dict(learning_rate=1e-2, k=2, amsgrad=True)),
+    "zo_sgd": Entry(zoaq_jax.zo_sgd, dict(learning_rate=1e-2, k=2)),
+    "mezo": Entry(zoaq_jax.mezo, dict(learning_rate=1e-2, k=2, weight_decay=1e-3)),
+    "fixed_estimator": Entry(zoaq_jax.fixed_estimator, dict(k=2), estimator=True),
+    "fixed_forward_sphere_radazo_monitor": Entry(fixed_on_backbones,
+                                                 dict(learning_rate=1e-2, k=2)),
+    # ZoAR.
+    "zoar": Entry(zoaq_jax.zoar, dict(learning_rate=1e-2, k=2, n_hist=2)),
+    "zoar_central_sgd": Entry(
+        zoaq_jax.zoar, dict(learning_rate=1e-2, k=2, n_hist=2, difference="central",
+                            backbone="sgd")),
+    "zoar_estimator": Entry(zoaq_jax.zoar_estimator, dict(k=2, n_hist=2), estimator=True),
+    # StatZO (a non-dividing grid: k_step=3 does not divide 6 - 1).
+    "statzo_nondividing": Entry(zoaq_jax.statzo,
+                                dict(learning_rate=1e-2, k_max=6, k_step=3)),
+    "statzo_estimator_central": Entry(
+        zoaq_jax.statzo_estimator, dict(k_min=2, k_max=4, difference="central"),
+        estimator=True),
+    # auto_k (a short window, so that the budget moves within the tests' few steps).
+    "auto_k": Entry(zoaq_jax.auto_k, dict(learning_rate=1e-2, k_max=4, window=2)),
+    "auto_k_forward_zo_adamm": Entry(
+        zoaq_jax.auto_k, dict(learning_rate=1e-2, k_max=4, window=2, difference="forward",
+                              backbone="zo_adamm")),
+    "auto_k_estimator": Entry(zoaq_jax.auto_k_estimator, dict(k_max=4, window=2),
+                              estimator=True),
+    # The skeleton itself with a user's budget rule.
+    "adaptive_estimator_user_rule": Entry(user_budget_rule, dict(k_max=3), estimator=True),
+}
