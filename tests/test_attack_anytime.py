@@ -101,6 +101,8 @@ def test_regret_on_hand_made_records():
     assert out["best_fixed"] == "zoar"
     # a tie is broken by FIXED_K's order (K=1 before K=2); ZO-AdaMM was not run
     assert out["family_best"] == {"radazo": "radazo:k=1", "zoar": "zoar"}
+    # each attack's best K of the family: R-AdaZO 50, 100, 250; ZoAR 60, 100, 200
+    assert out["family_oracle"] == pytest.approx({"radazo": 400 / 3, "zoar": 120})
     assert m["zoaq"]["regret"] == pytest.approx((700 / 3) / (400 / 3))  # 1.75
     assert m["zoaq"]["per_attack_regret"] == pytest.approx([1.0, 2.0, 2.0])
     assert m["zoaq"]["median_regret"] == pytest.approx(2.0)
@@ -128,7 +130,7 @@ def test_regret_table_is_rendered_only_for_the_comparison():
     assert report.has_comparison(records)
     records["zoar:k=4"] = [record("zoar:k=4", i, s, 1000) for i, s in ATTACKS]
     lines = "\n".join(report._anytime_tables(report.anytime_regret(records)))
-    assert "| ZoAR | 133 (100%) | 173 (100%) | 1,000 (100%) |" in lines.replace("**", "")
+    assert "| ZoAR | 133 (100%) | 173 (100%) | 1,000 (100%) | 120 |" in lines.replace("**", "")
     assert "**133 (100%)**" in lines  # ZoAR K=1, best of its family
     assert "ZoAR K=1 (`zoar`)" in lines
     assert "| auto_k K∈[1,16] | `auto_k` | 75% | 83 | 0.96 | 0.62 | 0.50 | 0.45 | 0.62 |" in lines

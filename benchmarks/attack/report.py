@@ -172,7 +172,9 @@ def render(results: dict, report_path: Path, figures: Path, drawn: Path) -> str:
         lines += _sweep_tables(dataset, goal, protocol, by_method)
         regret = anytime_regret(by_method) if has_comparison(by_method) else None
         if regret is not None:
-            lines += _anytime_tables(regret)
+            runs = (_run_of(results, group, spec) for spec in regret["methods"])
+            lines += _anytime_tables(regret, list(dict.fromkeys(
+                r["command"] for r in runs if r is not None)))
         lines += _speed_table(results, group, _order(by_method))
         if main:
             title = f"{dataset.upper()} {protocol} protocol, {goal}"
@@ -183,7 +185,8 @@ def render(results: dict, report_path: Path, figures: Path, drawn: Path) -> str:
         if regret is not None:
             plot_success_curve(drawn / f"anytime_{dataset}_{protocol}_{goal}.png",
                                {spec: by_method[spec] for spec in regret["methods"]},
-                               f"{title}: adaptive and fixed budgets")
+                               f"{title}: adaptive and fixed budgets",
+                               _anytime_styles(regret["methods"]))
         for folder, name, caption in (
                 (drawn, "success", "Success rate against the query budget"),
                 (drawn, "anytime", "Adaptive and fixed budgets: success against the query budget"),
@@ -220,14 +223,17 @@ def anytime_regret(by_method: dict[str, list[dict]],
     ``excluded`` (the success rates, over all attacks, count them as failures). On the
     counted attacks, the best fixed method is the one of ``fixed`` with the fewest mean
     queries (the first in ``fixed``'s order on a tie), and likewise the best of each
-    family (base method). An adaptive method's regret is its mean queries over the best
+    family (base method); ``family_oracle`` is the mean over the counted attacks of each
+    family's fewest queries on that attack (its best K chosen per attack after the fact, a
+    bound no fixed K of the family beats). An adaptive method's regret is its mean queries over the best
     fixed method's; its per-attack regrets are its queries over the best fixed method's
     on the same attack (median given). Means and regrets are NaN, and no best is chosen,
     when no attack counts.
 
     Returns:
       ``None`` if no adaptive or no fixed method is present, else ``{"attacks",
-      "common_attacks", "excluded", "best_fixed", "family_best", "methods"}`` with, per
+      "common_attacks", "excluded", "best_fixed", "family_best", "family_oracle",
+      "methods"}`` with, per
       compared spec, ``success_rate``, ``mean``, ``calls_per_step`` and, for the adaptive
       ones, ``regret``, ``median_regret``, ``per_attack_regret`` and ``family_regret``.
     """
@@ -247,8 +253,12 @@ def anytime_regret(by_method: dict[str, list[dict]],
         return min(specs, key=lambda s: mean[s]) if common else None
 
     best_fixed = best(fixed)
-    family_best = {base: best(members) for base in methods_lib.FAMILIES
-                   if (members := [s for s in fixed if methods_lib.parse(s).base == base])}
+    families = {base: members for base in methods_lib.FAMILIES
+                if (members := [s for s in fixed if methods_lib.parse(s).base == base])}
+    family_best = {base: best(members) for base, members in families.items()}
+    family_oracle = {
+        base: float(np.mean([min(solved[s][a] for s in members) for a in common]))
+        if common else float("nan") for base, members in families.items()}
     methods = {}
     for spec in compared:
         s = summarize(by_method[spec])
@@ -266,7 +276,8 @@ def anytime_regret(by_method: dict[str, list[dict]],
         methods[spec] = entry
     return {"attacks": len(attacks), "common_attacks": len(common),
             "excluded": [list(a) for a in attacks if a not in common],
-            "best_fixed": best_fixed, "family_best": family_best, "methods": methods}
+            "best_fixed": best_fixed, "family_best": family_best,
+            "family_oracle": family_oracle, "methods": methods}
 
 
 def anytime_summaries(results: dict) -> list[dict[str, Any]]:
@@ -280,8 +291,25 @@ def anytime_summaries(results: dict) -> list[dict[str, Any]]:
     return summaries
 
 
-def _anytime_tables(regret: dict[str, Any]) -> list[str]:
-    """The fixed-K grid and the adaptive methods' regret table of :func:`anytime_regret`."""
+def _anytime_styles(specs: Iterable[str]) -> dict[str, dict]:
+    """Adaptive methods in thick solid lines; fixed K coloured by family, dashed by K."""
+    dashes = {1: ":", 2: "--", 4: "-."}
+    styles, adaptive = {}, 0
+    for spec in specs:
+        method = methods_lib.parse(spec)
+        if method.base in methods_lib.FAMILIES and spec in methods_lib.FIXED_K:
+            family = methods_lib.FAMILIES.index(method.base)
+            styles[spec] = {"color": f"C{3 + family}", "lw": 1.2,
+                            "linestyle": dashes.get(method.params["k"], "-")}
+        else:
+            styles[spec] = {"color": f"C{adaptive}", "lw": 2.2}
+            adaptive += 1
+    return styles
+
+
+def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> list[str]:
+    """The fixed-K grid and the adaptive methods' regret table of :func:`anytime_regret`,
+    with the ``commands`` that produced their records."""
     methods = regret["methods"]
     fixed = [s for s in methods if "regret" not in methods[s]]
     families = {}
@@ -299,7 +327,7 @@ def _anytime_tables(regret: dict[str, Any]) -> list[str]:
                 continue
             text = f"{_fmt(methods[spec]['mean'])} ({methods[spec]['success_rate']:.0%})"
             row.append(f"**{text}**" if spec == regret["family_best"][base] else text)
-        grid.append(row)
+        grid.append([*row, _fmt(regret["family_oracle"][base])])
     best = regret["best_fixed"]
     best_name = "none" if best is None else f"{methods_lib.parse(best).label} (`{best}`)"
     family_names = {base: methods_lib.parse(s).label if s else "—"
@@ -316,12 +344,16 @@ def _anytime_tables(regret: dict[str, Any]) -> list[str]:
     return [
         f"Anytime comparison: queries to success of the adaptive budgets against fixed K. "
         f"Only the {regret['common_attacks']} of {regret['attacks']} attacks that every "
-        f"method below solved within the cap are counted (the {len(excluded)} others are "
-        f"listed under `anytime` in `attack.json`); success rates are over all attacks. "
-        f"Fixed K: mean queries on the counted attacks (success rate), the best of each "
-        f"family in bold.",
+        f"method below solved within the cap are counted"
+        + (f" (the {len(excluded)} others are listed under `anytime` in `attack.json`)"
+           if excluded else "")
+        + "; success rates are over all attacks. "
+        + "".join(f"Command: `{c}`. " for c in commands)
+        + "Fixed K: mean queries on the counted "
+        "attacks (success rate), the best of each family in bold; the last column takes "
+        "each attack's best K of the family after the fact (no fixed K can beat it).",
         "",
-        common.markdown_table(["Family", *(f"K={k}" for k in ks)], grid),
+        common.markdown_table(["Family", *(f"K={k}" for k in ks), "Per-attack best K"], grid),
         "",
         f"Query regret = mean queries / those of the best fixed K in hindsight, "
         f"{best_name}; the median is over the per-attack ratios against the same method. "
@@ -433,14 +465,16 @@ def plot_queries(path: Path, by_method: dict[str, list[dict]], title: str) -> Pa
     return common.save_figure(fig, path)
 
 
-def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str) -> Path:
-    """Fraction of attacks that succeeded within a query budget, per method."""
+def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str,
+                       styles: dict[str, dict] | None = None) -> Path:
+    """Fraction of attacks that succeeded within a query budget, per method (``styles``:
+    line keyword arguments per spec)."""
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for spec, records in by_method.items():
         q = np.sort([r["num_queries"] for r in records if r["success"]])
         ax.step(np.concatenate([[1], q]), np.arange(len(q) + 1) / len(records), where="post",
-                label=methods_lib.parse(spec).label)
+                label=methods_lib.parse(spec).label, **(styles or {}).get(spec, {}))
     ax.set_xscale("log")
     ax.set_xlabel("query budget")
     ax.set_ylabel("fraction of attacks succeeded")
