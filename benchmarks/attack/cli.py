@@ -31,6 +31,7 @@ DEFAULT_OUT = Path("out/attack")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from benchmarks.attack.data import DATASETS
+    from benchmarks.attack.methods import COMPARISONS
     from benchmarks.attack.objective import GOALS
     from benchmarks.attack.protocol import PROTOCOLS
 
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: all eight for paper, the paper's five for extended)")
     parser.add_argument("--sweep", nargs="*", default=[], choices=["nhist", "kmax"],
                         help="add the ZoAQ N_hist sweep and/or the StatZO K_max sweep")
-    parser.add_argument("--compare", nargs="*", default=[], choices=["anytime"],
+    parser.add_argument("--compare", nargs="*", default=[], choices=list(COMPARISONS),
                         help="add the methods of a comparison: anytime = the adaptive "
                              "budgets (zoaq, statzo, auto_k) against fixed K in {1, 2, 4} "
                              "of R-AdaZO, ZO-AdaMM and ZoAR, with their query regret")

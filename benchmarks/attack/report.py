@@ -189,7 +189,8 @@ def render(results: dict, report_path: Path, figures: Path, drawn: Path) -> str:
                                _anytime_styles(regret["methods"]))
         for folder, name, caption in (
                 (drawn, "success", "Success rate against the query budget"),
-                (drawn, "anytime", "Adaptive and fixed budgets: success against the query budget"),
+                (drawn, "anytime",
+                 "Adaptive and fixed budgets: success against the query budget"),
                 (drawn, "queries", "Query distributions"),
                 (figures, "examples", "Original, adversarial and perturbation"),
                 (figures, "consistency", "Momentum consistency cos(g_t, m_{t-1})")):
@@ -225,17 +226,17 @@ def anytime_regret(by_method: dict[str, list[dict]],
     queries (the first in ``fixed``'s order on a tie), and likewise the best of each
     family (base method); ``family_oracle`` is the mean over the counted attacks of each
     family's fewest queries on that attack (its best K chosen per attack after the fact, a
-    bound no fixed K of the family beats). An adaptive method's regret is its mean queries over the best
-    fixed method's; its per-attack regrets are its queries over the best fixed method's
-    on the same attack (median given). Means and regrets are NaN, and no best is chosen,
-    when no attack counts.
+    bound no fixed K of the family beats). An adaptive method's regret is its mean
+    queries over the best fixed method's; its per-attack regrets are its queries over the
+    best fixed method's on the same attack (median given). Means and regrets are NaN, and
+    no best is chosen, when no attack counts.
 
     Returns:
       ``None`` if no adaptive or no fixed method is present, else ``{"attacks",
       "common_attacks", "excluded", "best_fixed", "family_best", "family_oracle",
-      "methods"}`` with, per
-      compared spec, ``success_rate``, ``mean``, ``calls_per_step`` and, for the adaptive
-      ones, ``regret``, ``median_regret``, ``per_attack_regret`` and ``family_regret``.
+      "methods"}`` with, per compared spec, ``success_rate``, ``mean``,
+      ``calls_per_step`` and, for the adaptive ones, ``regret``, ``median_regret``,
+      ``per_attack_regret`` and ``family_regret``.
     """
     adaptive = [s for s in adaptive if s in by_method]
     fixed = [s for s in fixed if s in by_method]
@@ -297,7 +298,7 @@ def _anytime_styles(specs: Iterable[str]) -> dict[str, dict]:
     styles, adaptive = {}, 0
     for spec in specs:
         method = methods_lib.parse(spec)
-        if method.base in methods_lib.FAMILIES and spec in methods_lib.FIXED_K:
+        if spec in methods_lib.FIXED_K:
             family = methods_lib.FAMILIES.index(method.base)
             styles[spec] = {"color": f"C{3 + family}", "lw": 1.2,
                             "linestyle": dashes.get(method.params["k"], "-")}
@@ -305,6 +306,11 @@ def _anytime_styles(specs: Iterable[str]) -> dict[str, dict]:
             styles[spec] = {"color": f"C{adaptive}", "lw": 2.2}
             adaptive += 1
     return styles
+
+
+def _family_name(base: str) -> str:
+    """``"R-AdaZO"`` for ``"radazo"``: the label of a fixed-K family without its K."""
+    return methods_lib.parse(base).label.rsplit(" K=", 1)[0]
 
 
 def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> list[str]:
@@ -319,7 +325,7 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
     grid = []
     for base, members in families.items():
         cells = {methods_lib.parse(s).params["k"]: s for s in members}
-        row = [methods_lib.parse(members[0]).label.rsplit(" K=", 1)[0]]
+        row = [_family_name(base)]
         for k in ks:
             spec = cells.get(k)
             if spec is None:
@@ -330,8 +336,6 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
         grid.append([*row, _fmt(regret["family_oracle"][base])])
     best = regret["best_fixed"]
     best_name = "none" if best is None else f"{methods_lib.parse(best).label} (`{best}`)"
-    family_names = {base: methods_lib.parse(s).label if s else "—"
-                    for base, s in regret["family_best"].items()}
     rows = []
     for spec, m in methods.items():
         if spec in fixed:
@@ -339,7 +343,7 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
         rows.append([methods_lib.parse(spec).label, f"`{spec}`", f"{m['success_rate']:.0%}",
                      _fmt(m["mean"]), _fmt(m["calls_per_step"], 2), _fmt(m["regret"], 2),
                      _fmt(m["median_regret"], 2),
-                     *(_fmt(m["family_regret"][base], 2) for base in family_names)])
+                     *(_fmt(m["family_regret"][base], 2) for base in families)])
     excluded = regret["excluded"]
     return [
         f"Anytime comparison: queries to success of the adaptive budgets against fixed K. "
@@ -358,12 +362,13 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
         f"Query regret = mean queries / those of the best fixed K in hindsight, "
         f"{best_name}; the median is over the per-attack ratios against the same method. "
         f"Per family, against its best K: "
-        + ", ".join(f"{family_names[b]}" for b in family_names) + ".",
+        + ", ".join("none" if b is None else methods_lib.parse(b).label
+                    for b in regret["family_best"].values()) + ".",
         "",
         common.markdown_table(
             ["Method", "Spec", "Success", "Mean queries", "Calls/iter", "Query regret",
              "Median per-attack regret",
-             *(f"Regret vs {family_names[b].rsplit(' K=', 1)[0]} best K" for b in family_names)],
+             *(f"Regret vs {_family_name(base)} best K" for base in families)],
             rows),
         "",
     ]
