@@ -45,6 +45,28 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     assert "| ZoAQ K∈[1,2] | `zoaq` |" in report and "--max-steps 15" in report
     assert "![Query distributions](queries_mnist_paper_targeted.png)" in report
 
+    # A fixed K outside the main list (the anytime comparison) adds the regret tables,
+    # computed on the merged records of both runs and saved with them.
+    assert benchmarks_main([*argv[:argv.index("--methods") + 1], "auto_k", "radazo:k=1",
+                            *argv[argv.index("--seeds"):]]) == 0
+    merged = json.loads((out / "attack.json").read_text())
+    [anytime] = merged["anytime"]
+    assert (anytime["goal"], anytime["attacks"]) == ("targeted", 2)
+    assert set(anytime["methods"]) == {"zoaq", "auto_k", "radazo:k=1"}
+    queries = {m: {r["seed"]: r["num_queries"] for r in merged["records"]
+                   if r["method"] == m and r["success"]} for m in anytime["methods"]}
+    common = set.intersection(*(set(q) for q in queries.values()))
+    assert anytime["common_attacks"] == len(common)
+    if common:
+        assert anytime["best_fixed"] == "radazo:k=1"
+        assert anytime["methods"]["auto_k"]["regret"] == pytest.approx(
+            sum(queries["auto_k"][s] for s in common)
+            / sum(queries["radazo:k=1"][s] for s in common))
+    text = (out / "attack.md").read_text()
+    assert "| auto_k K∈[1,16] | `auto_k` |" in text and "Query regret" in text
+    assert "![Adaptive and fixed budgets: success against the query budget]" \
+        "(anytime_mnist_paper_targeted.png)" in text
+
     # Re-rendering into a report elsewhere leaves OUT's figures alone and draws its own
     # figures in a folder named like the report; every command behind a table is listed.
     before = {p: p.stat().st_mtime_ns for p in out.iterdir()}

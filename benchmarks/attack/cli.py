@@ -7,6 +7,7 @@ in OUT), figures in OUT and the Markdown report (default ``OUT/attack.md``).
 Examples:
   python -m benchmarks attack --dataset mnist --protocol paper --sweep nhist kmax
   python -m benchmarks attack --dataset mnist --protocol extended --goal targeted
+  python -m benchmarks attack --dataset mnist --protocol paper --compare anytime
   python -m benchmarks attack --dataset cifar10 --data-dir ~/data/cifar-10-batches-py
   python -m benchmarks attack --render-only --out docs/results/attack \
       --report docs/results/attack.md
@@ -30,6 +31,7 @@ DEFAULT_OUT = Path("out/attack")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from benchmarks.attack.data import DATASETS
+    from benchmarks.attack.methods import COMPARISONS
     from benchmarks.attack.objective import GOALS
     from benchmarks.attack.protocol import PROTOCOLS
 
@@ -40,9 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: both)")
     parser.add_argument("--methods", nargs="+", default=None, metavar="SPEC",
                         help="method specs such as zoaq, radazo, zoar:k=2, statzo:k_max=4 "
-                             "(default: all seven for paper, the paper's five for extended)")
+                             "(default: all eight for paper, the paper's five for extended)")
     parser.add_argument("--sweep", nargs="*", default=[], choices=["nhist", "kmax"],
                         help="add the ZoAQ N_hist sweep and/or the StatZO K_max sweep")
+    parser.add_argument("--compare", nargs="*", default=[], choices=list(COMPARISONS),
+                        help="add the methods of a comparison: anytime = the adaptive "
+                             "budgets (zoaq, statzo, auto_k) against fixed K in {1, 2, 4} "
+                             "of R-AdaZO, ZO-AdaMM and ZoAR, with their query regret")
     parser.add_argument("--images", type=common.positive_int, default=100,
                         help="correctly classified test images of the extended protocol")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
@@ -81,15 +87,9 @@ def main(args: argparse.Namespace) -> int:
             raise SystemExit(f"error: --render-only needs {results_path}; run the attacks "
                              "first or pass the --out folder that holds attack.json")
         return _render(args, json.loads(results_path.read_text()))
-    from benchmarks.attack import methods as methods_lib
-
     # Validate everything cheap before any data, training or compilation.
-    default = methods_lib.ALL_METHODS if args.protocol == "paper" else methods_lib.PAPER_METHODS
-    specs = list(args.methods or default)
-    for sweep in args.sweep:
-        specs += methods_lib.SWEEPS[sweep]
     try:
-        specs = list(dict.fromkeys(methods_lib.parse(s).spec for s in specs))
+        specs = method_specs(args)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     if args.data_dir is not None and not Path(args.data_dir).exists():
@@ -99,6 +99,26 @@ def main(args: argparse.Namespace) -> int:
     if workers == 1:
         common.pin_to_cores(common.available_cores()[:1])
     return _run(args, specs, workers)
+
+
+def method_specs(args: argparse.Namespace) -> list[str]:
+    """The canonical specs a run attacks with: ``--methods`` (or the protocol's default),
+    then the ``--sweep`` and ``--compare`` members, each once.
+
+    Without ``--methods``, a comparison alone runs only its own methods.
+
+    Raises:
+      ValueError: a spec that does not parse.
+    """
+    from benchmarks.attack import methods as methods_lib
+
+    default = methods_lib.ALL_METHODS if args.protocol == "paper" else methods_lib.PAPER_METHODS
+    specs = list(args.methods or ([] if args.compare else default))
+    for sweep in args.sweep:
+        specs += methods_lib.SWEEPS[sweep]
+    for comparison in args.compare:
+        specs += methods_lib.COMPARISONS[comparison]
+    return list(dict.fromkeys(methods_lib.parse(s).spec for s in specs))
 
 
 def _run(args: argparse.Namespace, specs: list[str], workers: int) -> int:
@@ -146,6 +166,7 @@ def _run(args: argparse.Namespace, specs: list[str], workers: int) -> int:
                 run = _run_entry(args, goal, eps, attack_config, workers, command, trained,
                                  dataset, {spec: result}, started, load_before)
                 results = report.merge(results, _records(args, goal, attacks, {spec: result}), run)
+                results["anytime"] = report.anytime_summaries(results)
                 common.write_json(results_path, results)
                 _figures(args, goal, eps, dataset, attacks, finished)
 
@@ -223,7 +244,7 @@ def _figures(args, goal, eps, dataset, attacks, runs) -> None:
     outcomes = {spec: r.outcome for spec, r in runs.items()}
     first = int(np.argmax(next(iter(outcomes.values())).success))  # a successful attack
     image0 = dataset.test_images[attacks.image[first]]
-    shown = [s for s in outcomes if not report.is_sweep_only(s)] or list(outcomes)
+    shown = [s for s in outcomes if not report.is_extra(s)] or list(outcomes)
     adversarial = {spec: np.asarray(objective.perturbed_image(outcomes[spec].x[first], image0, eps))
                    for spec in shown}
     succeeded = {spec: bool(outcomes[spec].success[first]) for spec in shown}

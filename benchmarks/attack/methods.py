@@ -2,7 +2,9 @@
 
 A method is named by a spec ``base`` or ``base:key=value,key=value`` (for example
 ``zoaq:n_hist=4`` or ``statzo:k_max=6``); the keys override the base's defaults below,
-which follow the paper's attack settings (``../shared/reference/ALGORITHMS.md``). All
+which follow the attack settings of the ZoAQ paper (ZoAQ: Adaptive Zeroth-Order
+Querying via Query-Reuse Coupling, Section 5.2), themselves those of the ZoAR code (Qiu et
+al., Zeroth-Order Optimization is Secretly Single-Step Policy Optimization, 2025). All
 methods use forward differences (the caller's centre value plus ``K`` perturbed calls a
 step), Gaussian directions, and the R-AdaZO backbone unless said otherwise;
 ``lr``, ``mu`` and the moments are per dataset (:data:`HYPER`).
@@ -21,6 +23,13 @@ step), Gaussian directions, and the R-AdaZO backbone unless said otherwise;
   :math:`K_t \\in [1, 2]` (``zoaq_estimator(trigger="norm", n_hist=0)``).
 * ``zoar``: ZoAR's averaged-baseline history reuse, :math:`K = 1` (``zoar:k=2`` for 2),
   :math:`N_{hist} = 8` steps.
+* ``auto_k``: :func:`zoaq_jax.auto_k_estimator` with the library's defaults
+  (:math:`K_t \\in [1, 16]`, progress windows of 1,000 steps); its progress signal is
+  the caller's centre value. Nothing in it is tuned for the attack.
+
+The ``anytime`` comparison (:data:`COMPARISONS`) runs the adaptive methods (:data:`ADAPTIVE`)
+against fixed budgets :math:`K \\in \\{1, 2, 4\\}` of R-AdaZO, ZO-AdaMM and ZoAR
+(:data:`FIXED_K`, for example ``radazo:k=4``) on the same attacks.
 
 Every chain has :func:`zoaq_jax.monitor_consistency` right after the estimator, so the
 momentum-consistency trace (the paper's attack cosine figure) exists for all methods.
@@ -29,6 +38,8 @@ momentum-consistency trace (the paper's attack cosine figure) exists for all met
 from __future__ import annotations
 
 from typing import Any, NamedTuple
+
+import inspect
 
 import optax
 
@@ -48,11 +59,16 @@ BASES: dict[str, dict[str, Any]] = {
     "statzo": {"k_min": 2, "k_max": 2, "theta": 0.5, "backbone": "radazo"},
     "statzo_norm": {"k_min": 1, "k_max": 2, "c_norm": 0.5},
     "zoar": {"k": 1, "n_hist": 8},
+    # The library's own defaults, read from its signature (never tuned for the attack).
+    "auto_k": {name: param.default for name, param in
+               inspect.signature(zoaq_jax.auto_k_estimator).parameters.items()
+               if name in ("k_min", "k_max", "window", "r", "r_up", "z", "floor")},
 }
 
 # Shared across the paper protocol's tables, the extended protocol, and the sweeps.
 PAPER_METHODS = ("radazo", "statzo", "zoar", "zoar:k=2", "zoaq")
-ALL_METHODS = ("radazo", "zo_adamm", "statzo", "statzo_norm", "zoar", "zoar:k=2", "zoaq")
+ALL_METHODS = ("radazo", "zo_adamm", "statzo", "statzo_norm", "zoar", "zoar:k=2", "zoaq",
+               "auto_k")
 SWEEPS = {
     "nhist": tuple(f"zoaq:n_hist={n}" if n != 8 else "zoaq" for n in (4, 6, 8, 10, 12)),
     "kmax": tuple(f"statzo:k_max={k}" if k != 2 else "statzo" for k in (2, 4, 6, 8, 10)),
@@ -81,6 +97,10 @@ class Method(NamedTuple):
             return f"StatZO K∈[{p['k_min']},{p['k_max']}]{tail}"
         if self.base == "statzo_norm":
             return f"StatZO-norm K∈[{p['k_min']},{p['k_max']}]"
+        if self.base == "auto_k":
+            changed = [f"{k}={v}" for k, v in p.items() if v != BASES["auto_k"][k]
+                       and k not in ("k_min", "k_max")]
+            return f"auto_k K∈[{p['k_min']},{p['k_max']}]" + "".join(f", {c}" for c in changed)
         return f"ZoAR K={p['k']}"
 
 
@@ -110,6 +130,14 @@ def _coerce(text: str, default: Any, item: str) -> Any:
         return type(default)(text) if not isinstance(default, str) else text
     except ValueError:
         raise ValueError(f"Bad value in {item!r}: expected {type(default).__name__}.") from None
+
+
+# The anytime comparison: the adaptive budgets against fixed K in {1, 2, 4} of each
+# fixed-budget family (canonical specs: "radazo" is R-AdaZO K=2, "zoar" ZoAR K=1).
+ADAPTIVE = ("zoaq", "statzo", "auto_k")
+FAMILIES = ("radazo", "zo_adamm", "zoar")
+FIXED_K = tuple(parse(f"{base}:k={k}").spec for base in FAMILIES for k in (1, 2, 4))
+COMPARISONS = {"anytime": ADAPTIVE + FIXED_K}
 
 
 def build(method: Method, dataset: str, key: Any,
@@ -143,6 +171,8 @@ def build(method: Method, dataset: str, key: Any,
             k_min=p["k_min"], k_max=p["k_max"], n_hist=0, mu=mu, trigger="norm",
             c_norm=p["c_norm"], b1=MOMENTS["b1"], difference="forward", key=key,
         )
+    elif method.base == "auto_k":
+        estimator = zoaq_jax.auto_k_estimator(**p, mu=mu, difference="forward", key=key)
     else:
         estimator = zoaq_jax.zoar_estimator(
             k=p["k"], n_hist=p["n_hist"], mu=mu, difference="forward", key=key)

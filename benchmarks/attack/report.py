@@ -20,8 +20,8 @@ import numpy as np
 from benchmarks import common
 from benchmarks.attack import methods as methods_lib
 
-# The paper's numbers (mean, std of queries over five seeds; targeted per the ZoAR code,
-# see ALGORITHMS.md). Keys are our method specs.
+# The paper's numbers (mean, std of queries over five seeds; targeted, as the ZoAR code's
+# attack, see the notes). Keys are our method specs.
 PAPER = {
     "mnist": {"radazo": (1527, 701), "statzo": (1996, 1231), "zoar": (1089.2, 92.3),
               "zoar:k=2": (742.8, 99.9), "zoaq": (320, 45)},
@@ -98,9 +98,10 @@ def _run_of(results: dict, group: tuple, method: str) -> dict | None:
 
 
 def _order(specs: Iterable[str]) -> list[str]:
-    """Main methods in the paper's order, then the sweeps in their own order, then others."""
+    """Main methods in the paper's order, then the sweeps and comparisons in their own
+    order, then others."""
     known = list(methods_lib.ALL_METHODS)
-    for members in methods_lib.SWEEPS.values():
+    for members in (*methods_lib.SWEEPS.values(), *methods_lib.COMPARISONS.values()):
         known += [m for m in members if m not in known]
     rank = {spec: i for i, spec in enumerate(known)}
     return sorted(specs, key=lambda s: (rank.get(s, len(rank)), s))
@@ -132,7 +133,7 @@ def render(results: dict, report_path: Path, figures: Path, drawn: Path) -> str:
     for group in sorted(groups, key=lambda g: (g[0], g[1] != "paper", g[2])):
         dataset, protocol, goal = group
         by_method = groups[group]
-        main = [s for s in _order(by_method) if not is_sweep_only(s)]
+        main = [s for s in _order(by_method) if not is_extra(s)]
         lines += [f"## {dataset.upper()}, `{protocol}` protocol, {goal}", ""]
         run = _run_of(results, group, main[0] if main else next(iter(by_method)))
         if run is not None:
@@ -169,6 +170,11 @@ def render(results: dict, report_path: Path, figures: Path, drawn: Path) -> str:
              f"Mean on the {len(common_keys)} attacks all solved", "Calls/iter",
              "Paper (targeted, image 1)"], rows), ""]
         lines += _sweep_tables(dataset, goal, protocol, by_method)
+        regret = anytime_regret(by_method) if has_comparison(by_method) else None
+        if regret is not None:
+            runs = (_run_of(results, group, spec) for spec in regret["methods"])
+            lines += _anytime_tables(regret, list(dict.fromkeys(
+                r["command"] for r in runs if r is not None)))
         lines += _speed_table(results, group, _order(by_method))
         if main:
             title = f"{dataset.upper()} {protocol} protocol, {goal}"
@@ -176,8 +182,15 @@ def render(results: dict, report_path: Path, figures: Path, drawn: Path) -> str:
                                {spec: by_method[spec] for spec in main}, title)
             plot_queries(drawn / f"queries_{dataset}_{protocol}_{goal}.png",
                          {spec: by_method[spec] for spec in main}, title)
+        if regret is not None:
+            plot_success_curve(drawn / f"anytime_{dataset}_{protocol}_{goal}.png",
+                               {spec: by_method[spec] for spec in regret["methods"]},
+                               f"{title}: adaptive and fixed budgets",
+                               _anytime_styles(regret["methods"]))
         for folder, name, caption in (
                 (drawn, "success", "Success rate against the query budget"),
+                (drawn, "anytime",
+                 "Adaptive and fixed budgets: success against the query budget"),
                 (drawn, "queries", "Query distributions"),
                 (figures, "examples", "Original, adversarial and perturbation"),
                 (figures, "consistency", "Momentum consistency cos(g_t, m_{t-1})")):
@@ -188,10 +201,177 @@ def render(results: dict, report_path: Path, figures: Path, drawn: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def is_sweep_only(spec: str) -> bool:
-    """Whether ``spec`` belongs to a sweep but not to the main method list."""
+def is_extra(spec: str) -> bool:
+    """Whether ``spec`` belongs to a sweep or a comparison but not to the main method list."""
     return spec not in methods_lib.ALL_METHODS and any(
-        spec in members for members in methods_lib.SWEEPS.values())
+        spec in members
+        for members in (*methods_lib.SWEEPS.values(), *methods_lib.COMPARISONS.values()))
+
+
+def has_comparison(by_method: dict[str, list[dict]]) -> bool:
+    """Whether the anytime comparison was run: a fixed-K method outside the main list
+    (such as ``radazo:k=4``) is present."""
+    return any(spec in by_method and is_extra(spec) for spec in methods_lib.FIXED_K)
+
+
+def anytime_regret(by_method: dict[str, list[dict]],
+                   adaptive: Sequence[str] = methods_lib.ADAPTIVE,
+                   fixed: Sequence[str] = methods_lib.FIXED_K) -> dict[str, Any] | None:
+    """Query regret of each adaptive method against the best fixed K in hindsight.
+
+    Only the attacks (image, seed) that every compared method (those of ``adaptive`` and
+    ``fixed`` present in ``by_method``) solved are counted; the others are listed under
+    ``excluded`` (the success rates, over all attacks, count them as failures). On the
+    counted attacks, the best fixed method is the one of ``fixed`` with the fewest mean
+    queries (the first in ``fixed``'s order on a tie), and likewise the best of each
+    family (base method); ``family_oracle`` is the mean over the counted attacks of each
+    family's fewest queries on that attack (its best K chosen per attack after the fact, a
+    bound no fixed K of the family beats). An adaptive method's regret is its mean
+    queries over the best fixed method's; its per-attack regrets are its queries over the
+    best fixed method's on the same attack (median given). Means and regrets are NaN, and
+    no best is chosen, when no attack counts.
+
+    Returns:
+      ``None`` if no adaptive or no fixed method is present, else ``{"attacks",
+      "common_attacks", "excluded", "best_fixed", "family_best", "family_oracle",
+      "methods"}`` with, per compared spec, ``success_rate``, ``mean``,
+      ``calls_per_step`` and, for the adaptive ones, ``regret``, ``median_regret``,
+      ``per_attack_regret`` and ``family_regret``.
+    """
+    adaptive = [s for s in adaptive if s in by_method]
+    fixed = [s for s in fixed if s in by_method]
+    if not adaptive or not fixed:
+        return None
+    compared = adaptive + fixed
+    solved = {s: {(r["image"], r["seed"]): r["num_queries"] for r in by_method[s] if r["success"]}
+              for s in compared}
+    attacks = sorted({(r["image"], r["seed"]) for s in compared for r in by_method[s]})
+    common = [a for a in attacks if all(a in solved[s] for s in compared)]
+    mean = {s: float(np.mean([solved[s][a] for a in common])) if common else float("nan")
+            for s in compared}
+
+    def best(specs: list[str]) -> str | None:
+        return min(specs, key=lambda s: mean[s]) if common else None
+
+    best_fixed = best(fixed)
+    families = {base: members for base in methods_lib.FAMILIES
+                if (members := [s for s in fixed if methods_lib.parse(s).base == base])}
+    family_best = {base: best(members) for base, members in families.items()}
+    family_oracle = {
+        base: float(np.mean([min(solved[s][a] for s in members) for a in common]))
+        if common else float("nan") for base, members in families.items()}
+    methods = {}
+    for spec in compared:
+        s = summarize(by_method[spec])
+        entry = {"success_rate": s["success_rate"], "mean": mean[spec],
+                 "calls_per_step": s["calls_per_step"]}
+        if spec in adaptive:
+            per_attack = ([solved[spec][a] / solved[best_fixed][a] for a in common]
+                          if common else [])
+            entry.update(
+                regret=mean[spec] / mean[best_fixed] if common else float("nan"),
+                median_regret=float(np.median(per_attack)) if common else float("nan"),
+                per_attack_regret=per_attack,
+                family_regret={base: mean[spec] / mean[b] if common else float("nan")
+                               for base, b in family_best.items()})
+        methods[spec] = entry
+    return {"attacks": len(attacks), "common_attacks": len(common),
+            "excluded": [list(a) for a in attacks if a not in common],
+            "best_fixed": best_fixed, "family_best": family_best,
+            "family_oracle": family_oracle, "methods": methods}
+
+
+def anytime_summaries(results: dict) -> list[dict[str, Any]]:
+    """:func:`anytime_regret` of every (dataset, protocol, goal) of ``results`` in which the
+    anytime comparison was run (:func:`has_comparison`)."""
+    summaries = []
+    for group, by_method in sorted(_groups(results).items()):
+        regret = anytime_regret(by_method) if has_comparison(by_method) else None
+        if regret is not None:
+            summaries.append({**dict(zip(GROUP, group)), **regret})
+    return summaries
+
+
+def _anytime_styles(specs: Iterable[str]) -> dict[str, dict]:
+    """Adaptive methods in thick solid lines; fixed K coloured by family, dashed by K."""
+    dashes = {1: ":", 2: "--", 4: "-."}
+    styles, adaptive = {}, 0
+    for spec in specs:
+        method = methods_lib.parse(spec)
+        if spec in methods_lib.FIXED_K:
+            family = methods_lib.FAMILIES.index(method.base)
+            styles[spec] = {"color": f"C{3 + family}", "lw": 1.2,
+                            "linestyle": dashes.get(method.params["k"], "-")}
+        else:
+            styles[spec] = {"color": f"C{adaptive}", "lw": 2.2}
+            adaptive += 1
+    return styles
+
+
+def _family_name(base: str) -> str:
+    """``"R-AdaZO"`` for ``"radazo"``: the label of a fixed-K family without its K."""
+    return methods_lib.parse(base).label.rsplit(" K=", 1)[0]
+
+
+def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> list[str]:
+    """The fixed-K grid and the adaptive methods' regret table of :func:`anytime_regret`,
+    with the ``commands`` that produced their records."""
+    methods = regret["methods"]
+    fixed = [s for s in methods if "regret" not in methods[s]]
+    families = {}
+    for spec in fixed:
+        families.setdefault(methods_lib.parse(spec).base, []).append(spec)
+    ks = sorted({methods_lib.parse(s).params["k"] for s in fixed})
+    grid = []
+    for base, members in families.items():
+        cells = {methods_lib.parse(s).params["k"]: s for s in members}
+        row = [_family_name(base)]
+        for k in ks:
+            spec = cells.get(k)
+            if spec is None:
+                row.append("—")
+                continue
+            text = f"{_fmt(methods[spec]['mean'])} ({methods[spec]['success_rate']:.0%})"
+            row.append(f"**{text}**" if spec == regret["family_best"][base] else text)
+        grid.append([*row, _fmt(regret["family_oracle"][base])])
+    best = regret["best_fixed"]
+    best_name = "none" if best is None else f"{methods_lib.parse(best).label} (`{best}`)"
+    rows = []
+    for spec, m in methods.items():
+        if spec in fixed:
+            continue
+        rows.append([methods_lib.parse(spec).label, f"`{spec}`", f"{m['success_rate']:.0%}",
+                     _fmt(m["mean"]), _fmt(m["calls_per_step"], 2), _fmt(m["regret"], 2),
+                     _fmt(m["median_regret"], 2),
+                     *(_fmt(m["family_regret"][base], 2) for base in families)])
+    excluded = regret["excluded"]
+    return [
+        f"Anytime comparison: queries to success of the adaptive budgets against fixed K. "
+        f"Only the {regret['common_attacks']} of {regret['attacks']} attacks that every "
+        f"method below solved within the cap are counted"
+        + (f" (the {len(excluded)} others are listed under `anytime` in `attack.json`)"
+           if excluded else "")
+        + "; success rates are over all attacks. "
+        + "".join(f"Command: `{c}`. " for c in commands)
+        + "Fixed K: mean queries on the counted "
+        "attacks (success rate), the best of each family in bold; the last column takes "
+        "each attack's best K of the family after the fact (no fixed K can beat it).",
+        "",
+        common.markdown_table(["Family", *(f"K={k}" for k in ks), "Per-attack best K"], grid),
+        "",
+        f"Query regret = mean queries / those of the best fixed K in hindsight, "
+        f"{best_name}; the median is over the per-attack ratios against the same method. "
+        f"Per family, against its best K: "
+        + ", ".join("none" if b is None else methods_lib.parse(b).label
+                    for b in regret["family_best"].values()) + ".",
+        "",
+        common.markdown_table(
+            ["Method", "Spec", "Success", "Mean queries", "Calls/iter", "Query regret",
+             "Median per-attack regret",
+             *(f"Regret vs {_family_name(base)} best K" for base in families)],
+            rows),
+        "",
+    ]
 
 
 def _run_facts(run: dict, commands: list[str], wall: float, load_after: float) -> list[str]:
@@ -290,14 +470,16 @@ def plot_queries(path: Path, by_method: dict[str, list[dict]], title: str) -> Pa
     return common.save_figure(fig, path)
 
 
-def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str) -> Path:
-    """Fraction of attacks that succeeded within a query budget, per method."""
+def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str,
+                       styles: dict[str, dict] | None = None) -> Path:
+    """Fraction of attacks that succeeded within a query budget, per method (``styles``:
+    line keyword arguments per spec)."""
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for spec, records in by_method.items():
         q = np.sort([r["num_queries"] for r in records if r["success"]])
         ax.step(np.concatenate([[1], q]), np.arange(len(q) + 1) / len(records), where="post",
-                label=methods_lib.parse(spec).label)
+                label=methods_lib.parse(spec).label, **(styles or {}).get(spec, {}))
     ax.set_xscale("log")
     ax.set_xlabel("query budget")
     ax.set_ylabel("fraction of attacks succeeded")
