@@ -70,11 +70,13 @@ def auto_k_estimator(
       ``next_k``.
 
     Example:
-      >>> import jax.numpy as jnp, optax, zoaq_jax
+      >>> import jax, jax.numpy as jnp, optax, zoaq_jax
       >>> est = zoaq_jax.auto_k_estimator(k_max=8, window=5, key=0)
+      >>> flat = lambda x: 0 * x.sum() + 1  # no progress at all, so K doubles
+      >>> step = jax.jit(lambda s, x: est.update(None, s, x, value_fn=flat))
       >>> params, state = jnp.zeros(4), est.init(jnp.zeros(4))
-      >>> for _ in range(20):  # a constant objective: no progress, so K doubles
-      ...     g, state = est.update(None, state, params, value_fn=lambda x: 0 * x.sum() + 1)
+      >>> for _ in range(20):
+      ...     g, state = step(state, params)
       >>> int(optax.tree.get(state, "next_k"))
       8
 
