@@ -207,6 +207,25 @@ def test_masked_estimators_are_refused_with_the_composition_to_use():
             opt.init(params)
 
 
+def test_wrappers_around_a_whole_optimizer_work_with_params_shaped_updates():
+    """MultiSteps/apply_if_finite around an alias: pass zeros as updates (design notes)."""
+    f = lambda p: jnp.sum(p ** 2)  # noqa: E731
+    x = jnp.ones(3)
+    zeros = jnp.zeros_like(x)
+    plain = zoaq_jax.zoaq(1e-2, k_max=3, n_hist=2, key=0)
+    u_plain, _ = plain.update(None, plain.init(x), x, value_fn=f)
+    guarded = optax.apply_if_finite(plain, 3)
+    u, state = guarded.update(zeros, guarded.init(x), x, value_fn=f)
+    chex.assert_trees_all_equal(u, u_plain)
+    assert int(optax.tree.get(state, "num_queries")) == 2 * int(optax.tree.get(state, "last_k"))
+    multi = optax.MultiSteps(plain, 2)
+    state = multi.init(x)
+    u1, state = multi.update(zeros, state, x, value_fn=f)
+    u2, state = multi.update(zeros, state, x, value_fn=f)
+    chex.assert_trees_all_equal(u1, zeros)  # the first micro-step only accumulates
+    assert np.all(np.asarray(u2) != 0)
+
+
 def test_estimator_first_composes_with_multisteps_and_apply_if_finite():
     """Wrappers that transform incoming updates go after the estimator.
 
