@@ -1,6 +1,6 @@
 """Tiny models and data shared by the LLM tests (nothing is downloaded)."""
 
-from benchmarks.llm import data, lora, models, tasks
+from benchmarks.llm import data, lora, models, tasks, train
 
 
 def tiny(task_name="sst2", arch="tiny-llama", n=24, seed=0):
@@ -9,3 +9,21 @@ def tiny(task_name="sst2", arch="tiny-llama", n=24, seed=0):
     model, tk, _ = models.load_model(arch, words=data.vocabulary(splits), seed=seed)
     lora.apply_lora(model, key=seed)
     return model, tk, tasks.get_task(task_name), splits
+
+
+def tiny_bundle(task_name="sst2"):
+    """A :class:`train.Bundle` of the tiny LLaMA on 32 synthetic training examples."""
+    model, tk, task, splits = tiny(task_name, n=32)
+    layout = tasks.measure(task, tk, splits.train + splits.dev + splits.test)
+    enc = {
+        name: tasks.encode(
+            task,
+            tk,
+            getattr(splits, name),
+            layout,
+            only_correct=(name == "train" and task.loss_kind == "option_lm"),
+        )
+        for name in ("train", "dev", "test")
+    }
+    graphdef, adapters, base = lora.split(model)
+    return train.Bundle(graphdef, adapters, base, task.loss_kind, **enc)

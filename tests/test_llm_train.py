@@ -6,33 +6,19 @@ from pathlib import Path
 
 import jax
 import pytest
-from llm_helpers import tiny
+from llm_helpers import tiny_bundle
 
-from benchmarks.llm import cli, lora, tasks, train
+from benchmarks.llm import cli, lora, train
 from benchmarks.llm.methods import METHODS
 
 
-def _bundle(task_name="sst2"):
-    model, tk, task, splits = tiny(task_name, n=32)
-    layout = tasks.measure(task, tk, splits.train + splits.dev + splits.test)
-    enc = {
-        name: tasks.encode(
-            task,
-            tk,
-            getattr(splits, name),
-            layout,
-            only_correct=(name == "train" and task.loss_kind == "option_lm"),
-        )
-        for name in ("train", "dev", "test")
-    }
-    graphdef, adapters, base = lora.split(model)
-    return train.Bundle(graphdef, adapters, base, task.loss_kind, **enc)
-
-
-@pytest.mark.parametrize("name", ["mezo", "statzo", "statzo-norm", "zoaq-1-4"])
+@pytest.mark.parametrize(
+    "name", ["mezo", "statzo", "statzo-norm", "zoaq-1-4", "radazo-k1", "radazo-k2", "auto-k"]
+)
 def test_fe_are_counted_exactly(name):
-    """num_queries equals the forward passes actually executed, counted by a callback."""
-    bundle = _bundle()
+    """num_queries equals the forward passes actually executed, counted by a callback,
+    and the chunks the timing reproduces add up to the same FE (2 K_t, or K_t + 1)."""
+    bundle = tiny_bundle()
     calls = Counter()
     inner = bundle.loss
 
@@ -54,10 +40,11 @@ def test_fe_are_counted_exactly(name):
     per_step = [(k + 1) if name == "statzo" else 2 * k for k in ks]
     assert int(fe) == sum(per_step) == calls["fe"]
     assert all(method.k_min <= k <= method.k_max for k in ks)
+    assert [sum(n for n, _ in method.chunks(k)) for k in ks] == per_step
 
 
 def test_run_records_curve_best_checkpoint_and_timing():
-    bundle = _bundle("copa")
+    bundle = tiny_bundle("copa")
     cfg = train.TrainConfig(
         steps=4, eval_every=2, batch_size=4, eval_batch_size=8, probe_every=2, timing_reps=1
     )

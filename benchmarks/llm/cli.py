@@ -8,7 +8,13 @@ Presets:
          small real run, not the paper's protocol.
   paper  the paper's protocol: 5,000 steps, eval every 250, 1000/500/1000 examples,
          3 seeds (meant for a GPU).
-Any preset value can be overridden by the matching option.
+  anytime  the cpu preset's model and data in anytime mode: every method spends the same
+         budget of 144 FE (R-AdaZO K=4 runs 18 steps, K=1 72), dev loss every 24 FE on
+         100 dev examples; fixed K in {1, 2, 4} give the envelope, and the report gives
+         the query regret of each method (see report.py).
+Any preset value can be overridden by the matching option. ``--budget FE`` turns any
+preset into anytime mode (steps then follow from each method's FE per step; dev loss is
+evaluated every ``--eval-every-fe`` FE, default budget / 8).
 
 Writes OUT/llm.json and OUT/llm.png (default OUT: out/llm-<preset>) and the Markdown
 page REPORT (default OUT/llm.md) with its figure and JSON in REPORT_DIR/llm/.
@@ -17,6 +23,7 @@ Examples:
   python -m benchmarks llm --preset smoke --out /tmp/llm
   python -m benchmarks llm --model smollm2 --task sst2 --preset cpu
   python -m benchmarks llm --model smollm2 --task sst2 --preset cpu --report docs/results/llm.md
+  python -m benchmarks llm --preset anytime --report docs/results/llm_anytime.md
   python -m benchmarks llm --model opt:/data/opt-1.3b --task sst2 --data /data/SST-2 --preset paper
   python -m benchmarks llm --model opt:/data/opt-1.3b --task copa --data /data/COPA --preset paper
 """
@@ -76,6 +83,15 @@ PRESETS = {
         timing_reps=3,
     ),
 }
+PRESETS["anytime"] = dict(
+    PRESETS["cpu"],
+    n_dev=100,
+    n_test=100,
+    timing_reps=1,
+    budget=144,
+    eval_every_fe=24,
+    methods=("radazo-k1", "radazo-k2", "radazo", "auto-k", "zoaq-1-2", "zoaq-1-4"),
+)
 COPA_DEV = 100  # MeZO's COPA dev size
 
 
@@ -104,6 +120,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", nargs="+", help="integers, space- or comma-separated")
     parser.add_argument("--steps", type=common.positive_int)
     parser.add_argument("--eval-every", type=common.positive_int)
+    parser.add_argument(
+        "--budget",
+        type=common.positive_int,
+        help="anytime mode: every method runs until it has spent this many FE "
+        "(--steps and --eval-every are then unused)",
+    )
+    parser.add_argument(
+        "--eval-every-fe",
+        type=common.positive_int,
+        help="anytime mode: dev loss every this many FE (default: budget / 8)",
+    )
     parser.add_argument("--batch-size", type=common.positive_int)
     parser.add_argument("--eval-batch-size", type=common.positive_int)
     parser.add_argument("--lr", type=float, default=5e-5, help="learning rate (paper: 5e-5)")
@@ -171,12 +198,16 @@ def main(args: argparse.Namespace) -> int:
         "n_dev",
         "n_test",
         "max_length",
+        "budget",
+        "eval_every_fe",
     ):
         value = getattr(args, key)
         if value is not None:
             preset[key] = value
     if args.seeds:
         preset["seeds"] = _ints(args.seeds)
+    if preset.get("budget") is not None and preset.get("eval_every_fe") is None:
+        preset["eval_every_fe"] = max(1, preset["budget"] // 8)
     if args.task == "copa" and args.n_dev is None and args.preset != "smoke":
         preset["n_dev"] = COPA_DEV
     try:
@@ -280,6 +311,8 @@ def _run(args, preset: dict, cores: list[int]) -> int:
         eval_batch_size=preset["eval_batch_size"],
         probe_every=preset["probe_every"],
         timing_reps=preset["timing_reps"],
+        budget=preset.get("budget"),
+        eval_every_fe=preset.get("eval_every_fe"),
     )
     print(
         f"model {info['name']}, {lora.num_params(adapters):,} LoRA parameters; data "
@@ -315,6 +348,7 @@ def _run(args, preset: dict, cores: list[int]) -> int:
             "task": args.task,
             "methods": [m.name for m in chosen],
             **{k: preset[k] for k in ("steps", "eval_every", "batch_size", "seeds", "timing_reps")},
+            **{k: preset.get(k) for k in ("budget", "eval_every_fe")},
             "learning_rate": args.lr,
             "mu": args.mu,
             "data_seed": args.data_seed,
@@ -331,6 +365,8 @@ def _run(args, preset: dict, cores: list[int]) -> int:
         "zero_shot": zero,
         "results": results,
     }
+    if cfg.budget is not None:
+        payload["regret"] = report.regret(results, cfg.budget, cfg.eval_every_fe)
     paths = report.write(out_dir, _report_path(args, out_dir / "llm.md"), payload)
     for name, path in paths.items():
         print(f"wrote {name}: {path}", file=sys.stderr)

@@ -5,6 +5,9 @@ directions. FE (forward evaluations) are the estimator's ``num_queries``:
 
 * ``mezo``: MeZO, K = 4 central directions on plain SGD. 2K = 8 FE a step.
 * ``radazo``: R-AdaZO, K = 4 central directions on the R-AdaZO backbone. 8 FE a step.
+* ``radazo-k1`` / ``radazo-k2``: the same with K = 1 / K = 2 (2 / 4 FE a step): with
+  ``radazo``, the fixed-K methods whose best dev loss at each FE budget is the envelope
+  of the anytime comparison (``--budget``).
 * ``statzo``: the classical norm test (Bollapragada et al.; ``zoaq_jax.statzo``,
   theta = 0.5) growing K in [2, 4] on the R-AdaZO backbone. It uses forward differences
   with one centre forward pass a step, so a step costs K_t + 1 FE (not 2 K_t).
@@ -13,6 +16,9 @@ directions. FE (forward evaluations) are the estimator's ``num_queries``:
   central differences, K in [2, 4]: 2 K_t FE a step, the paper's accounting.
 * ``zoaq-1-4`` / ``zoaq-1-2``: ZoAQ, K in [1, 4] / [1, 2], N_hist = 15, tau0 = 1,
   beta_tau = 0.9, reset "min", central differences: 2 K_t FE a step.
+* ``auto-k``: ``zoaq_jax.auto_k`` (the ``auto_k_estimator`` at its library defaults,
+  K in [1, 16], progress window 1000 steps, on the R-AdaZO backbone) with the learning
+  rate and mu the others get. It buys fresh directions one at a time: 2 K_t FE a step.
 
 ``chunks(k)`` lists the batched oracle calls a step with ``K_t = k`` makes (sizes in
 forward passes; ``centre`` marks an unbatched centre evaluation): the benchmark uses it
@@ -48,6 +54,17 @@ def _statzo_chunks(k: int):
     return [(1, False), (2, True)] + [(1, True)] * (k - 2)
 
 
+def _radazo(k: int) -> Method:
+    return Method(
+        "radazo" if k == 4 else f"radazo-k{k}",
+        f"R-AdaZO K={k}",
+        k,
+        k,
+        lambda lr, mu, seed: zoaq_jax.radazo(lr, k=k, mu=mu, key=seed),
+        _central_chunks(k),
+    )
+
+
 METHODS = {
     "mezo": Method(
         "mezo",
@@ -57,14 +74,9 @@ METHODS = {
         lambda lr, mu, seed: zoaq_jax.mezo(lr, k=4, mu=mu, key=seed),
         _central_chunks(4),
     ),
-    "radazo": Method(
-        "radazo",
-        "R-AdaZO K=4",
-        4,
-        4,
-        lambda lr, mu, seed: zoaq_jax.radazo(lr, k=4, mu=mu, key=seed),
-        _central_chunks(4),
-    ),
+    "radazo": _radazo(4),
+    "radazo-k1": _radazo(1),
+    "radazo-k2": _radazo(2),
     "statzo": Method(
         "statzo",
         "StatZO K∈[2,4] (norm test, fwd diff.)",
@@ -101,6 +113,14 @@ METHODS = {
         lambda lr, mu, seed: zoaq_jax.zoaq(
             lr, k_min=1, k_max=2, n_hist=15, mu=mu, tau0=1.0, beta_tau=0.9, reset="min", key=seed
         ),
+        _central_chunks(1),
+    ),
+    "auto-k": Method(
+        "auto-k",
+        "auto_k K∈[1,16] (defaults)",
+        1,
+        16,
+        lambda lr, mu, seed: zoaq_jax.auto_k(lr, mu=mu, key=seed),
         _central_chunks(1),
     ),
 }

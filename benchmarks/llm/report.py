@@ -163,6 +163,84 @@ def fe_to_reach(curve: list[dict], loss: float) -> float | None:
     return None
 
 
+def mean_curve(runs: list[dict]) -> list[dict]:
+    """The seeds' mean dev-loss curve of one method: each seed's curve is interpolated
+    linearly onto the union of their evaluation FE (held flat past its last point)."""
+    grid = sorted({c["fe"] for r in runs for c in r["curve"]})
+    losses = [
+        np.interp(grid, [c["fe"] for c in r["curve"]], [c["dev_loss"] for c in r["curve"]])
+        for r in runs
+    ]
+    return [{"fe": fe, "dev_loss": float(v)} for fe, v in zip(grid, np.mean(losses, axis=0))]
+
+
+def best_within(curve: list[dict], budget: float) -> float:
+    """The lowest dev loss of a curve within ``budget`` FE: the lowest evaluation at
+    most ``budget`` FE, and the curve's linear interpolation at ``budget`` itself."""
+    fe = [c["fe"] for c in curve]
+    values = [c["dev_loss"] for c in curve if c["fe"] <= budget]
+    if fe[-1] >= budget:
+        values.append(float(np.interp(budget, fe, [c["dev_loss"] for c in curve])))
+    return min(values)
+
+
+def is_fixed(name: str) -> bool:
+    """Whether the method ``name`` keeps K fixed (an envelope method)."""
+    from benchmarks.llm.methods import METHODS
+
+    method = METHODS.get(name)
+    return method is not None and method.k_min == method.k_max
+
+
+def regret(results: list[dict], budget: int, every: int) -> dict:
+    """Query regret of every method at the budgets ``every, 2 every, ..., budget`` FE.
+
+    The envelope E(B) is the lowest mean dev loss (:func:`mean_curve`) that any fixed-K
+    method of the run reached within B FE (:func:`best_within`). A method's regret at B
+    is the FE its mean curve needed to first reach E(B) (:func:`fe_to_reach`: linear
+    interpolation between evaluations, so FE beyond B count) divided by B; ``inf`` if
+    it never did. The best fixed K at B has regret <= 1 (< 1 if its curve rose again).
+    """
+    curves = {name: mean_curve(runs) for name, runs in by_method(results).items()}
+    fixed = [name for name in curves if is_fixed(name)]
+    if not fixed:
+        raise ValueError("The regret needs at least one fixed-K method.")
+    budgets = list(range(every, budget + 1, every))
+    if budgets[-1] != budget:
+        budgets.append(budget)
+    envelope = []
+    for b in budgets:
+        loss, name = min((best_within(curves[n], b), n) for n in fixed)
+        envelope.append({"budget": b, "dev_loss": loss, "method": name})
+    methods = {}
+    for name, curve in curves.items():
+        values = []
+        for env in envelope:
+            need = fe_to_reach(curve, env["dev_loss"])
+            values.append(np.inf if need is None else need / env["budget"])
+        methods[name] = {
+            "regret": values,
+            "median": float(np.median(values)),
+            "max": float(np.max(values)),
+        }
+    return {"budgets": budgets, "envelope": envelope, "methods": methods}
+
+
+def regret_rows(payload: dict[str, Any]) -> list[list[str]]:
+    """One row per method: its regret at each budget, the median and the maximum."""
+    labels = {r["method"]: r["label"] for r in payload["results"]}
+    return [
+        [labels[name] + (" (envelope)" if is_fixed(name) else "")]
+        + [_regret_cell(v) for v in (*entry["regret"], entry["median"], entry["max"])]
+        for name, entry in payload["regret"]["methods"].items()
+    ]
+
+
+def _regret_cell(value) -> str:
+    value = float(value)  # JSON stores infinity as "inf"
+    return "∞" if np.isinf(value) else f"{value:.2f}"
+
+
 def matched_rows(results: list[dict]) -> list[list[str]]:
     """FE the fixed-K reference (same seed) needs to reach each method's best dev loss."""
     groups = by_method(results)
@@ -202,10 +280,7 @@ def matched_rows(results: list[dict]) -> list[list[str]]:
 
 def _accept_rate(name: str, runs: list[dict]) -> str:
     """Share of steps accepted at K_min (adaptive methods only)."""
-    from benchmarks.llm.methods import METHODS
-
-    method = METHODS.get(name)
-    if method is not None and method.k_min == method.k_max:
+    if is_fixed(name):
         return "–"
     return f"{100 * np.mean([r['immediate_accept_rate'] for r in runs]):.1f}%"
 
@@ -239,8 +314,9 @@ def timing_rows(results: list[dict]) -> list[list[str]]:
     return rows
 
 
-def plot(results: list[dict], path: Path, title: str) -> Path:
-    """Dev loss and dev accuracy against cumulative FE, one line per method and seed."""
+def plot(results: list[dict], path: Path, title: str, envelope: list[dict] = ()) -> Path:
+    """Dev loss and dev accuracy against cumulative FE, one line per method and seed;
+    the fixed-K envelope (anytime mode) as a dashed black line on the dev loss."""
     fig, axes = common.pyplot().subplots(1, 2, figsize=(11, 4))
     colors = {}
     for r in results:
@@ -254,6 +330,14 @@ def plot(results: list[dict], path: Path, title: str) -> Path:
         axes[0].plot(fe, [c["dev_loss"] for c in r["curve"]], "o-", ms=3, color=color, label=label)
         axes[1].plot(
             fe, [c["dev_accuracy"] for c in r["curve"]], "o-", ms=3, color=color, label=label
+        )
+    if envelope:
+        axes[0].plot(
+            [e["budget"] for e in envelope],
+            [e["dev_loss"] for e in envelope],
+            "k--",
+            lw=1,
+            label="fixed-K envelope E(B)",
         )
     axes[0].set_ylabel("dev loss")
     axes[1].set_ylabel("dev accuracy")
@@ -301,6 +385,12 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
             f"- Base model before any update (B = 0): dev loss {zs['dev_loss']:.4f}, dev "
             f"accuracy {zs['dev_accuracy']:.3f}, test accuracy {zs['accuracy']:.3f}."
         )
+    if cfg.get("budget") is not None:
+        lines.append(
+            f"- Anytime mode: every method runs until it has spent {cfg['budget']} FE "
+            f"(its last step may overshoot), dev loss every {cfg['eval_every_fe']} FE; "
+            "the preset's step count is not used."
+        )
     lines += [
         "",
         "## Results (mean ± std over seeds)",
@@ -324,6 +414,10 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
         "",
         f"![dev loss and accuracy vs FE]({figure})",
         "",
+    ]
+    if payload.get("regret"):
+        lines += _regret_section(payload)
+    lines += [
         "## Speed",
         "",
         "FE/s = FE / time inside training steps. Overhead = share of step time outside the "
@@ -361,6 +455,30 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _regret_section(payload: dict[str, Any]) -> list[str]:
+    reg = payload["regret"]
+    env = ", ".join(
+        f"{e['budget']}: {e['dev_loss']:.4f} ({e['method']})" for e in reg["envelope"]
+    )
+    return [
+        "## Anytime: query regret against the fixed-K envelope",
+        "",
+        "E(B) = lowest mean dev loss any fixed-K method reached within B FE (linear "
+        "interpolation between evaluations); a method's regret at B = the FE its mean "
+        "curve needed to first reach E(B), divided by B (∞: never reached within its "
+        "run). Regret <= 1 means the method was at least as good as the best fixed K "
+        "chosen in hindsight for that budget.",
+        "",
+        f"Envelope (B: E(B), from): {env}.",
+        "",
+        markdown_table(
+            ["Method"] + [f"B={b}" for b in reg["budgets"]] + ["Median", "Max"],
+            regret_rows(payload),
+        ),
+        "",
+    ]
+
+
 NOTES = """\
 - Model and precision: the paper fine-tunes OPT-1.3B / OPT-13B in fp16 on GPUs; the `cpu`
   preset uses SmolLM2-135M-Instruct (LLaMA architecture, the Q4_1 GGUF dequantized to
@@ -389,16 +507,18 @@ def write(out_dir: Path | None, report_path: Path | None,
     page ``report_path`` (if given) with its figure and JSON in ``llm/`` beside it."""
     cfg = payload["config"]
     title = f"{payload['model']['name']} / {cfg['task']} / preset {cfg['preset']}"
+    envelope = payload.get("regret", {}).get("envelope", ())
     paths = {}
     if out_dir is not None:
         out_dir = Path(out_dir)
         paths["json"] = write_json(out_dir / "llm.json", payload)
-        paths["png"] = plot(payload["results"], out_dir / "llm.png", title)
+        paths["png"] = plot(payload["results"], out_dir / "llm.png", title, envelope)
     if report_path is not None:
         report_path = Path(report_path)
         beside = report_path.parent / "llm"
         fig = plot(payload["results"],
-                   beside / f"{report_path.stem}_{cfg['preset']}_{cfg['task']}.png", title)
+                   beside / f"{report_path.stem}_{cfg['preset']}_{cfg['task']}.png", title,
+                   envelope)
         paths["report json"] = write_json(beside / f"{report_path.stem}.json", payload)
         paths["markdown"] = common.write_markdown(
             report_path, TITLE, markdown(payload, str(fig.relative_to(report_path.parent))),

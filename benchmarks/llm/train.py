@@ -9,11 +9,18 @@ they are shared by every perturbed forward pass. A step is one compiled function
 Evaluation (dev loss and accuracy) and the train-loss probe are forward passes made by
 the benchmark, not by the method: they are not FE. FE per step are read from the
 estimator's ``num_queries``.
+
+Two ways to end a run: after ``steps`` steps, evaluating every ``eval_every`` steps; or,
+with ``budget`` (anytime mode), at the first step whose cumulative FE reach ``budget``,
+evaluating at the first step whose FE reach each multiple of ``eval_every_fe``. Methods
+then spend the same FE (an adaptive method may overshoot by less than its last step's
+FE), so their dev-loss curves can be compared at every budget up to ``budget``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections import Counter
 from typing import Any
@@ -38,11 +45,28 @@ class TrainConfig:
     eval_batch_size: int = 16
     probe_every: int = 10  # train-loss probe period (steps)
     timing_reps: int = 3
+    budget: int | None = None  # FE a run may spend (anytime mode); then ``steps`` is unused
+    eval_every_fe: int | None = None  # evaluation period in FE (anytime mode)
 
     def __post_init__(self):
-        for name in ("steps", "eval_every", "batch_size", "eval_batch_size", "probe_every"):
+        names = ["steps", "eval_every", "batch_size", "eval_batch_size", "probe_every"]
+        if self.budget is not None:
+            names += ["budget", "eval_every_fe"]
+            if self.eval_every_fe is None:
+                raise ValueError("A budget needs eval_every_fe.")
+        for name in names:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+
+    def done(self, t: int, fe: int) -> bool:
+        """Whether the run ends after step ``t`` with ``fe`` FE spent."""
+        return t >= self.steps if self.budget is None else fe >= self.budget
+
+    def eval_due(self, t: int, fe_before: int, fe: int) -> bool:
+        """Whether step ``t`` (FE ``fe_before`` -> ``fe``) is followed by an evaluation."""
+        if self.budget is None:
+            return t % self.eval_every == 0 or self.done(t, fe)
+        return fe // self.eval_every_fe > fe_before // self.eval_every_fe or self.done(t, fe)
 
 
 @dataclasses.dataclass
@@ -205,7 +229,8 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
         e0 = time.perf_counter()
         dev = evaluate(bundle, lora, bundle.dev, cfg.eval_batch_size)
         eval_s += time.perf_counter() - e0
-        recent = [v for s, v in probes if s > t - cfg.eval_every]
+        since = curve[-1]["step"] if curve else 0
+        recent = [v for s, v in probes if s > since]
         curve.append(
             {
                 "step": t,
@@ -225,11 +250,9 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
             }
 
     do_eval(0)
-    bar = (
-        progress(range(1, cfg.steps + 1), total=cfg.steps, desc=f"{method.name} seed {seed}")
-        if show
-        else range(1, cfg.steps + 1)
-    )
+    steps = itertools.count(1) if cfg.budget is not None else range(1, cfg.steps + 1)
+    total = None if cfg.budget is not None else cfg.steps
+    bar = progress(steps, total=total, desc=f"{method.name} seed {seed}") if show else steps
     batch = first
     for t in bar:
         if t > 1:
@@ -237,14 +260,17 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
         if t % cfg.probe_every == 1 or cfg.probe_every == 1:
             probes.append((t, float(bundle.probe(lora, bundle.base, batch))))
         s0 = time.perf_counter()
+        fe_before = fe
         lora, state, num_queries, last_k = compiled(lora, state, bundle.base, batch)
         fe, k = int(num_queries), int(last_k)  # waits for the step
         step_s.append(time.perf_counter() - s0)
         ks.append(k)
-        if t % cfg.eval_every == 0 or t == cfg.steps:
+        if cfg.eval_due(t, fe_before, fe):
             do_eval(t)
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(fe=fe, dev_loss=f"{curve[-1]['dev_loss']:.4f}")
+        if cfg.done(t, fe):
+            break
 
     e0 = time.perf_counter()
     test = evaluate(bundle, best["lora"], bundle.test, cfg.eval_batch_size)
@@ -262,10 +288,11 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
         "method": method.name,
         "label": method.label,
         "seed": seed,
-        "steps": cfg.steps,
+        "steps": len(ks),
         "total_fe": fe,
         "avg_k": float(np.mean(ks)),
-        "fe_per_step": fe / cfg.steps,
+        "fe_per_step": fe / len(ks),
+        "k_trace": ks,
         "k_hist": {str(k): hist[k] for k in sorted(hist)},
         "immediate_accept_rate": hist[method.k_min] / len(ks),
         "best_eval_loss": best["loss"],
