@@ -82,7 +82,7 @@ def auto_k_estimator(
 
     References:
       Byrd, Chin, Nocedal and Wu, Sample size selection in optimization methods for
-      machine learning, Math. Program. 2012 (growing samples when progress stalls);
+      machine learning, Math. Program. 2012 (dynamic sample sizes, a related rule);
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling (the budgets it
       is compared with).
     """
