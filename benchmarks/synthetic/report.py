@@ -350,14 +350,19 @@ def plot_budget_curves(p, results, path: Path, backbone: str) -> Path:
                 ax.plot(grid, np.mean(r["curves"], axis=0), lw=2.0, label=r["label"])
         if p.switch_at:
             ax.axvline(p.switch_at, color="grey", lw=0.8)
-        ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(function_label(function))
-        ax.set_xlabel("oracle calls")
-        ax.set_ylabel("gap")
-        ax.grid(alpha=0.3)
+        _against_calls(ax, function, "gap")
     axes[0].legend(fontsize=6)
     return common.save_figure(fig, path)
+
+
+def _against_calls(ax, function: str, ylabel: str) -> None:
+    """Axes of a per-function panel with oracle calls on a log x axis."""
+    ax.set_xscale("log")
+    ax.set_title(function_label(function))
+    ax.set_xlabel("oracle calls")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
 
 
 def plot_budget_k(p, results, path: Path) -> Path:
@@ -368,10 +373,6 @@ def plot_budget_k(p, results, path: Path) -> Path:
         for r in rs:
             if not r["fixed_k"]:
                 ax.plot(p.grid, np.mean(r["k_curves"], axis=0), lw=1.4, label=r["label"])
-        ax.set_xscale("log")
-        ax.set_title(function_label(function))
-        ax.set_xlabel("oracle calls")
-        ax.set_ylabel("K at the last step")
-        ax.grid(alpha=0.3)
+        _against_calls(ax, function, "K at the last step")
     axes[0].legend(fontsize=6)
     return common.save_figure(fig, path)
