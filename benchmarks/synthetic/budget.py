@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import anytime, common
+from benchmarks.synthetic import protocol as protocols
 from benchmarks.synthetic.methods import METHODS, Settings, Variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 
@@ -117,13 +118,7 @@ def from_dict(d: dict[str, Any]) -> BudgetProtocol:
 
 def restrict(p: BudgetProtocol, functions=None, variants=None, seeds=None, budget=None):
     """The protocol with some fields overridden from the command line."""
-    changes: dict[str, Any] = {}
-    if functions:
-        changes["functions"] = tuple(functions)
-    if variants:
-        changes["variants"] = tuple(variants)
-    if seeds:
-        changes["seeds"] = tuple(range(seeds))
+    changes = protocols.overrides(functions, variants, seeds)
     if budget:
         changes["budget"] = budget
     return replace(p, **changes)

@@ -87,8 +87,8 @@ def ablation(name: str, preset: str) -> Protocol:
                     variants)
 
 
-def restrict(protocol: Protocol, functions=None, variants=None, seeds=None, steps=None):
-    """The protocol with some fields overridden from the command line."""
+def overrides(functions=None, variants=None, seeds=None) -> dict:
+    """The protocol fields the command line overrides in both modes (unset: kept)."""
     changes = {}
     if functions:
         changes["functions"] = tuple(functions)
@@ -96,6 +96,12 @@ def restrict(protocol: Protocol, functions=None, variants=None, seeds=None, step
         changes["variants"] = tuple(variants)
     if seeds:
         changes["seeds"] = tuple(range(seeds))
+    return changes
+
+
+def restrict(protocol: Protocol, functions=None, variants=None, seeds=None, steps=None):
+    """The protocol with some fields overridden from the command line."""
+    changes = overrides(functions, variants, seeds)
     if steps:
         changes["steps"] = steps
         changes["log_every"] = max(1, min(protocol.log_every, steps // 10))

@@ -86,10 +86,7 @@ def auto_k_estimator(
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling (the budgets it
       is compared with).
     """
-    k_min = checks.static_int("k_min", k_min, 1)
-    k_max = checks.static_int("k_max", k_max, 1)
-    if k_min > k_max:
-        raise ValueError(f"k_min must be <= k_max, got k_min={k_min} > k_max={k_max}.")
+    k_min, k_max, _ = checks.budget_grid(k_min, k_max, 1)
     rule = budgets.progress(k_min, k_max, window=window, r=r, r_up=r_up, z=z, floor=floor)
     return adaptive_estimator(
         gates.accept(), rule, k_min=1, k_max=k_max, mu=mu, difference=difference,
