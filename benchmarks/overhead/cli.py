@@ -20,18 +20,21 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import common
+from benchmarks import flags
+from benchmarks import pool
+from benchmarks import record as run_record
 
 ROWS = 64  # rows of the least-squares objective
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dims", type=common.positive_int, nargs="+",
+    parser.add_argument("--dims", type=flags.positive_int, nargs="+",
                         default=[100, 10_000, 1_000_000])
-    parser.add_argument("--ks", type=common.positive_int, nargs="+", default=[1, 4])
-    parser.add_argument("--n-hist", type=common.positive_int, default=8)
-    parser.add_argument("--steps", type=common.positive_int, default=200,
+    parser.add_argument("--ks", type=flags.positive_int, nargs="+", default=[1, 4])
+    parser.add_argument("--n-hist", type=flags.positive_int, default=8)
+    parser.add_argument("--steps", type=flags.positive_int, default=200,
                         help="steps per timing (a tenth, at least 10, for d > 10,000)")
-    parser.add_argument("--repeats", type=common.positive_int, default=5)
+    parser.add_argument("--repeats", type=flags.positive_int, default=5)
     parser.add_argument("--out", type=Path, default=Path("out"))
 
 
@@ -74,8 +77,8 @@ def _time_steps(opt, f, d: int, steps: int, repeats: int) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
-    machine = common.machine_info()  # before pinning: the cores of the machine
-    common.pin_to_cores(common.available_cores()[:1])
+    machine = run_record.machine_info()  # before pinning: the cores of the machine
+    pool.pin_to_cores(run_record.available_cores()[:1])
     import zoaq_jax
 
     rows, records = [], []
@@ -93,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
                         "ratio": t_zoaq / t_fixed})
         rows.append([f"{d:,}", name, k, 2 * k, f"{1e6 * t_fixed:,.1f}", f"{1e6 * t_zoaq:,.1f}",
                      f"{t_zoaq / t_fixed:.2f}"])
-    command = common.command_line("overhead", args)
+    command = flags.command_line("overhead", args)
     common.write_json(args.out / "overhead.json", {"command": command, "machine": machine,
                                                    "n_hist": args.n_hist, "records": records})
     table = common.markdown_table(
