@@ -222,7 +222,7 @@ def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
 
 
 def _cost(unit) -> float:
-    p, variant = unit
+    _, variant = unit
     return -(1.0 / (variant.fixed_k or 2))  # small budgets take the most steps
 
 
