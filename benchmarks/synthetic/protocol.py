@@ -117,15 +117,10 @@ def as_dict(p: Protocol) -> dict:
             "methods": [v.name for v in p.variants], "settings": vars(p.settings)}
 
 
-def known_variants(base) -> dict[str, Variant]:
-    """The variants of a protocol by spec, with their display labels."""
-    return {v.name: v for v in base.variants}
-
-
 def from_dict(d: dict) -> Protocol:
     """The protocol :func:`as_dict` recorded (methods by spec, the preset's labels kept)."""
     base = main(d["preset"]) if d["name"] == "main" else ablation(d["name"], d["preset"])
-    known = known_variants(base)
+    known = {v.name: v for v in base.variants}  # with their display labels
     return replace(base, dim=d["dim"], steps=d["steps"], seeds=tuple(d["seeds"]),
                    log_every=d["log_every"], functions=tuple(d["functions"]),
                    variants=tuple(known.get(m) or variant(m) for m in d["methods"]),
