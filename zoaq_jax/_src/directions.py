@@ -18,6 +18,7 @@ Two distributions are offered:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -26,9 +27,11 @@ import numpy as np
 
 KINDS = ("gaussian", "sphere")
 
-# Up to this many numbers (16 Mi, 64 MiB in float32) a batch of directions is drawn in
-# one vectorised call; above it, directions are drawn when and where they are used.
-_BATCH_LIMIT = 1 << 24
+# Up to this many numbers (128 Ki, 512 KiB in float32) a batch of directions is drawn in
+# one vectorised call; above it, directions are drawn when and where they are used. On a
+# CPU a vectorised draw of more than about 10^5 numbers costs more per number than
+# separate draws (it leaves the caches), and predrawing would buy unused directions.
+_BATCH_LIMIT = 1 << 17
 
 
 def compute_dtype(leaf: Any) -> jnp.dtype:
@@ -103,12 +106,14 @@ def norm(a: Any) -> jax.Array:
 
 
 def regenerate_sums(
-    kind: str, keys: jax.Array, coeffs: tuple[jax.Array, ...], like: Any, count: jax.Array,
+    kind: str, keys: Callable[[jax.Array, int], jax.Array], coeffs: tuple[jax.Array, ...],
+    like: Any, count: jax.Array,
 ) -> tuple[Any, ...]:
-    """Returns ``sum_{i < count} c[i] * u(keys[i])`` for each ``c`` in ``coeffs``.
+    """Returns ``sum_{i < count} c[i] * u(key_i)`` for each ``c`` in ``coeffs``.
 
-    Each direction is regenerated from its key once and serves every coefficient
-    vector. The records are drawn in chunks inside a ``lax.while_loop`` whose trip
+    ``keys(first, size)`` returns the keys of records ``first .. first + size - 1`` (so
+    they are derived only when drawn). Each direction is regenerated from its key once
+    and serves every coefficient vector. The records are drawn in chunks inside a ``lax.while_loop`` whose trip
     count follows ``count`` (traced): all of them in one vectorised call when
     :func:`fits_in_batch` says so, else one at a time (memory ``O(d)`` for any number
     of records). ``count = 0`` draws nothing and returns zeros; under ``vmap`` the loop
@@ -116,13 +121,16 @@ def regenerate_sums(
     lane costs no draw (unlike a ``lax.cond`` on a batched predicate, which evaluates
     both branches).
     """
-    n = keys.shape[0]
+    n = coeffs[0].shape[0]
     chunk = n if fits_in_batch(n, like) else 1
 
     def add_chunk(carry):
         first, sums = carry
         live = first + jnp.arange(chunk) < count
-        u = sample_many(kind, jax.lax.dynamic_slice_in_dim(keys, first, chunk), like)
+        # Tied to the loop counter: else XLA hoists a whole-buffer draw (chunk == n) out of
+        # the loop and pays for it on every call, whatever the count.
+        _, chunk_keys = jax.lax.optimization_barrier((first, keys(first, chunk)))
+        u = sample_many(kind, chunk_keys, like)
         return first + chunk, tuple(
             jax.tree.map(jnp.add, s, weighted_sum(
                 jnp.where(live, jax.lax.dynamic_slice_in_dim(c, first, chunk), 0), u))

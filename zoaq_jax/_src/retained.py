@@ -95,7 +95,11 @@ def refreshed(
     """
     finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(sums)])
     due = ((book.step + 1) % refresh == 0) | ~jnp.all(finite)
-    keys = schedule.record_keys(book, buffer.steps, buffer.index)
+    def keys(first, size):
+        return schedule.record_keys(
+            book, jax.lax.dynamic_slice_in_dim(buffer.steps, first, size),
+            jax.lax.dynamic_slice_in_dim(buffer.index, first, size))
+
     count = jnp.where(due, buffer.responses.shape[0], 0)
     recomputed = dirs.regenerate_sums(kind, keys, exact, like, count)
     return tuple(jax.tree.map(lambda a, b: jnp.where(due, b, a), s, r)
