@@ -107,13 +107,17 @@ def test_refresh_resets_the_running_sum_to_the_exact_recomputation(name):
         np.testing.assert_array_equal(got, regenerated)
 
 
-@pytest.mark.parametrize("name", ["zoaq", "zoaq_forward", "zoar", "zoar_central"])
+@pytest.mark.parametrize("name", ["zoaq", "zoaq_drawn_where_used", "zoaq_forward", "zoar",
+                                  "zoar_central"])
 def test_running_sums_give_the_regenerated_estimates(name):
     """A few hundred steps along a fixed path: the running sums (default refresh) give the
     estimates of the exact regeneration every step (``refresh=1``, the estimator before
     running sums) to rounding, with the same budgets and the same query counts."""
     make = {
         "zoaq": lambda r: zoaq_jax.zoaq_estimator(k_max=6, n_hist=8, refresh=r, key=5),
+        "zoaq_drawn_where_used": lambda r: zoaq_jax.adaptive_estimator(
+            zoaq_jax.gates.momentum(), zoaq_jax.budgets.reset("min", 1, 1), k_min=1, k_max=6,
+            n_hist=8, predraw=False, refresh=r, key=5),
         "zoaq_forward": lambda r: zoaq_jax.zoaq_estimator(
             k_max=10, n_hist=4, difference="forward", refresh=r, key=5),
         "zoar": lambda r: zoaq_jax.zoar_estimator(k=2, n_hist=8, refresh=r, key=5),
@@ -138,24 +142,23 @@ def test_running_sums_give_the_regenerated_estimates(name):
 
 
 def test_ring_buffer_leaving_records_are_the_evicted_ones():
-    """``history.leaving`` names, chunk by chunk, exactly the records ``push`` drops."""
+    """``history.leaving`` names exactly the records ``push`` drops, old ones first and
+    then, past the capacity, the step's own earliest kept records."""
     buffer = history.init(5)
     buffer = history.push(buffer, jnp.arange(4, dtype=jnp.int32), jnp.arange(4.0),
                           jnp.int32(0), jnp.ones(4, bool))
     keep = jnp.array([1, 0, 1, 1, 1, 1, 0, 1], bool)
     responses = 10.0 + jnp.arange(8.0)
-    gone, n = [], 0
-    for n_after in (1, 3, 6):  # chunks of 1, 2 and 3 kept records
-        steps, index, values, live = history.leaving(buffer, jnp.arange(8, dtype=jnp.int32),
-                                                     responses, jnp.int32(1), keep, n, n_after,
-                                                     n_after - n)
-        gone += [(int(s), int(i), float(v)) for s, i, v, ok in zip(steps, index, values, live)
-                 if ok]
-        n = n_after
-    after = history.push(buffer, jnp.arange(8, dtype=jnp.int32), responses, jnp.int32(1), keep)
+    index = jnp.arange(8, dtype=jnp.int32)
+    steps, index_out, values, live = history.leaving(buffer, index, responses, jnp.int32(1),
+                                                     keep, 8)
+    gone = [(int(s), int(i), float(v)) for s, i, v, ok in zip(steps, index_out, values, live)
+            if ok]
+    after = history.push(buffer, index, responses, jnp.int32(1), keep)
     # 4 old + 6 kept, capacity 5: the 4 old ones and the first kept one (index 0) leave.
     assert gone == [(0, 0, 0.0), (0, 1, 1.0), (0, 2, 2.0), (0, 3, 3.0), (1, 0, 10.0)]
     assert sorted(float(r) for r in after.responses) == [12.0, 13.0, 14.0, 15.0, 17.0]
+    assert list(np.asarray(live)) == [True] * 5 + [False] * 3
 
 
 @pytest.mark.parametrize("factory", [zoaq_jax.zoaq_estimator, zoaq_jax.zoar_estimator,

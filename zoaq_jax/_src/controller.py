@@ -122,10 +122,10 @@ def adaptive_estimator(
 
     The newest ``n_hist`` finite records of usable steps are retained (keys and responses
     only) together with the running sum :math:`\sum_{i \in \mathcal R_t} r_i u_i`: a step
-    adds its kept records' contributions, regenerates only the directions of the records
-    it evicts (at most one per kept record, drawn chunk by chunk as the candidate grows)
-    and recomputes the sum exactly from the keys every ``refresh`` steps. A non-finite response is counted and discarded; a
-    step without a finite fresh response (or with a non-finite forward centre value, which
+    adds its kept records' contributions, draws only the directions of the records it
+    evicts (at most one per kept record) and recomputes the sum exactly from the keys
+    every ``refresh`` steps. A non-finite response is counted and discarded; a step
+    without a finite fresh response (or with a non-finite forward centre value, which
     ends it at ``k_min``) returns zeros, the gate's ``update`` sees ``usable=False`` and
     the buffer is unchanged.
 
@@ -193,13 +193,13 @@ def adaptive_estimator(
         k_start = jnp.where(step.centre_bad, k_min, budget.start(state.budget))
         context = gate.prepare(state.gate)
 
-        drawn = expansion.draw_step(directions, step_key, slots, params) if predraw else None
-        retire = None
-        if n_hist:
-            def retire(cand, n_before, size):
-                return retained.leaving_sums(
-                    directions, schedule, state.ledger, params, state.history, cand.ok,
-                    cand.responses, n_before, cand.n_ok, size, lambda r: (r,))[0]
+        drawn, oldest = None, None
+        if predraw:  # the fresh candidates and the records they may evict, in one batch
+            keys = None
+            if n_hist:
+                keys = schedule.record_keys(state.ledger,
+                                            *history.oldest(state.history, min(slots, n_hist)))
+            oldest, drawn = expansion.draw_step(directions, step_key, slots, params, keys)
 
         def evidence(cand: expansion.Candidate) -> Evidence:
             if not n_hist:
@@ -218,17 +218,21 @@ def adaptive_estimator(
         cand = expansion.accept_or_expand(
             expansion.fresh_acquirer(step, params, step_key, directions, drawn),
             test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
-            second_moment=gate.second_moment, retire=retire,
+            second_moment=gate.second_moment,
         )
         ev = evidence(cand)
         g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)
         value_estimate = step.value_estimate(cand)
+        keep = cand.ok & usable
         records = history.push(state.history, jnp.arange(slots, dtype=jnp.int32),
-                               cand.responses, state.ledger.step, cand.ok & usable)
+                               cand.responses, state.ledger.step, keep)
         retained_sum = None
         if n_hist:
-            running = retained.running((state.retained_sum,), (cand.total,), (cand.retired,),
-                                       cand.n_ok == n_hist)
+            (retired,) = retained.leaving_sums(
+                directions, schedule, state.ledger, params, state.history, keep,
+                cand.responses, lambda r: (r,), None if oldest is None else (drawn, oldest))
+            running = retained.running((state.retained_sum,), (cand.total,), (retired,),
+                                       jnp.sum(keep) == n_hist)
             running = jax.tree.map(lambda a, s: jnp.where(usable, a, s), running,
                                    (state.retained_sum,))
             exact = jnp.where(history.valid(records), records.responses, 0.0)

@@ -41,7 +41,6 @@ class Candidate(NamedTuple):
     ok: jax.Array  # [capacity] bool, acquired and finite
     score: jax.Array  # float32, score of the last test
     accepted: jax.Array  # bool
-    retired: Any = None  # sum of the contributions of the records the finite ones evict
 
 
 def capacity(k_min: int, k_max: int, k_step: int) -> int:
@@ -50,15 +49,24 @@ def capacity(k_min: int, k_max: int, k_step: int) -> int:
     return k_max
 
 
-def draw_step(kind: str, key: jax.Array, slots: int, like: Any) -> Any:
-    """Draws a step's ``slots`` fresh directions at once (leading axis ``slots``).
+def draw_step(
+    kind: str, key: jax.Array, slots: int, like: Any, retained_keys: jax.Array | None = None,
+) -> tuple[Any, Any]:
+    """Draws a step's ``slots`` fresh directions, and those of ``retained_keys``, at once.
 
-    Returns ``None`` when the batch would be too large (:func:`directions.fits_in_batch`)
-    and directions must be drawn where they are used.
+    Returns ``(retained, fresh)`` direction batches, or ``(None, None)`` when the batch
+    would be too large (:func:`directions.fits_in_batch`) and directions must be drawn
+    where they are used.
     """
-    if not dirs.fits_in_batch(slots, like):
-        return None
-    return dirs.sample_many(kind, ledger.direction_keys(key, 0, slots), like)
+    n_retained = 0 if retained_keys is None else retained_keys.shape[0]
+    if not dirs.fits_in_batch(n_retained + slots, like):
+        return None, None
+    keys = ledger.direction_keys(key, 0, slots)
+    if n_retained:
+        keys = jnp.concatenate([retained_keys, keys])
+    u = dirs.sample_many(kind, keys, like)
+    retained = jax.tree.map(lambda x: x[:n_retained], u) if n_retained else None
+    return retained, jax.tree.map(lambda x: x[n_retained:], u)
 
 
 class StepOracle(NamedTuple):
@@ -126,7 +134,6 @@ def accept_or_expand(
     k_step: int,
     k_start: jax.Array | int,
     second_moment: bool = False,
-    retire: Callable[[Candidate, jax.Array, int], Any] | None = None,
 ) -> Candidate:
     """Acquires fresh directions chunk by chunk until ``test`` accepts.
 
@@ -143,10 +150,6 @@ def accept_or_expand(
       k_start: the first grid point at which the test is consulted (reset policies
         may start a step above ``k_min``); earlier chunks are bought without a test.
       second_moment: also accumulate ``sum ||r_i u_i||^2`` (for variance tests).
-      retire: with a buffer of retained records, ``retire(candidate, n_before, size)``
-        returns the sum of the contributions of the records that the candidate's finite
-        records from the ``n_before + 1``-th on evict (at most ``size``, the chunk's);
-        they are accumulated in ``Candidate.retired`` as chunks are bought.
 
     Returns:
       The accepted :class:`Candidate`.
@@ -165,7 +168,7 @@ def accept_or_expand(
                 for u in jax.tree.leaves(directions)
             )
             sq_norm = sq_norm + jnp.sum(jnp.square(coeffs) * norms)
-        after = cand._replace(
+        return cand._replace(
             k=jnp.asarray(first + size, jnp.int32),
             total=total,
             sq_norm=sq_norm,
@@ -174,10 +177,6 @@ def accept_or_expand(
             responses=jax.lax.dynamic_update_slice(cand.responses, responses, (first,)),
             ok=jax.lax.dynamic_update_slice(cand.ok, ok, (first,)),
         )
-        if retire is None:
-            return after
-        return after._replace(retired=jax.tree.map(
-            jnp.add, cand.retired, retire(after, cand.n_ok, size)))
 
     def decide(cand: Candidate) -> Candidate:
         score, passed = test(cand)
@@ -194,7 +193,6 @@ def accept_or_expand(
         ok=jnp.zeros((slots,), bool),
         score=jnp.zeros((), jnp.float32),
         accepted=jnp.zeros((), bool),
-        retired=None if retire is None else dirs.zeros(like),
     )
 
     remainder = (k_max - k_min) % k_step

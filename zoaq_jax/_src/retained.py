@@ -39,30 +39,45 @@ def check_refresh(refresh: Any) -> None:
 def leaving_sums(
     kind: str, schedule: ledger.KeySchedule, book: ledger.QueryLedger, like: Any,
     buffer: history.History, keep: jax.Array, responses: jax.Array,
-    n_before: jax.Array, n_after: jax.Array, size: int,
-    coeffs: Callable[[jax.Array], tuple[jax.Array, ...]],
+    coeffs: Callable[[jax.Array], tuple[jax.Array, ...]], drawn: Any = None,
 ) -> tuple[Any, ...]:
-    """Sums of ``c * u`` over the records that kept fresh records evict (:func:`history.leaving`).
+    """Sums of ``c * u`` over the records that the step's kept records evict.
 
     Args:
       kind: the directions' distribution.
       schedule: the key schedule; ``book`` the ledger of the current step.
       like: the params.
       buffer: the buffer before the step's push (capacity >= 1).
-      keep: ``[slots]`` the step's fresh records that will be kept (finite so far).
-      responses: ``[slots]`` their responses, as they will be stored.
-      n_before, n_after, size: see :func:`history.leaving`.
-      coeffs: maps the leaving records' stored responses ``[size]`` to the coefficient
+      keep: ``[slots]`` the step's fresh records that are kept.
+      responses: ``[slots]`` their responses, as the buffer stores them.
+      coeffs: maps the leaving records' stored responses ``[slots]`` to the coefficient
         vectors of the sums.
+      drawn: ``(fresh, oldest)``, the step's fresh directions and those of the buffer's
+        oldest records (:func:`history.oldest`), when the step drew them in advance;
+        else the leaving directions are regenerated, one vectorised batch or one at a
+        time (:func:`directions.regenerate_sums`), only as many as leave.
 
     Returns:
-      One sum per coefficient vector, each regenerating the ``size`` directions once.
+      One sum per coefficient vector.
     """
+    slots = keep.shape[0]
     steps, index, values, live = history.leaving(
-        buffer, jnp.arange(keep.shape[0], dtype=jnp.int32), responses, book.step, keep,
-        n_before, n_after, size)
-    u = dirs.sample_many(kind, schedule.record_keys(book, steps, index), like)
-    return tuple(dirs.weighted_sum(jnp.where(live, c, 0.0), u) for c in coeffs(values))
+        buffer, jnp.arange(slots, dtype=jnp.int32), responses, book.step, keep, slots)
+    vectors = tuple(jnp.where(live, c, 0.0) for c in coeffs(values))
+    if drawn is None:
+        def keys(first, size):
+            return schedule.record_keys(book, jax.lax.dynamic_slice_in_dim(steps, first, size),
+                                        jax.lax.dynamic_slice_in_dim(index, first, size))
+
+        count = jnp.sum(live, dtype=jnp.int32)
+        return dirs.regenerate_sums(kind, keys, vectors, like, count)
+    # Fresh records sit at their index, the buffer's j-th oldest after the fresh ones.
+    fresh, old = drawn
+    n_old = jax.tree.leaves(old)[0].shape[0]
+    row = jnp.where(steps == book.step, index, slots + jnp.arange(slots))
+    row = jnp.minimum(row, slots + n_old - 1)  # past the live prefix: any row, weight 0
+    u = jax.tree.map(lambda f, o: jnp.concatenate([f, o])[row], fresh, old)
+    return tuple(dirs.weighted_sum(c, u) for c in vectors)
 
 
 def running(sums: tuple[Any, ...], added: tuple[Any, ...], left: tuple[Any, ...],

@@ -107,6 +107,10 @@ def zoar_estimator(
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
         step_key = schedule.step_key(state.ledger)
         u = dirs.sample_many("gaussian", ledger.direction_keys(step_key, 0, k), params)
+        oldest = None  # the k oldest records, which a full buffer evicts: drawn at once
+        if dirs.fits_in_batch(k, params):  # when small, else regenerated as they leave
+            oldest = dirs.sample_many("gaussian", schedule.record_keys(
+                state.ledger, *history.oldest(state.history, k)), params)
         if forward:
             fresh = diff.values(params, u)
         else:
@@ -123,7 +127,7 @@ def zoar_estimator(
         sums = (state.retained_sum, state.direction_sum) if forward else (state.retained_sum,)
         added = tuple(dirs.weighted_sum(jnp.where(ok, c, 0.0), u) for c in coeffs(stored))
         left = retained.leaving_sums("gaussian", schedule, state.ledger, params, state.history,
-                                     ok, stored, 0, n_ok, k, coeffs)
+                                     ok, stored, coeffs, None if oldest is None else (u, oldest))
         sums = list(retained.running(sums, added, left, n_ok == capacity))
         records = history.push(state.history, jnp.arange(k, dtype=jnp.int32), fresh,
                                state.ledger.step, ok)
