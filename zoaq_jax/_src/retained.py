@@ -9,11 +9,13 @@ keeps what the estimate needs from them, the running sums
 (one per coefficient vector: ZoAQ's responses; ZoAR's centred values and ones), next to
 the buffer of keys and responses. A step adds the kept fresh records' contributions
 (their directions were just drawn for the candidate), subtracts the contributions of the
-records it evicts, regenerating only those directions (:func:`leaving_sums`), and every
+records it evicts, drawing only those directions (:func:`leaving_sums`), and every
 ``refresh`` steps replaces the sums by their exact recomputation from the keys
-(:func:`refreshed`), so that rounding cannot accumulate: in float32 the running sums
-stay within :math:`2 (N + 1) \epsilon \sum_i |c_i| \|u_i\|` of the exact sums after
-:math:`N \le` ``refresh`` updates (see ``docs/design.md`` and ``tests/test_retained.py``).
+(:func:`refreshed`), so that rounding cannot accumulate: after :math:`N \le` ``refresh``
+running updates of at most :math:`K` added and :math:`K` evicted records, a float32
+sum is within :math:`N (K + 3) u B` of the exact one, per component, with
+:math:`u = 2^{-24}` and :math:`B` the largest :math:`\sum |c_i| |u_i|` over two
+consecutive buffers (``docs/design.md``, ``tests/test_retained.py``).
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ def refreshed(
     """
     finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(sums)])
     due = ((book.step + 1) % refresh == 0) | ~jnp.all(finite)
+
     def keys(first, size):
         return schedule.record_keys(
             book, jax.lax.dynamic_slice_in_dim(buffer.steps, first, size),
