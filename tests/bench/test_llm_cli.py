@@ -13,7 +13,7 @@ from benchmarks import presets
 from benchmarks.llm import cli, config, data, experiment, models, opt
 from benchmarks.llm import tokenizer as tok
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 TINY = ["--data", "synthetic", "--steps", "2", "--eval-every", "1", "--n-train", "8",
         "--n-dev", "4", "--n-test", "4", "--batch-size", "4", "--eval-batch-size", "4",
         "--timing-reps", "1", "--methods", "radazo:k=1", "--report", "none", "--quiet"]

@@ -1,4 +1,4 @@
-"""The property matrix: every registry entry (tests/registry.py) has every property.
+"""The property matrix: every registry entry (tests/library/registry.py) has every property.
 
 Properties: state dtypes and shapes stable across updates (float32, bfloat16, integer
 and float64 leaves, inside ``lax.scan``); one compilation for many steps; exact query

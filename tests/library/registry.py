@@ -1,6 +1,6 @@
 """One registry of every public optimizer and estimator, for the property matrix.
 
-Each :class:`Entry` names a factory and small settings; ``tests/test_properties.py``
+Each :class:`Entry` names a factory and small settings; ``tests/library/test_properties.py``
 runs every property over every entry. A new optimizer joins the matrix by adding one
 entry here: give its factory, settings that keep a step cheap (d = 8, few directions),
 the structural arguments that ``optax.inject_hyperparams`` must keep static, and

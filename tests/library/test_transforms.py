@@ -1,7 +1,7 @@
 """Transformations: jit, vmap, sharding, PyTrees, dtypes, Optax chains and wrappers.
 
 The per-optimizer properties (compile once, donation, vmap over seeds, ...) are in
-tests/test_properties.py.
+tests/library/test_properties.py.
 """
 
 import chex
