@@ -18,7 +18,8 @@ non-dividing grid adds the remainder chunk's evaluations as further uncounted wo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -69,6 +70,31 @@ def draw_step(
     return retained, jax.tree.map(lambda x: x[n_retained:], u)
 
 
+_EAGER = [False]
+_UNROLL_LIMIT = 32  # eager steps with at most this many grid points are decided unrolled
+
+
+@contextlib.contextmanager
+def eager_evaluation(enabled: bool = True) -> Iterator[None]:
+    """Estimators *traced* inside this context evaluate all predrawn candidates at once.
+
+    Experimental, for throughput measurements (``python -m benchmarks overhead``): when a
+    step's ``capacity`` fresh directions are drawn in one batch (``predraw``), their
+    responses are computed in one batched call before the accept-or-expand loop, and
+    the loop only absorbs precomputed responses. Counts, records, estimates and the
+    accepted ``K`` are those of the lazy loop; the objective is evaluated at directions
+    the step may not buy, which is uncounted compute (like the evaluations of finished
+    lanes under ``vmap``): cheaper when evaluating is cheaper than a loop iteration
+    (small ``d``, a cheap objective), wasteful otherwise.
+    """
+    old = _EAGER[0]
+    _EAGER[0] = enabled
+    try:
+        yield
+    finally:
+        _EAGER[0] = old
+
+
 class StepOracle(NamedTuple):
     """The objective as one step queries it: the scheme, the centre value and its cost."""
 
@@ -113,6 +139,18 @@ def fresh_acquirer(
     in advance (leading axis ``capacity``): drawing them in one batch is much cheaper
     than one draw per retry when ``d`` is small, and gives the same numbers.
     """
+
+    if drawn is not None and _EAGER[0]:
+        all_r, all_v = step.diff.responses(params, drawn, step.centre)
+
+        def acquire_eager(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
+            def cut(x):
+                return jax.lax.dynamic_slice_in_dim(x, first, size)
+
+            return cut(all_r), cut(all_v), jax.tree.map(cut, drawn)
+
+        acquire_eager.precomputed = True  # accept_or_expand may decide without a loop
+        return acquire_eager
 
     def acquire(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
         if drawn is None:
@@ -208,6 +246,22 @@ def accept_or_expand(
             cand,
         ))
 
+    sizes = [k_min] + [k_step] * ((k_max - k_min) // k_step) + ([remainder] if remainder else [])
+    if getattr(acquire, "precomputed", False) and len(sizes) <= _UNROLL_LIMIT:
+        # Responses are already computed (eager evaluation): build every candidate of the
+        # grid with the same chunks and additions as the loop, test them all, and keep
+        # the first accepted one. No while_loop, so no lane waits for another under vmap.
+        cands, first = [], 0
+        cand = empty
+        for size in sizes:
+            cand = decide(absorb(cand, first, size))
+            cands.append(cand)
+            first += size
+        chosen = cands[-1]  # accepted: it is at k_max
+        for cand in reversed(cands[:-1]):  # the first accepted candidate wins
+            chosen = jax.tree.map(lambda a, b, ok=cand.accepted: jnp.where(ok, a, b),
+                                  cand, chosen)
+        return chosen
     if k_step == k_min and k_max > k_min:
         # Every chunk has the same size, so the first one is an ordinary iteration and
         # the objective is traced (and compiled) once rather than twice.
