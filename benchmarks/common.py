@@ -1,66 +1,25 @@
-"""Helpers shared by the benchmark commands: arguments, progress, timing, machine facts,
-downloads and output."""
+"""Helpers shared by the benchmark commands: progress bars, timing, downloads and cached
+files, JSON, Markdown and figures.
+
+The run record is :mod:`benchmarks.record`, the worker pool :mod:`benchmarks.pool`, the
+flags :mod:`benchmarks.flags`, presets :mod:`benchmarks.presets` and the method registry
+:mod:`benchmarks.methods`."""
 
 from __future__ import annotations
 
-import argparse
-import concurrent.futures
 import hashlib
 import json
-import multiprocessing
 import os
-import platform
 import re
-import shlex
 import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-
-def positive_int(text: str) -> int:
-    """An ``argparse`` type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def items(values: Sequence[str] | None) -> list[str]:
-    """The items of a list option given as separate words, comma-separated, or both.
-
-    ``--methods a b,c`` gives ``["a", "b", "c"]`` (for options whose items never contain
-    commas; attack method specs do).
-    """
-    return [item.strip() for value in values or () for item in value.split(",") if item.strip()]
-
-
-def command_line(command: str, args: argparse.Namespace, skip: Sequence[str] = ()) -> str:
-    """``python -m benchmarks COMMAND`` with every setting in ``args`` spelled out.
-
-    Options left unset (``None``, ``False``, empty lists) and the destinations in
-    ``skip`` are omitted; ``True`` flags are written without a value.
-    """
-    parts = [f"python -m benchmarks {command}"]
-    for name, value in vars(args).items():
-        if name in skip or value is None or value is False or value == []:
-            continue
-        flag = "--" + name.replace("_", "-")
-        if value is True:
-            parts.append(flag)
-        elif isinstance(value, (list, tuple)):
-            parts.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
-        else:
-            parts.append(f"{flag} {shlex.quote(str(value))}")
-    return " ".join(parts)
 
 
 def progress(iterable: Iterable, *, total: int | None = None, desc: str = "") -> Iterable:
@@ -68,55 +27,6 @@ def progress(iterable: Iterable, *, total: int | None = None, desc: str = "") ->
     from tqdm.auto import tqdm
 
     return tqdm(iterable, total=total, desc=desc, dynamic_ncols=True, leave=True)
-
-
-def pin_to_cores(cores: Sequence[int]) -> None:
-    """Restricts this process (and the XLA threads it starts later) to ``cores``.
-
-    On small problems XLA's CPU runtime spends more time synchronising its intra-op
-    threads than computing; one process per core is several times faster than one
-    process on all cores. Call before the first JAX computation.
-    """
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, set(cores))
-
-
-def _pin_from_queue(cores) -> None:
-    pin_to_cores([cores.get()])
-
-
-def pinned_map(fn: Callable[[Any], list], items: Sequence[Any], workers: int,
-               desc: str) -> list:
-    """``fn`` over ``items`` (slowest first) on ``workers`` processes pinned to one core each.
-
-    Returns the concatenation of the lists ``fn`` returns, in completion order.
-    ``workers <= 1`` runs in this process. Workers are spawned (a fresh JAX each) under
-    ``concurrent.futures.ProcessPoolExecutor``, which raises rather than hangs if one dies.
-    """
-    out: list = []
-    if workers <= 1:
-        for item in progress(items, total=len(items), desc=desc):
-            out += fn(item)
-        return out
-    ctx = multiprocessing.get_context("spawn")
-    cores = ctx.Queue()
-    available = available_cores()
-    for i in range(workers):
-        cores.put(available[i % len(available)])
-    with concurrent.futures.ProcessPoolExecutor(
-            workers, mp_context=ctx, initializer=_pin_from_queue, initargs=(cores,)) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        for future in progress(concurrent.futures.as_completed(futures), total=len(futures),
-                               desc=desc):
-            out += future.result()
-    return out
-
-
-def available_cores() -> list[int]:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
 
 
 def cache_dir(*parts: str) -> Path:
@@ -158,46 +68,6 @@ def read_from_wheel(wheel: Path, member: str) -> bytes:
             return z.read(member)
         except KeyError:
             raise RuntimeError(f"{Path(wheel).name} has no {member}.") from None
-
-
-def load_average() -> float | None:
-    """The 1-minute load average (``uptime``), to record next to timings."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-def machine_info() -> dict[str, Any]:
-    """Facts about the machine and software a result was measured on."""
-    import jax
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": len(available_cores()),
-        "memory_gib": _memory_gib(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "devices": [str(d.device_kind) for d in jax.devices()],
-        "backend": jax.default_backend(),
-    }
-
-
-def _memory_gib() -> float | None:
-    try:
-        with open("/proc/meminfo") as f:
-            kib = int(next(ln for ln in f if ln.startswith("MemTotal")).split()[1])
-        return round(kib / 2**20, 1)
-    except (OSError, StopIteration, ValueError):
-        return None
 
 
 class Stopwatch:

@@ -7,27 +7,30 @@ from pathlib import Path
 import pytest
 
 from benchmarks import common
+from benchmarks import flags
+from benchmarks import pool
+from benchmarks import record as run_record
 from benchmarks.__main__ import main as cli
 
 
 def test_positive_int_accepts_counts_and_rejects_the_rest():
-    assert common.positive_int("3") == 3
+    assert flags.positive_int("3") == 3
     for bad in ("0", "-1", "x", "1.5"):
         with pytest.raises(argparse.ArgumentTypeError, match=">= 1"):
-            common.positive_int(bad)
+            flags.positive_int(bad)
 
 
 def test_list_items_may_be_words_commas_or_both():
-    assert common.items(["radazo", "zoaq-1-4,zoaq-1-2", " 3 , "]) == [
+    assert flags.items(["radazo", "zoaq-1-4,zoaq-1-2", " 3 , "]) == [
         "radazo", "zoaq-1-4", "zoaq-1-2", "3"]
-    assert common.items(None) == []
+    assert flags.items(None) == []
 
 
 def test_command_line_spells_out_every_setting():
     args = argparse.Namespace(preset="quick", seeds=None, functions=["levy", "ackley"],
                               n_hist=8, out=Path("out dir"), quiet=True, retrain=False,
                               sweep=[], report=Path("x.md"))
-    assert common.command_line("synthetic", args, skip=("report",)) == (
+    assert flags.command_line("synthetic", args, skip=("report",)) == (
         "python -m benchmarks synthetic --preset quick --functions levy ackley --n-hist 8 "
         "--out 'out dir' --quiet")
 
@@ -46,12 +49,12 @@ def test_write_markdown_keeps_hand_written_text(tmp_path):
 
 
 def test_overhead_end_to_end(tmp_path):
-    cores = common.available_cores()
+    cores = run_record.available_cores()
     try:  # the command pins its process to one core
         assert cli(["overhead", "--dims", "20", "--ks", "1", "--steps", "10", "--repeats", "1",
                     "--out", str(tmp_path)]) == 0
     finally:
-        common.pin_to_cores(cores)
+        pool.pin_to_cores(cores)
     data = json.loads((tmp_path / "overhead.json").read_text())
     assert data["command"] == ("python -m benchmarks overhead --dims 20 --ks 1 --n-hist 8 "
                                f"--steps 10 --repeats 1 --out {tmp_path}")

@@ -1,21 +1,9 @@
-"""The documentation builds without warnings and its tutorial runs as written."""
+"""The tutorial and the README example run as written (the docs build is its own CI step)."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_docs_build_fails_on_no_warning(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         str(ROOT / "docs"), str(tmp_path / "html")],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert (tmp_path / "html" / "api.html").exists()
 
 
 def test_tutorial_code_blocks_run_in_order():

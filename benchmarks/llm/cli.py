@@ -36,7 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import common
+from benchmarks import flags
+from benchmarks import pool
+from benchmarks import record as run_record
 
 PRESETS = {
     "smoke": dict(
@@ -118,30 +120,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "space- or comma-separated",
     )
     parser.add_argument("--seeds", nargs="+", help="integers, space- or comma-separated")
-    parser.add_argument("--steps", type=common.positive_int)
-    parser.add_argument("--eval-every", type=common.positive_int)
+    parser.add_argument("--steps", type=flags.positive_int)
+    parser.add_argument("--eval-every", type=flags.positive_int)
     parser.add_argument(
         "--budget",
-        type=common.positive_int,
+        type=flags.positive_int,
         help="anytime mode: every method runs until it has spent this many FE "
         "(--steps and --eval-every are then unused)",
     )
     parser.add_argument(
         "--eval-every-fe",
-        type=common.positive_int,
+        type=flags.positive_int,
         help="anytime mode: dev loss every this many FE (default: budget / 8)",
     )
-    parser.add_argument("--batch-size", type=common.positive_int)
-    parser.add_argument("--eval-batch-size", type=common.positive_int)
+    parser.add_argument("--batch-size", type=flags.positive_int)
+    parser.add_argument("--eval-batch-size", type=flags.positive_int)
     parser.add_argument("--lr", type=float, default=5e-5, help="learning rate (paper: 5e-5)")
     parser.add_argument("--mu", type=float, default=1e-2, help="perturbation scale (paper: 1e-2)")
-    parser.add_argument("--n-train", type=common.positive_int)
-    parser.add_argument("--n-dev", type=common.positive_int)
-    parser.add_argument("--n-test", type=common.positive_int)
+    parser.add_argument("--n-train", type=flags.positive_int)
+    parser.add_argument("--n-dev", type=flags.positive_int)
+    parser.add_argument("--n-test", type=flags.positive_int)
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the split permutation")
     parser.add_argument(
         "--max-length",
-        type=common.positive_int,
+        type=flags.positive_int,
         help="fixed sequence length in tokens; with "
         "the embedded movie reviews longer snippets are dropped, otherwise "
         "longer examples are an error (default: fit the data)",
@@ -177,7 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _ints(values: list[str]) -> list[int]:
     try:
-        return [int(x) for x in common.items(values)]
+        return [int(x) for x in flags.items(values)]
     except ValueError:
         raise SystemExit(f"Expected integers, got {' '.join(values)!r}.") from None
 
@@ -186,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
     if args.render:
         return _render(args)
     if args.cores:
-        common.pin_to_cores(_ints(args.cores))
+        pool.pin_to_cores(_ints(args.cores))
     preset = dict(PRESETS[args.preset])
     for key in (
         "model",
@@ -211,7 +213,7 @@ def main(args: argparse.Namespace) -> int:
     if args.task == "copa" and args.n_dev is None and args.preset != "smoke":
         preset["n_dev"] = COPA_DEV
     try:
-        return _run(args, preset, common.available_cores())
+        return _run(args, preset, run_record.available_cores())
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -223,9 +225,9 @@ def _run(args, preset: dict, cores: list[int]) -> int:
     from benchmarks.llm import data, fetch, lora, methods, models, report, tasks, train
 
     wall0 = time.perf_counter()
-    load_before = common.load_average()
+    load_before = run_record.load_average()
     names = (
-        common.items(args.methods)
+        flags.items(args.methods)
         if args.methods
         else list(preset.get("methods", methods.DEFAULT))
     )
@@ -337,11 +339,11 @@ def _run(args, preset: dict, cores: list[int]) -> int:
 
     out_dir = Path(args.out or f"out/llm-{args.preset}")
     payload = {
-        "command": common.command_line("llm", args, skip=("render",)),
+        "command": flags.command_line("llm", args, skip=("render",)),
         "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": common.machine_info(),
+        "machine": run_record.machine_info(),
         "load_before": load_before,
-        "load_after": common.load_average(),
+        "load_after": run_record.load_average(),
         "wall_s": time.perf_counter() - wall0,
         "config": {
             "preset": args.preset,

@@ -23,7 +23,8 @@ import json
 import resource
 from pathlib import Path
 
-from benchmarks import common
+from benchmarks import common, flags, pool, presets
+from benchmarks import record as run_record
 from benchmarks.overhead import config, report
 from benchmarks.overhead import methods as methods_mod
 
@@ -34,70 +35,76 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sections", nargs="+", choices=config.SECTIONS, default=None)
     parser.add_argument("--methods", nargs="+", default=None,
                         help=f"methods (default: the preset's); from {list(methods_mod.METHODS)}")
-    parser.add_argument("--dims", type=common.positive_int, nargs="+", default=None,
+    parser.add_argument("--dims", type=flags.positive_int, nargs="+", default=None,
                         help="dimensions of the dims section")
-    parser.add_argument("--seeds", type=common.positive_int, nargs="+", default=None,
-                        help="vmapped seed counts of the seed sweep, e.g. 5 10 100 1000")
-    parser.add_argument("--compare-calls", type=common.positive_int, default=None,
+    parser.add_argument("--seeds", nargs="+", default=None, metavar="N",
+                        help="vmapped seed counts of the seed sweep: 5 10 100 1000 or "
+                             "5,10,100,1000 (not seed values: each count n runs seeds 0..n-1)")
+    parser.add_argument("--compare-calls", type=flags.positive_int, default=None,
                         help="oracle calls per seed in the compare section")
-    parser.add_argument("--dims-calls", type=common.positive_int, default=None,
+    parser.add_argument("--dims-calls", type=flags.positive_int, default=None,
                         help="oracle calls per seed at every d of the dims section "
                              "(default: the preset's, scaled by d)")
-    parser.add_argument("--seeds-calls", type=common.positive_int, default=None,
+    parser.add_argument("--seeds-calls", type=flags.positive_int, default=None,
                         help="oracle calls per seed in the seed sweep")
-    parser.add_argument("--repeats", type=common.positive_int, default=None,
+    parser.add_argument("--repeats", type=flags.positive_int, default=None,
                         help="interleaved timings per configuration (median reported)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin to one core (default: the preset's; on for cpu)")
-    parser.add_argument("--out", type=Path, default=Path("out"),
-                        help="folder of the JSON record and the figures")
-    parser.add_argument("--report", type=Path, default=None,
-                        help="Markdown report (default OUT/overhead.md)")
-    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
-                        help="re-render the report and figures from a JSON record; no runs")
+    flags.add_out(parser, Path("out"))
+    flags.add_report(parser, "OUT/overhead.md")
+    flags.add_render(parser)
 
 
-def _preset(args: argparse.Namespace, parser_error) -> config.Preset:
+def _counts(values: list[str] | None) -> tuple[int, ...] | None:
+    if not values:
+        return None
+    out = []
+    for item in flags.items(values):
+        try:
+            out.append(flags.positive_int(item))
+        except argparse.ArgumentTypeError as err:
+            flags.fail(f"--seeds takes seed counts: {err}")
+    return tuple(out)
+
+
+def _preset(args: argparse.Namespace) -> config.Preset:
     preset = config.PRESETS[args.preset]
     methods = None
     if args.methods is not None:
-        try:
-            methods = tuple(methods_mod.parse(common.items(args.methods)))
-        except SystemExit as err:
-            parser_error(str(err))
+        names = flags.items(args.methods)
+        unknown = [n for n in names if n not in methods_mod.METHODS]
+        if unknown:
+            flags.fail(f"unknown method(s) {unknown}; choose from {list(methods_mod.METHODS)}")
+        methods = tuple(dict.fromkeys(names))
     dims = tuple(args.dims) if args.dims else None
     dims_calls = None
     if args.dims_calls:
         dims_calls = tuple(args.dims_calls for _ in (dims or preset.dims))
     elif dims:
         dims_calls = tuple(preset.calls_for_dim(d) for d in dims)
-    return preset.with_overrides(
-        methods=methods, dims=dims, dims_calls=dims_calls,
-        seeds=tuple(args.seeds) if args.seeds else None, compare_calls=args.compare_calls,
-        seeds_calls=args.seeds_calls, repeats=args.repeats, pin=args.pin,
-        sections=tuple(args.sections) if args.sections else None)
-
-
-def _error(message: str):
-    raise SystemExit(f"python -m benchmarks overhead: error: {message}")
+    return presets.override(
+        preset, methods=methods, dims=dims, dims_calls=dims_calls, seeds=_counts(args.seeds),
+        compare_calls=args.compare_calls, seeds_calls=args.seeds_calls, repeats=args.repeats,
+        pin=args.pin, sections=args.sections)
 
 
 def main(args: argparse.Namespace) -> int:
     if args.render is not None:
         if not args.render.exists():
-            _error(f"--render: no such file {args.render}")
+            flags.fail(f"--render: no such file {args.render}")
         record = json.loads(args.render.read_text())
         target = args.report or args.render.with_suffix(".md")
         report.render(record, target, args.render.parent)
         print(f"rendered {target}")
         return 0
-    preset = _preset(args, _error)
+    preset = _preset(args)
     if "open-es" in preset.methods and "compare" in preset.sections:
         try:
             import evosax  # noqa: F401
         except ImportError:
-            _error("open-es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
-    record = run(preset, command=common.command_line("overhead", args, skip=("render",)))
+            flags.fail("open-es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
+    record = run(preset, command=flags.command_line("overhead", args, skip=("render",)))
     report_path = args.report or args.out / "overhead.md"
     json_path = args.out / f"{report_path.stem}.json"
     common.write_json(json_path, record)
@@ -108,22 +115,21 @@ def main(args: argparse.Namespace) -> int:
 
 def run(preset: config.Preset, command: str = "") -> dict:
     """Measures the preset's sections; the JSON record."""
-    from dataclasses import asdict
-
-    machine = common.machine_info()  # before pinning: the cores of the machine
+    machine = run_record.machine_info()  # before pinning: the cores of the machine
     if preset.pin:
-        common.pin_to_cores(common.available_cores()[:1])
+        pool.pin_to_cores(run_record.available_cores()[:1])
     from benchmarks.overhead import measure
 
-    record = {"command": command, "preset": asdict(preset), "machine": machine,
-              "pinned_cores": len(common.available_cores()),
-              "load_before": common.load_average(), "sections": {}}
+    record = {"command": command, "preset": presets.as_dict(preset), "machine": machine,
+              "versions": run_record.versions(),
+              "pinned_cores": len(run_record.available_cores()),
+              "load_before": run_record.load_average(), "sections": {}}
     sections = record["sections"]
     if "compare" in preset.sections:
         configs = [(m, preset.compare_dim, preset.compare_seeds, preset.compare_calls)
                    for m in preset.methods]
         sections["compare"] = measure.measure(configs, preset.repeats, _progress("compare"))
-        record["load_after_compare"] = common.load_average()
+        record["load_after_compare"] = run_record.load_average()
     if "dims" in preset.sections:
         configs = [(m, d, 1, preset.calls_for_dim(d)) for d in preset.dims
                    for m in preset.methods]
@@ -131,7 +137,7 @@ def run(preset: config.Preset, command: str = "") -> dict:
         sections["parts"] = [
             {"d": d, "seeds": 1, **measure.parts(d, 1, max(2, min(2000, 20_000_000 // d)))}
             for d in _progress("parts")(preset.dims)]
-        record["load_after_dims"] = common.load_average()
+        record["load_after_dims"] = run_record.load_average()
     if "seeds" in preset.sections:
         configs = [(m, preset.seeds_dim, s, preset.seeds_calls) for s in preset.seeds
                    for m in preset.methods]
@@ -140,7 +146,7 @@ def run(preset: config.Preset, command: str = "") -> dict:
         sections["seeds_parts"] = [
             {"d": preset.seeds_dim, "seeds": s, **measure.parts(preset.seeds_dim, s, 200)}
             for s in _progress("parts")(preset.seeds)]
-        record["load_after_seeds"] = common.load_average()
+        record["load_after_seeds"] = run_record.load_average()
     record["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return record
 

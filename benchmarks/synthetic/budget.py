@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common
+from benchmarks import anytime, common, pool
 from benchmarks.synthetic import protocol as protocols
 from benchmarks.synthetic.methods import METHODS, Settings, Variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
@@ -234,7 +234,7 @@ def _cost(unit) -> float:
 
 def execute(p: BudgetProtocol, workers: int, desc: str) -> list[dict[str, Any]]:
     todo = sorted(((p, v) for v in p.variants), key=_cost)
-    results = common.pinned_map(run_unit, todo, workers, desc)
+    results = pool.pinned_map(run_unit, todo, workers, desc)
     order = {(f, v.name): i for i, (f, v) in enumerate(
         (f, v) for f in p.functions for v in p.variants)}
     return sorted(results, key=lambda r: order[(r["function"], r["method"])])

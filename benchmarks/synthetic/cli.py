@@ -24,11 +24,12 @@ import json
 from pathlib import Path
 
 from benchmarks import common
+from benchmarks import flags
+from benchmarks import record as run_record
 from benchmarks.synthetic import budget as budgets
 from benchmarks.synthetic import protocol as protocols
 from benchmarks.synthetic import report, runner
 from benchmarks.synthetic.methods import METHODS, REFERENCE, parse_methods
-from benchmarks.synthetic.objectives import OBJECTIVES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,17 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="objectives (default: the preset's; least_squares: budget mode)")
     parser.add_argument("--methods", nargs="+", metavar="METHOD",
                         help=f"main comparison only; from {', '.join(METHODS)}")
-    parser.add_argument("--seeds", type=common.positive_int,
+    parser.add_argument("--seeds", type=flags.positive_int,
                         help="number of seeds (default: the preset's)")
-    parser.add_argument("--steps", type=common.positive_int,
+    parser.add_argument("--steps", type=flags.positive_int,
                         help="steps per run (default: the preset's)")
-    parser.add_argument("--budget", type=common.positive_int,
+    parser.add_argument("--budget", type=flags.positive_int,
                         help="budget mode: oracle calls per run (default: the preset's)")
     parser.add_argument("--out", type=Path, default=Path("out"), help="output folder")
     parser.add_argument("--render", type=Path, metavar="JSON",
                         help="re-render a budget-mode report from its JSON into --out")
-    parser.add_argument("--workers", type=common.positive_int,
-                        default=len(common.available_cores()),
+    parser.add_argument("--workers", type=flags.positive_int,
+                        default=len(run_record.available_cores()),
                         help="worker processes, one pinned core each (1: in-process)")
 
 
@@ -190,7 +191,7 @@ def _run_budget(p: budgets.BudgetProtocol, args: argparse.Namespace, command: st
     with common.Stopwatch() as wall:
         results = budgets.execute(p, args.workers, desc=f"synthetic {p.name}")
     record = {"command": command, "date": datetime.date.today().isoformat(),
-              "machine": common.machine_info(), "wall_seconds": wall.seconds}
+              "machine": run_record.machine_info(), "wall_seconds": wall.seconds}
     md, json_path, rows = _write_budget(p, results, record, args.out)
     print(f"\n{p.name}: {wall.seconds:.0f} s -> {md}, {json_path}")
     print(report.budget_regret_table(p, rows))
@@ -207,7 +208,7 @@ def _render_budget(path: Path, out: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    command = common.command_line("synthetic", args)
+    command = flags.command_line("synthetic", args)
     if args.render:
         _render_budget(args.render, args.out)
         return 0
@@ -218,7 +219,7 @@ def main(args: argparse.Namespace) -> int:
     for protocol in _protocols(args):
         with common.Stopwatch() as wall:
             results = runner.execute(protocol, args.workers, desc=f"synthetic {protocol.name}")
-        machine = common.machine_info()
+        machine = run_record.machine_info()
         stem = report.stem(protocol)
         json_path = report.write_json(args.out / f"{stem}.json", protocol, results, machine,
                                       wall.seconds, command)

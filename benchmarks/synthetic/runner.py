@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import common
+from benchmarks import pool
 from benchmarks.synthetic.methods import METHODS, Variant
 from benchmarks.synthetic.objectives import OBJECTIVES
 from benchmarks.synthetic.protocol import Protocol
@@ -134,7 +135,7 @@ def _result(unit: Unit, function: str, trace, compile_seconds: float, run_second
 
 def execute(protocol: Protocol, workers: int, desc: str) -> list[dict[str, Any]]:
     """Runs every unit of ``protocol`` on ``workers`` pinned processes (1: in-process)."""
-    return _ordered(common.pinned_map(run_unit, units(protocol), workers, desc), protocol)
+    return _ordered(pool.pinned_map(run_unit, units(protocol), workers, desc), protocol)
 
 
 def _ordered(results, protocol: Protocol):

@@ -1,0 +1,138 @@
+"""The flags every benchmark command shares, with one meaning each, and one error style.
+
+=============  ==============================================================
+``--out``      folder for the JSON results, figures and (by default) the report
+``--report``   the Markdown page to write (default: inside ``--out``)
+``--render``   re-render the report from a results JSON, computing nothing
+``--workers``  processes, one pinned core each (1: in this process)
+``--seeds``    seeds as a list: ``0 1 2``, ``0,1,2`` or ranges ``0-999``
+``--methods``  method specs of :mod:`benchmarks.methods` (``zoaq``, ``radazo:k=4``)
+=============  ==============================================================
+
+Errors a user can fix end the command through :func:`fail`: ``error: ...`` on stderr
+and exit status 1, before any data, training or compilation where it can be checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from benchmarks.record import available_cores
+
+
+def fail(message: str) -> NoReturn:
+    """Ends the command with ``error: message`` (exit status 1)."""
+    raise SystemExit(f"error: {message}")
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def split(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets: ``"a=(1,2),b"`` -> ``["a=(1,2)", "b"]``."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [p.strip() for p in [*parts, text[start:]] if p.strip()]
+
+
+def items(values: Sequence[str] | None) -> list[str]:
+    """The items of a list option given as separate words, comma-separated, or both.
+
+    ``--methods a b,c`` gives ``["a", "b", "c"]``. A ``key=value`` after a method spec
+    with overrides belongs to it: ``zoaq:n_hist=4,k_max=2`` is one item.
+    """
+    out: list[str] = []
+    for value in values or ():
+        for part in split(value):
+            if out and "=" in part and ":" not in part and ":" in out[-1]:
+                out[-1] += "," + part  # another override of the previous spec
+            else:
+                out.append(part)
+    return out
+
+
+def seeds(values: Sequence[str] | None) -> list[int] | None:
+    """The seeds of ``--seeds``: integers and inclusive ranges ``a-b``, in order, once."""
+    if not values:
+        return None
+    out: list[int] = []
+    for item in items(values):
+        first, dash, last = item.partition("-")
+        try:
+            span = range(int(first), int(last) + 1) if dash else [int(first)]
+        except ValueError:
+            fail(f"--seeds takes integers and ranges such as 0-999, got {item!r}")
+        if dash and not span:
+            fail(f"empty seed range {item!r}")
+        out += span
+    return list(dict.fromkeys(out))
+
+
+def add_out(parser: argparse.ArgumentParser, default: Path) -> None:
+    parser.add_argument("--out", type=Path, default=default,
+                        help=f"folder for results, figures and the report (default {default})")
+
+
+def add_report(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--report", type=Path,
+                        help=f"the Markdown page to write (default {default})")
+
+
+def add_render(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="re-render the report from this results JSON; computes nothing")
+
+
+def add_workers(parser: argparse.ArgumentParser, default: int | None = None) -> None:
+    default = default or len(available_cores())
+    parser.add_argument("--workers", type=positive_int, default=default,
+                        help=f"processes, one pinned core each; 1: in this process "
+                             f"(default {default})")
+
+
+def add_seeds(parser: argparse.ArgumentParser, default: str = "the preset's") -> None:
+    parser.add_argument("--seeds", nargs="+", metavar="SEED",
+                        help=f"seeds: 0 1 2, 0,1,2 or ranges 0-999 (default: {default})")
+
+
+def add_methods(parser: argparse.ArgumentParser, known: Sequence[str]) -> None:
+    parser.add_argument("--methods", nargs="+", metavar="SPEC",
+                        help="method specs BASE or BASE:key=value,... with BASE from "
+                             f"{', '.join(known)} (default: the preset's)")
+
+
+def command_line(command: str, args: argparse.Namespace, skip: Sequence[str] = ()) -> str:
+    """``python -m benchmarks COMMAND`` with every setting in ``args`` spelled out.
+
+    Options left unset (``None``, ``False``, empty lists) and the destinations in
+    ``skip`` are omitted; ``True`` flags are written without a value.
+    """
+    parts = [f"python -m benchmarks {command}"]
+    for name, value in vars(args).items():
+        if name in skip or value is None or value is False or value == []:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, (list, tuple)):
+            parts.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
+        else:
+            parts.append(f"{flag} {shlex.quote(str(value))}")
+    return " ".join(parts)

@@ -1,0 +1,206 @@
+"""One method registry for every benchmark, with one spec grammar.
+
+A method is named by a spec ``BASE`` or ``BASE:key=value,key=value``: ``zoaq``,
+``radazo:k=4``, ``zoaq:n_hist=4,reset=half``, ``zoaq:tau_band=(-0.2,0.5)``, ``statzo:backbone=zo_adamm``. The bases are
+the library's estimators; a key is any argument of the base's estimator (read from its
+signature) or ``backbone`` (``radazo``, ``zo_adamm`` or ``sgd``). Each benchmark keeps
+only its own defaults (a :class:`Registry`: the paper's settings for that experiment);
+the spec's canonical text lists the keys that differ from them, sorted, so one method
+has one name in every record.
+
+Every method is built the same way (:meth:`Method.build`)::
+
+    optax.chain(estimator, monitor_consistency(b1), backbone, [add_decayed_weights],
+                scale_by_learning_rate(lr))
+
+the consistency monitor records ``cos(g_t, m_{t-1})`` for any estimator and leaves the
+updates unchanged.
+
+Example:
+  >>> from benchmarks.methods import Hyper, Registry
+  >>> registry = Registry({"zoaq": {"k_max": 10}, "radazo": {"k": 10}})
+  >>> method = registry.parse("zoaq:n_hist=4")
+  >>> method.spec, method.label
+  ('zoaq:n_hist=4', 'ZoAQ K∈[1,10], n_hist=4')
+  >>> registry.parse("radazo").label
+  'R-AdaZO K=10'
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optax
+
+import zoaq_jax
+from benchmarks import flags
+
+
+@dataclass(frozen=True)
+class Base:
+    """A family of methods: the library estimator, its fixed arguments, its backbone."""
+
+    name: str  # in the paper's notation
+    estimator: Callable[..., optax.GradientTransformationExtraArgs]
+    backbone: str = "radazo"
+    fixed: tuple[tuple[str, Any], ...] = ()  # estimator arguments the base pins
+
+    def arguments(self) -> dict[str, Any]:
+        """The estimator's tunable arguments and their library defaults."""
+        pinned = {k for k, _ in self.fixed} | {"mu", "key", "b1"}
+        return {name: p.default for name, p in inspect.signature(self.estimator).parameters.items()
+                if name not in pinned}
+
+
+BASES: dict[str, Base] = {
+    "zoaq": Base("ZoAQ", zoaq_jax.zoaq_estimator),
+    "statzo": Base("StatZO", zoaq_jax.statzo_estimator),
+    # The rule the ZoAQ paper writes for its stabilized StatZO: ||g - m|| / ||m|| <= c_norm
+    # on fresh directions only.
+    "statzo_norm": Base("StatZO-norm", zoaq_jax.zoaq_estimator,
+                        fixed=(("trigger", "norm"), ("n_hist", 0))),
+    "auto_k": Base("auto_k", zoaq_jax.auto_k_estimator),
+    "radazo": Base("R-AdaZO", zoaq_jax.fixed_estimator),
+    "zo_adamm": Base("ZO-AdaMM", zoaq_jax.fixed_estimator, backbone="zo_adamm"),
+    "mezo": Base("MeZO", zoaq_jax.fixed_estimator, backbone="sgd"),
+    "zoar": Base("ZoAR", zoaq_jax.zoar_estimator),
+}
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """The settings a benchmark gives every method: learning rate, smoothing, moments."""
+
+    lr: float
+    mu: float
+    b1: float = 0.9
+    b2: float = 0.99
+    eps: float = 1e-8
+    weight_decay: float = 0.0  # decoupled weight decay before the learning rate (MeZO)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A parsed spec: its base and every parameter (the benchmark's defaults applied)."""
+
+    spec: str  # canonical: BASE[:key=value,...] with the keys that differ from the defaults
+    base: str
+    params: tuple[tuple[str, Any], ...]  # every parameter, sorted by name
+    changed: tuple[str, ...]  # the keys that differ from the benchmark's defaults
+
+    def get(self, key: str) -> Any:
+        return dict(self.params)[key]
+
+    @property
+    def fixed_k(self) -> int | None:
+        """The budget of a fixed-budget method (``None`` for adaptive ones)."""
+        return self.get("k") if "k" in dict(self.params) else None
+
+    @property
+    def label(self) -> str:
+        """A human-readable name in the paper's notation."""
+        p = dict(self.params)
+        budget = f"K={p['k']}" if "k" in p else f"K∈[{p['k_min']},{p['k_max']}]"
+        extras = [f"{k}={p[k]}" for k in self.changed if k not in ("k", "k_min", "k_max")]
+        return " ".join([BASES[self.base].name, budget]) + "".join(f", {e}" for e in extras)
+
+    def build(self, hyper: Hyper, key: Any) -> optax.GradientTransformationExtraArgs:
+        """The optimizer chain of this method (see the module docstring)."""
+        base = BASES[self.base]
+        p = dict(self.params)
+        backbone = p.pop("backbone")
+        kwargs = {**p, **dict(base.fixed), "mu": hyper.mu, "key": key}
+        if "b1" in inspect.signature(base.estimator).parameters:
+            kwargs["b1"] = hyper.b1
+        parts = [base.estimator(**kwargs), zoaq_jax.monitor_consistency(hyper.b1),
+                 _backbone(backbone, hyper)]
+        if hyper.weight_decay:
+            parts.append(optax.add_decayed_weights(hyper.weight_decay))
+        return optax.chain(*parts, optax.scale_by_learning_rate(hyper.lr))
+
+
+def _backbone(name: str, hyper: Hyper) -> optax.GradientTransformation:
+    if name == "sgd":
+        return optax.identity()
+    scale = {"radazo": zoaq_jax.scale_by_radazo, "zo_adamm": zoaq_jax.scale_by_zo_adamm}
+    if name not in scale:
+        raise ValueError(f"backbone must be radazo, zo_adamm or sgd, got {name!r}")
+    return scale[name](b1=hyper.b1, b2=hyper.b2, eps=hyper.eps)
+
+
+class Registry:
+    """The methods a benchmark offers: the bases it uses and its defaults for each.
+
+    Args:
+      defaults: ``{base: {key: value}}``; a base's keys not listed keep the library's
+        defaults, ``backbone`` the base's own.
+    """
+
+    def __init__(self, defaults: Mapping[str, Mapping[str, Any]]):
+        unknown = sorted(set(defaults) - set(BASES))
+        if unknown:
+            raise ValueError(f"unknown base(s) {unknown}; the bases are {sorted(BASES)}")
+        self.defaults = {}
+        for name, values in defaults.items():
+            full = {**BASES[name].arguments(), "backbone": BASES[name].backbone}
+            bad = sorted(set(values) - set(full))
+            if bad:
+                raise ValueError(f"{name} has no argument(s) {bad}")
+            self.defaults[name] = {**full, **values}
+
+    @property
+    def bases(self) -> list[str]:
+        return list(self.defaults)
+
+    def parse(self, spec: str) -> Method:
+        """Parses ``BASE`` or ``BASE:key=value,...``.
+
+        Raises:
+          ValueError: an unknown base or key, a value of the wrong type, a malformed spec.
+        """
+        base, _, rest = spec.strip().partition(":")
+        if base not in self.defaults:
+            raise ValueError(f"unknown method {base!r}; choose one of {', '.join(self.bases)} "
+                             "(optionally with :key=value overrides, e.g. zoaq:n_hist=4)")
+        defaults = self.defaults[base]
+        params = dict(defaults)
+        for item in flags.split(rest):
+            key, eq, value = item.partition("=")
+            if not eq or key not in params:
+                raise ValueError(f"bad override {item!r} in {spec!r}; {base} takes "
+                                 f"{', '.join(f'{k}=' for k in params)}")
+            params[key] = _coerce(value, defaults[key], item)
+        changed = tuple(k for k in sorted(params) if params[k] != defaults[k])
+        text = base + (":" + ",".join(f"{k}={_text(params[k])}" for k in changed) if changed else "")
+        return Method(text, base, tuple(sorted(params.items())), changed)
+
+    def parse_all(self, specs: Iterable[str]) -> list[Method]:
+        """:meth:`parse` of each spec, each method once (in order)."""
+        methods = [self.parse(s) for s in specs]
+        return list({m.spec: m for m in methods}.values())
+
+
+def _text(value: Any) -> str:
+    return str(value).replace(" ", "")
+
+
+def _coerce(text: str, default: Any, item: str) -> Any:
+    if default is None or isinstance(default, tuple):  # e.g. c_norm, tau_band
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise ValueError(f"bad value in {item!r}: expected a Python literal") from None
+    if isinstance(default, str):
+        return text
+    try:
+        if isinstance(default, bool):
+            if text not in ("True", "False"):
+                raise ValueError
+            return text == "True"
+        return type(default)(text)
+    except ValueError:
+        raise ValueError(f"bad value in {item!r}: expected {type(default).__name__}") from None

@@ -1,0 +1,90 @@
+"""The one worker pool of the benchmarks: processes pinned to one core each.
+
+On small problems XLA's CPU runtime spends more time synchronising its intra-op threads
+than computing; one process per core is several times faster than one process on all
+cores. Workers are spawned (a fresh JAX each) under
+:class:`concurrent.futures.ProcessPoolExecutor`, which raises
+:class:`~concurrent.futures.process.BrokenProcessPool` when a worker dies instead of
+waiting for it forever.
+
+Example:
+  >>> from benchmarks import pool
+  >>> sorted(pool.pinned_map(lambda x: [x * x], [1, 2, 3], workers=1, desc="squares",
+  ...                        bar=False))
+  [1, 4, 9]
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from benchmarks import common
+from benchmarks.record import available_cores
+
+
+def pin_to_cores(cores: Sequence[int]) -> None:
+    """Restricts this process (and the XLA threads it starts later) to ``cores``.
+
+    Call before the first JAX computation.
+    """
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(cores))
+
+
+def _start_worker(cores, setup, setup_args) -> None:
+    pin_to_cores([cores.get()])
+    if setup is not None:
+        setup(*setup_args)
+
+
+def pinned_imap(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, desc: str, *,
+                setup: Callable[..., None] | None = None, setup_args: tuple = (),
+                bar: bool = True) -> Iterator[tuple[Any, Any]]:
+    """Yields ``(item, fn(item))`` in completion order, ``fn`` run on pinned workers.
+
+    Args:
+      fn: a picklable (module-level) function of one item.
+      items: the work, slowest first for a short tail.
+      workers: processes, one core each; ``<= 1`` runs in this process (pinned to the
+        first available core only when ``setup`` asks for a worker's environment).
+      desc: the progress bar's label.
+      setup: run once in each worker before its first item (e.g. load a model into a
+        module-level cache), with ``setup_args``; in this process when ``workers <= 1``.
+      bar: show a progress bar (on stderr).
+
+    Raises:
+      concurrent.futures.process.BrokenProcessPool: a worker died.
+    """
+    if workers <= 1:
+        if setup is not None:
+            setup(*setup_args)
+        wrap = common.progress if bar else (lambda it, **_: it)
+        for item in wrap(items, total=len(items), desc=desc):
+            yield item, fn(item)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    cores = ctx.Queue()
+    available = available_cores()
+    for i in range(workers):
+        cores.put(available[i % len(available)])
+    with concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_start_worker,
+            initargs=(cores, setup, setup_args)) as executor:
+        futures = {executor.submit(fn, item): item for item in items}
+        done = concurrent.futures.as_completed(futures)
+        for future in (common.progress(done, total=len(futures), desc=desc) if bar else done):
+            yield futures[future], future.result()
+
+
+def pinned_map(fn: Callable[[Any], list], items: Sequence[Any], workers: int, desc: str,
+               **kwargs: Any) -> list:
+    """The concatenation of the lists ``fn`` returns, in completion order
+    (:func:`pinned_imap`'s arguments)."""
+    out: list = []
+    for _, result in pinned_imap(fn, items, workers, desc, **kwargs):
+        out += result
+    return out

@@ -1,0 +1,187 @@
+"""The shared benchmark harness: run record, worker pool, flags, presets, method registry."""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures.process
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+
+import zoaq_jax
+from benchmarks import flags, pool, presets, record
+from benchmarks.methods import BASES, Hyper, Registry
+
+
+# ----------------------------------------------------------------------------- record
+
+
+def test_record_round_trips_and_renders_one_way():
+    with record.Recorder("python -m benchmarks x --seeds 0") as run:
+        pass
+    rec = run.record
+    assert record.RunRecord.from_dict({**rec.as_dict(), "extra": 1}) == rec
+    assert rec.command == "python -m benchmarks x --seeds 0"
+    assert rec.wall_s >= 0 and rec.started <= rec.finished
+    assert rec.versions["jax"] == jax.__version__
+    line = record.machine_line(rec.machine)
+    assert line.startswith("Machine: ") and f"{rec.machine['cores']} cores" in line
+    assert "wall time" in record.run_line(rec) and rec.started in record.run_line(rec)
+
+
+# ----------------------------------------------------------------------------- pool
+
+
+def _square(x):
+    return [(x * x, os.getpid())]
+
+
+def _die(x):
+    if x == 2:
+        os._exit(3)  # a worker killed mid-task
+    return [x]
+
+
+_SETUP = {}
+
+
+def _remember(value):
+    _SETUP["value"] = value
+
+
+def _read_setup(x):
+    return [(_SETUP["value"], x)]
+
+
+def test_pool_runs_every_item_on_workers():
+    out = pool.pinned_map(_square, [1, 2, 3, 4], workers=2, desc="t", bar=False)
+    assert sorted(v for v, _ in out) == [1, 4, 9, 16]
+    assert os.getpid() not in {pid for _, pid in out}
+
+
+def test_pool_setup_runs_in_each_worker_and_in_process():
+    for workers in (1, 2):
+        _SETUP.clear()
+        out = pool.pinned_map(_read_setup, [1, 2], workers, "t", setup=_remember,
+                              setup_args=("model",), bar=False)
+        assert sorted(out) == [("model", 1), ("model", 2)]
+
+
+def test_pool_raises_when_a_worker_dies_instead_of_hanging():
+    with pytest.raises(concurrent.futures.process.BrokenProcessPool):
+        pool.pinned_map(_die, [1, 2, 3], workers=2, desc="t", bar=False)
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+def test_list_items_keep_method_specs_whole():
+    assert flags.items(["a b,c", "zoaq:n_hist=4,k_max=2,radazo", "zoaq:tau_band=(-0.2,0.5)"]) \
+        == ["a b", "c", "zoaq:n_hist=4,k_max=2", "radazo", "zoaq:tau_band=(-0.2,0.5)"]
+
+
+def test_seeds_are_a_list_with_ranges():
+    assert flags.seeds(["0-3", "7,2", "3"]) == [0, 1, 2, 3, 7]
+    assert flags.seeds(None) is None
+    for bad in (["x"], ["5-2"]):
+        with pytest.raises(SystemExit, match="error: "):
+            flags.seeds(bad)
+
+
+def test_fail_is_the_one_error_style():
+    with pytest.raises(SystemExit) as info:
+        flags.fail("no such thing")
+    assert str(info.value) == "error: no such thing"
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    steps: int
+    seeds: tuple[int, ...] = (0,)
+    model: str = "tiny"
+
+
+def test_presets_take_overrides_named_like_their_fields():
+    base = _Config(100)
+    args = argparse.Namespace(steps=None, seeds=[3, 4], model="big", out="ignored")
+    assert presets.from_args(base, args) == _Config(100, (3, 4), "big")
+    assert presets.from_dict(_Config, presets.as_dict(_Config(5, (1,)))) == _Config(5, (1,))
+    with pytest.raises(SystemExit, match="_Config has no setting width"):
+        presets.override(base, width=3)
+
+
+# ----------------------------------------------------------------------------- methods
+
+
+REGISTRY = Registry({"zoaq": {"k_max": 10}, "radazo": {"k": 10}, "statzo_norm": {"k_max": 2},
+                     "zoar": {"k": 2, "n_hist": 4}, "mezo": {"k": 2}})
+
+
+def test_specs_have_one_canonical_text():
+    a = REGISTRY.parse("zoaq:reset=half,n_hist=8, k_max=10")
+    assert a.spec == "zoaq:reset=half" and a.changed == ("reset",)
+    assert REGISTRY.parse("radazo:k=10").spec == "radazo"
+    assert REGISTRY.parse("radazo:k=4").fixed_k == 4 and a.fixed_k is None
+    assert REGISTRY.parse("zoaq:tau_band=(-0.2,0.5)").get("tau_band") == (-0.2, 0.5)
+    assert REGISTRY.parse("statzo_norm:c_norm=0.3").get("c_norm") == 0.3
+    assert [m.spec for m in REGISTRY.parse_all(["zoaq", "zoaq:n_hist=8", "radazo"])] \
+        == ["zoaq", "radazo"]
+    assert a.label == "ZoAQ K∈[1,10], reset=half"
+    assert REGISTRY.parse("zoar").label == "ZoAR K=2"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("auto_k", "unknown method 'auto_k'"),
+    ("zoaq:n_hist=x", "expected int"),
+    ("zoaq:width=3", "bad override 'width=3'"),
+    ("zoaq:n_hist", "bad override 'n_hist'"),
+])
+def test_bad_specs_are_refused(spec, message):
+    with pytest.raises(ValueError, match=message):
+        REGISTRY.parse(spec)
+
+
+def test_registry_refuses_unknown_bases_and_arguments():
+    with pytest.raises(ValueError, match="unknown base"):
+        Registry({"adam": {}})
+    with pytest.raises(ValueError, match="no argument"):
+        Registry({"radazo": {"n_hist": 3}})
+
+
+def _run(opt, steps=30):
+    f = lambda x: jnp.sum((x - 1.0) ** 2) + jnp.sum(x**4)  # noqa: E731
+    params = jnp.linspace(-1.0, 1.0, 12)
+    state = opt.init(params)
+    step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=f))
+    for _ in range(steps):
+        updates, state = step(params, state)
+        params = optax.apply_updates(params, updates)
+    return params, optax.tree.get(state, "num_queries")
+
+
+@pytest.mark.parametrize("spec, alias", [
+    ("radazo:k=3", lambda key: zoaq_jax.radazo(1e-3, k=3, mu=5e-3, key=key)),
+    ("zoaq:n_hist=4", lambda key: zoaq_jax.zoaq(1e-3, n_hist=4, k_max=10, mu=5e-3, key=key)),
+    ("mezo", lambda key: zoaq_jax.mezo(1e-3, k=2, mu=5e-3, weight_decay=0.1, key=key)),
+    ("zoar", lambda key: zoaq_jax.zoar(1e-3, k=2, n_hist=4, mu=5e-3, key=key)),
+])
+def test_built_methods_equal_the_library_aliases(spec, alias):
+    """The registry's chain (with the consistency monitor) updates exactly as the alias."""
+    method = REGISTRY.parse(spec)
+    hyper = Hyper(lr=1e-3, mu=5e-3, weight_decay=0.1 if method.base == "mezo" else 0.0)
+    got, want = _run(method.build(hyper, 7)), _run(alias(7))
+    assert bool(jnp.all(got[0] == want[0])) and int(got[1]) == int(want[1])
+
+
+def test_every_base_builds_and_counts_queries():
+    registry = Registry({name: {} for name in BASES})
+    for name in BASES:
+        _, calls = _run(registry.parse(name).build(Hyper(1e-3, 5e-3), 0), steps=3)
+        assert int(calls) > 0, name
