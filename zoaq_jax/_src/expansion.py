@@ -80,12 +80,16 @@ def eager_evaluation(enabled: bool = True) -> Iterator[None]:
 
     Experimental, for throughput measurements (``python -m benchmarks overhead``): when a
     step's ``capacity`` fresh directions are drawn in one batch (``predraw``), their
-    responses are computed in one batched call before the accept-or-expand loop, and
-    the loop only absorbs precomputed responses. Counts, records, estimates and the
-    accepted ``K`` are those of the lazy loop; the objective is evaluated at directions
-    the step may not buy, which is uncounted compute (like the evaluations of finished
-    lanes under ``vmap``): cheaper when evaluating is cheaper than a loop iteration
-    (small ``d``, a cheap objective), wasteful otherwise.
+    responses are computed in one batched call, every candidate of the grid is built
+    with the loop's chunks and additions and tested, and the first accepted one is kept:
+    no ``while_loop``, so under ``vmap`` no lane waits for another (grids of more than
+    ``_UNROLL_LIMIT`` points keep the loop over precomputed responses). The accepted
+    ``K``, query counts and records are those of the lazy loop; estimates differ only by
+    the rounding of evaluating the objective in one batch of ``capacity`` rather than
+    chunk by chunk. The objective is evaluated at directions the step may not buy:
+    uncounted compute, like the evaluations of finished lanes under ``vmap``. On CPU at
+    d = 100 it is slower than the lazy loop (see ``docs/results/overhead.md``); it is
+    there to be measured where loop iterations are dear (accelerators).
     """
     old = _EAGER[0]
     _EAGER[0] = enabled
