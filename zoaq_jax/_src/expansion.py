@@ -75,8 +75,13 @@ _UNROLL_LIMIT = 32  # eager steps with at most this many grid points are decided
 
 
 @contextlib.contextmanager
-def eager_evaluation(enabled: bool = True) -> Iterator[None]:
+def eager_evaluation(enabled: bool | str = True) -> Iterator[None]:
     """Estimators *traced* inside this context evaluate all predrawn candidates at once.
+
+    ``enabled``: ``False`` (the lazy loop), ``True`` (candidates built one by one with the
+    loop's chunks and additions, unrolled) or ``"vectorized"`` (all candidates from
+    cumulative sums and one batched test; the additions' order, hence the rounding of
+    the estimates, may differ from the loop's).
 
     Experimental, for throughput measurements (``python -m benchmarks overhead``): when a
     step's ``capacity`` fresh directions are drawn in one batch (``predraw``), their
@@ -88,8 +93,9 @@ def eager_evaluation(enabled: bool = True) -> Iterator[None]:
     the rounding of evaluating the objective in one batch of ``capacity`` rather than
     chunk by chunk. The objective is evaluated at directions the step may not buy:
     uncounted compute, like the evaluations of finished lanes under ``vmap``. On CPU at
-    d = 100 it is slower than the lazy loop (see ``docs/results/overhead.md``); it is
-    there to be measured where loop iterations are dear (accelerators).
+    d = 100 neither form beats the lazy loop by more than noise (unrolled: slower; see
+    ``docs/results/overhead.md``); they are there to be measured where loop iterations
+    are dear (accelerators).
     """
     old = _EAGER[0]
     _EAGER[0] = enabled
@@ -251,6 +257,41 @@ def accept_or_expand(
         ))
 
     sizes = [k_min] + [k_step] * ((k_max - k_min) // k_step) + ([remainder] if remainder else [])
+    if getattr(acquire, "precomputed", False) and _EAGER[0] == "vectorized":
+        # Every candidate of the grid at once: prefix sums over the precomputed records
+        # (cumulative sums: the additions' order, hence rounding, may differ from the
+        # loop's), one batched test, the first accepted candidate per lane.
+        responses, values, directions = acquire(0, slots)
+        ok = jnp.isfinite(responses)
+        coeffs = jnp.where(ok, responses, 0.0)
+        ends = jnp.cumsum(jnp.asarray(sizes, jnp.int32))  # the grid points
+        pick = ends - 1
+
+        def prefix(x):
+            return jnp.cumsum(x, axis=0)[pick]
+
+        totals = jax.tree.map(
+            lambda u: prefix(coeffs.astype(u.dtype).reshape((slots,) + (1,) * (u.ndim - 1))
+                             * u), directions)
+        sq = jnp.zeros((slots,), jnp.float32)
+        if second_moment:
+            norms = sum(jnp.sum(jnp.square(u).reshape(slots, -1), axis=1).astype(jnp.float32)
+                        for u in jax.tree.leaves(directions))
+            sq = jnp.square(coeffs) * norms
+        grid = Candidate(
+            k=ends, total=totals, sq_norm=prefix(sq),
+            value_sum=prefix(jnp.where(ok, values, 0.0)),
+            n_ok=prefix(ok.astype(jnp.int32)),
+            responses=jnp.zeros((len(sizes), slots), jnp.float32),
+            ok=jnp.zeros((len(sizes), slots), bool),
+            score=jnp.zeros((len(sizes),), jnp.float32),
+            accepted=jnp.zeros((len(sizes),), bool))
+        decided = jax.vmap(decide)(grid)
+        index = jnp.argmax(decided.accepted.at[-1].set(True))
+        chosen = jax.tree.map(lambda x: x[index], decided)
+        bought = jnp.arange(slots) < chosen.k
+        return chosen._replace(responses=jnp.where(bought, responses, 0.0),
+                               ok=bought & ok)
     if getattr(acquire, "precomputed", False) and len(sizes) <= _UNROLL_LIMIT:
         # Responses are already computed (eager evaluation): build every candidate of the
         # grid with the same chunks and additions as the loop, test them all, and keep
