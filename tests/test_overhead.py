@@ -6,6 +6,7 @@ No timings are asserted: speed is reported as ratios measured in one run.
 
 from __future__ import annotations
 
+import functools
 import json
 
 import jax
@@ -69,8 +70,16 @@ def test_errors_are_clear(argv, message, capsys):
     assert message in str(err.value) + capsys.readouterr().err
 
 
-def _run(make, eager, seeds=(0, 1, 2), steps=6, d=5):
-    """Per-seed trajectories (vmapped) of ``make(key)`` on a quadratic."""
+MAKERS = {
+    "zoaq": lambda key: zoaq_jax.zoaq(1e-2, k_min=1, k_max=4, n_hist=3, key=key),
+    "statzo-remainder": lambda key: zoaq_jax.statzo(1e-2, k_min=2, k_max=7, k_step=2, key=key),
+}
+
+
+@functools.cache
+def _run(name, eager, seeds=(0, 1, 2), steps=6, d=5):
+    """Per-seed trajectories (vmapped) of ``MAKERS[name](key)`` on a quartic."""
+    make = MAKERS[name]
 
     def one(seed):
         opt = make(jax.random.fold_in(jax.random.key(0), seed))
@@ -88,15 +97,14 @@ def _run(make, eager, seeds=(0, 1, 2), steps=6, d=5):
     return jax.tree.map(np.asarray, jax.jit(jax.vmap(one))(jnp.asarray(seeds)))
 
 
-@pytest.mark.parametrize("make", [
-    lambda key: zoaq_jax.zoaq(1e-2, k_min=1, k_max=4, n_hist=3, key=key),
-    lambda key: zoaq_jax.statzo(1e-2, k_min=2, k_max=7, k_step=2, key=key),
-], ids=["zoaq", "statzo-remainder"])
-def test_eager_evaluation_buys_what_the_loop_buys(make):
+@pytest.mark.parametrize("name", sorted(MAKERS))
+@pytest.mark.parametrize("mode", [True, "vectorized"])
+def test_eager_evaluation_buys_what_the_loop_buys(name, mode):
     """Same accepted K and query counts as the lazy loop; estimates equal up to the
-    rounding of evaluating the objective in one batch of k_max rather than chunk by chunk."""
-    x_lazy, k_lazy, q_lazy = _run(make, False)
-    x_eager, k_eager, q_eager = _run(make, True)
+    rounding of evaluating the objective in one batch of k_max rather than chunk by chunk
+    (and, vectorized, of cumulative sums)."""
+    x_lazy, k_lazy, q_lazy = _run(name, False)
+    x_eager, k_eager, q_eager = _run(name, mode)
     np.testing.assert_array_equal(k_eager, k_lazy)
     np.testing.assert_array_equal(q_eager, q_lazy)
     np.testing.assert_allclose(x_eager, x_lazy, rtol=1e-5, atol=1e-6)

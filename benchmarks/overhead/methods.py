@@ -37,7 +37,7 @@ class Method:
     label: str
     kind: str  # "fixed", "adaptive" or "outside"
     k_max: int  # directions of a fixed step; the largest budget of an adaptive one
-    eager: bool = False  # evaluates all k_max predrawn candidates (expansion.eager_evaluation)
+    eager: bool | str = False  # expansion.eager_evaluation's mode: False, True, "vectorized"
     reference: str = "open-es"  # the equivalent fixed configuration it is compared with
 
 
@@ -107,11 +107,14 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("open-es", "evosax Open_ES (pop. 20)", "outside", 10),
     Method("zoaq", "ZoAQ K∈[1,10]", "adaptive", 10),
     Method("zoaq-eager", "ZoAQ K∈[1,10], eager", "adaptive", 10, eager=True),
+    Method("zoaq-vector", "ZoAQ K∈[1,10], vectorized", "adaptive", 10, eager="vectorized"),
     Method("auto-k", "auto_k K∈[1,16]", "adaptive", 16),
     Method("auto-k-eager", "auto_k K∈[1,16], eager", "adaptive", 16, eager=True),
+    Method("auto-k-vector", "auto_k K∈[1,16], vectorized", "adaptive", 16, eager="vectorized"),
     Method("zoar-k10", "ZoAR K=10", "adaptive", 10),
     Method("statzo", "StatZO K∈[1,10]", "adaptive", 10),
     Method("statzo-eager", "StatZO K∈[1,10], eager", "adaptive", 10, eager=True),
+    Method("statzo-vector", "StatZO K∈[1,10], vectorized", "adaptive", 10, eager="vectorized"),
 )}
 
 
@@ -131,7 +134,7 @@ def algo(name: str, value_fn, d: int) -> Algo:
     }
     if name == "open-es":
         return _open_es_algo(value_fn, d, method.k_max)
-    base = name.removesuffix("-eager")
+    base = name.removesuffix("-eager").removesuffix("-vector")
     return _optax_algo(builders[base], value_fn, method.eager)
 
 
