@@ -23,7 +23,7 @@ from zoaq_jax._src import expansion
 
 def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
     out = tmp_path / "res"
-    argv = ["overhead", "--preset", "gpu", "--methods", "auto-k-eager", "open-es",
+    argv = ["overhead", "--preset", "gpu", "--methods", "statzo-vector", "open-es",
             "--dims", "8", "--dims-calls", "40", "--seeds", "3", "--compare-calls", "40",
             "--seeds-calls", "40", "--repeats", "1", "--no-pin", "--out", str(out),
             "--report", str(out / "overhead_gpu.md")]
@@ -32,7 +32,7 @@ def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
     assert record["preset"]["name"] == "gpu" and "--preset gpu" in record["command"]
     sections = record["sections"]
     compare = {r["method"]: r for r in sections["compare"]}
-    assert set(compare) == {"auto-k-eager", "open-es"}
+    assert set(compare) == {"statzo-vector", "open-es"}
     assert compare["open-es"]["seeds"] == config.PRESETS["gpu"].compare_seeds
     assert compare["open-es"]["useful_calls"] == 40 * compare["open-es"]["seeds"]
     assert compare["open-es"]["lane_use"] == 1.0
