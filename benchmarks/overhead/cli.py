@@ -95,7 +95,7 @@ def main(args: argparse.Namespace) -> int:
             flags.fail(f"--render: no such file {args.render}")
         record = json.loads(args.render.read_text())
         target = args.report or args.render.with_suffix(".md")
-        report.render(record, target, args.render.parent)
+        report.render(record, target, target.parent)
         print(f"rendered {target}")
         return 0
     preset = _preset(args)
