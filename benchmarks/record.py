@@ -62,7 +62,11 @@ class Recorder:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.record = RunRecord(
+        self.record = self.snapshot()
+
+    def snapshot(self) -> RunRecord:
+        """The record as of now: inside the ``with`` block, for results saved as they come."""
+        return RunRecord(
             command=self.command, machine=machine_info(), started=self._started,
             finished=_now(), wall_s=round(time.perf_counter() - self._start, 3),
             load_before=self._load, load_after=load_average(), versions=versions())

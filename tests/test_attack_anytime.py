@@ -16,7 +16,7 @@ from benchmarks.attack import cli, methods, report
 def test_fixed_k_family_specs_and_labels():
     assert methods.FIXED_K == ("radazo:k=1", "radazo", "radazo:k=4", "zo_adamm:k=1",
                                "zo_adamm", "zo_adamm:k=4", "zoar", "zoar:k=2", "zoar:k=4")
-    labels = [methods.parse(s).label for s in methods.FIXED_K]
+    labels = [methods.label(s) for s in methods.FIXED_K]
     assert labels == [f"{name} K={k}" for name in ("R-AdaZO", "ZO-AdaMM", "ZoAR")
                       for k in (1, 2, 4)]
     assert methods.COMPARISONS["anytime"] == methods.ADAPTIVE + methods.FIXED_K
@@ -25,10 +25,12 @@ def test_fixed_k_family_specs_and_labels():
 def test_auto_k_spec_uses_the_library_defaults():
     defaults = inspect.signature(zoaq_jax.auto_k_estimator).parameters
     auto_k = methods.parse("auto_k")
-    assert auto_k.spec == "auto_k" and auto_k.label == "auto_k K∈[1,16]"
-    assert auto_k.params == {name: defaults[name].default for name in auto_k.params}
-    assert auto_k.params["window"] == 1000 and auto_k.params["k_max"] == 16
-    assert methods.parse("auto_k:window=50").label == "auto_k K∈[1,16], window=50"
+    assert auto_k.spec == "auto_k" and methods.label(auto_k) == "auto_k K∈[1,16]"
+    params = dict(auto_k.params)
+    assert params.pop("difference") == "forward" and params.pop("backbone") == "radazo"
+    assert params == {name: defaults[name].default for name in params}
+    assert params["window"] == 1000 and params["k_max"] == 16
+    assert methods.label("auto_k:window=50") == "auto_k K∈[1,16], window=50"
 
 
 def quadratic(x):
@@ -53,7 +55,7 @@ def test_comparison_methods_build_and_step(spec):
     assert bool(jnp.all(jnp.isfinite(x))) and bool(jnp.any(x != 0))
     # forward differences with the caller's centre value: K perturbed calls a step
     # (auto_k starts at K_min = 1)
-    params = methods.parse(spec).params
+    params = dict(methods.parse(spec).params)
     assert int(optax.tree.get(state, "num_queries")) == 3 * params.get("k", params.get("k_min"))
     # the monitor the attack's consistency figure reads
     assert np.isfinite(float(optax.tree.get(state, "consistency")))
@@ -143,9 +145,9 @@ def parse_cli(argv):
 
 
 def test_compare_anytime_specs():
-    assert cli.method_specs(parse_cli(["--compare", "anytime"])) == list(
-        methods.COMPARISONS["anytime"])
-    specs = cli.method_specs(parse_cli(["--methods", "zoar:k=2", "statzo_norm",
-                                        "--compare", "anytime"]))
-    assert specs[:2] == ["zoar:k=2", "statzo_norm"] and len(specs) == 13
-    assert cli.method_specs(parse_cli([]))[-1] == "auto_k"  # in the paper protocol's default
+    assert cli.preset_of(parse_cli(["--compare", "anytime"])).methods == \
+        methods.COMPARISONS["anytime"]
+    specs = cli.preset_of(parse_cli(["--methods", "zoar:k=2", "statzo_norm",
+                                     "--compare", "anytime"])).methods
+    assert specs[:2] == ("zoar:k=2", "statzo_norm") and len(specs) == 13
+    assert cli.preset_of(parse_cli([])).methods[-1] == "auto_k"  # the paper preset's

@@ -20,7 +20,7 @@ def tiny_mnist(tmp_path, monkeypatch):
 
 def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     out = tiny_mnist / "out"
-    argv = ["attack", "--dataset", "mnist", "--data-dir", str(tiny_mnist / "mnist"),
+    argv = ["attack", "--dataset", "mnist", "--data", str(tiny_mnist / "mnist"),
             "--protocol", "paper", "--goal", "targeted", "--methods", "zoaq",
             "--seeds", "1", "2", "--max-steps", "15", "--epochs", "1", "--workers", "1",
             "--trace-len", "10", "--out", str(out)]
@@ -38,6 +38,8 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
         assert r["success"] or r["steps"] == 15
     run = results["runs"][0]
     assert set(run["methods"]) == {"zoaq"} and run["model"]["num_test"] == 4
+    assert run["record"]["command"].startswith("python -m benchmarks attack --dataset mnist")
+    assert run["record"]["wall_s"] > 0 and run["record"]["machine"]["cores"] >= 1
     for name in ("queries", "examples", "consistency"):
         png = out / f"{name}_mnist_paper_targeted.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -70,20 +72,26 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     # Re-rendering into a report elsewhere leaves OUT's figures alone and draws its own
     # figures in a folder named like the report; every command behind a table is listed.
     before = {p: p.stat().st_mtime_ns for p in out.iterdir()}
-    results["runs"].append({**run, "command": run["command"] + " --chunk 7",
+    command = run["record"]["command"]
+    results["runs"].append({**run, "record": {**run["record"], "command": command + " --chunk 7"},
                             "methods": {"radazo": run["methods"]["zoaq"]}})
     results["records"] += [{**r, "method": "radazo", "base": "radazo"} for r in records]
     (out / "attack.json").write_text(json.dumps(results))
     before[out / "attack.json"] = (out / "attack.json").stat().st_mtime_ns
     elsewhere = tiny_mnist / "docs" / "report.md"
-    assert benchmarks_main(["attack", "--render-only", "--out", str(out),
+    assert benchmarks_main(["attack", "--render", str(out / "attack.json"), "--out", str(out),
                             "--report", str(elsewhere)]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.iterdir()} == before
     assert (tiny_mnist / "docs" / "report" / "queries_mnist_paper_targeted.png").exists()
     text = elsewhere.read_text()
     assert "![Query distributions](report/queries_mnist_paper_targeted.png)" in text
     assert "../out/examples_mnist_paper_targeted.png" in text
-    assert f"- `{run['command']}`" in text and f"- `{run['command']} --chunk 7`" in text
+    assert f"- `{command}`" in text and f"- `{command} --chunk 7`" in text
+    # hand-written text outside the generated block survives a re-render
+    elsewhere.write_text(elsewhere.read_text() + "\n## Notes\n\nkeep me\n")
+    assert benchmarks_main(["attack", "--render", str(out / "attack.json"), "--out", str(out),
+                            "--report", str(elsewhere)]) == 0
+    assert elsewhere.read_text().endswith("keep me\n") and "Query distributions" in text
 
     # The weights were cached with a checksum: a corrupted file is refused, not reused.
     dataset = data.load("mnist", tiny_mnist / "mnist")
@@ -102,14 +110,61 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--methods", "zoaq", "adam"], "Unknown method 'adam'"),
-    (["--methods", "zoaq:n_hits=4"], "Bad override 'n_hits=4'"),
-    (["--data-dir", "/nonexistent/mnist"], "does not exist"),
-    (["--render-only"], "--render-only needs .*attack.json"),
+    (["--methods", "zoaq", "adam"], "error: unknown method 'adam'"),
+    (["--methods", "zoaq:n_hits=4"], "error: bad override 'n_hits=4'"),
+    (["--seeds", "5-1"], "error: empty seed range"),
+    (["--data", "/nonexistent/mnist"], "error: --data /nonexistent/mnist does not exist"),
+    (["--render", "/nonexistent/attack.json"], "error: --render .* does not exist"),
 ])
-def test_cli_rejects_bad_input_before_any_work(args, message, tmp_path):
+def test_cli_rejects_bad_input_before_any_work(args, message, tmp_path, monkeypatch):
+    from benchmarks.attack import experiment
+
+    monkeypatch.setattr(experiment, "setup", lambda *a, **k: pytest.fail("loaded data"))
     with pytest.raises(SystemExit, match=message):
         benchmarks_main(["attack", "--out", str(tmp_path), *args])
+    assert not any(tmp_path.iterdir())
+
+
+def test_presets_are_dataclasses_with_overrides():
+    import argparse
+
+    from benchmarks.attack import cli as attack_cli
+
+    parser = argparse.ArgumentParser()
+    attack_cli.add_arguments(parser)
+    paper = attack_cli.preset_of(parser.parse_args([]))
+    assert (paper.width, paper.trace_len, paper.seeds) == (32, 2000, protocol.SEEDS)
+    assert paper.methods[-1] == "auto_k" and len(paper.methods) == 8
+    extended = attack_cli.preset_of(parser.parse_args(
+        ["--protocol", "extended", "--seeds", "1-3", "--width", "8", "--methods",
+         "zoaq:n_hist=8,k_max=2", "radazo:k=2"]))
+    assert (extended.width, extended.trace_len, extended.images) == (8, 0, 100)
+    assert extended.seeds == (1, 2, 3) and extended.methods == ("zoaq", "radazo")
+    assert extended.attack_config.width == 8
+
+
+def test_a_killed_worker_ends_the_run_instead_of_hanging(tmp_path):
+    import multiprocessing
+    import signal
+    import threading
+    import time
+    from concurrent.futures.process import BrokenProcessPool
+
+    from benchmarks.attack import runner, workers
+
+    tasks = runner.Tasks(np.zeros((2, 4, 4, 1), np.float32), np.zeros(2, np.int32),
+                         np.arange(2, dtype=np.int32))
+    job = workers.Job("mnist", str(tmp_path / "weights.npz"), "targeted", 0.2,
+                      runner.AttackConfig())
+
+    def kill_a_worker():
+        while not (children := multiprocessing.active_children()):
+            time.sleep(0.02)
+        os.kill(children[0].pid, signal.SIGKILL)
+
+    threading.Thread(target=kill_a_worker, daemon=True).start()
+    with pytest.raises(BrokenProcessPool):
+        workers.run_methods(job, ["zoaq", "radazo"], tasks, workers=2)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -8,7 +8,7 @@ import pytest
 from llm_helpers import tiny_bundle
 
 from benchmarks.llm import cli, train
-from benchmarks.llm.methods import METHODS
+from benchmarks.llm.methods import REGISTRY
 from benchmarks.llm.report import best_within, mean_curve, regret
 
 
@@ -18,9 +18,9 @@ def _cfg(**kw):
     )
 
 
-@pytest.mark.parametrize("name", ["radazo-k2", "auto-k", "zoaq-1-2"])
+@pytest.mark.parametrize("name", ["radazo:k=2", "auto_k", "zoaq:k_max=2"])
 def test_budget_mode_stops_each_method_at_the_budget(name):
-    r = train.run(METHODS[name], 0, tiny_bundle(), _cfg(budget=10, eval_every_fe=4), show=False)
+    r = train.run(REGISTRY.parse(name), 0, tiny_bundle(), _cfg(budget=10, eval_every_fe=4), show=False)
     last_step_fe = 2 * r["k_trace"][-1]
     # the first step that reaches the budget ends the run (steps=1 is not used)
     assert r["total_fe"] >= 10 > r["total_fe"] - last_step_fe
@@ -29,9 +29,9 @@ def test_budget_mode_stops_each_method_at_the_budget(name):
     assert fes[0] == 0 and fes[-1] == r["total_fe"]
     # one evaluation at the first step reaching each multiple of 4 FE, plus the last
     assert [f // 4 for f in fes[1:-1]] == list(range(1, len(fes) - 1))
-    if name == "radazo-k2":
+    if name == "radazo:k=2":
         assert r["steps"] == 3 and fes == [0, 4, 8, 12]
-    if name == "auto-k":  # its 1000-step progress window never closes: K stays 1
+    if name == "auto_k":  # its 1000-step progress window never closes: K stays 1
         assert r["k_trace"] == [1] * 5 and r["total_fe"] == 10
 
 
@@ -49,14 +49,14 @@ def _run(method, fe, loss, seed=0):
 
 
 def test_mean_curve_interpolates_seeds_onto_the_union_of_their_evaluations():
-    runs = [_run("zoaq-1-2", [0, 10, 20], [1.0, 0.8, 0.6]), _run("zoaq-1-2", [0, 20], [1.0, 0.8])]
+    runs = [_run("zoaq:k_max=2", [0, 10, 20], [1.0, 0.8, 0.6]), _run("zoaq:k_max=2", [0, 20], [1.0, 0.8])]
     curve = mean_curve(runs)
     assert [c["fe"] for c in curve] == [0, 10, 20]
     assert [c["dev_loss"] for c in curve] == pytest.approx([1.0, 0.85, 0.7])
 
 
 def test_best_within_includes_the_interpolated_value_at_the_budget():
-    curve = mean_curve([_run("radazo-k1", [0, 10, 20], [1.0, 0.9, 0.8])])
+    curve = mean_curve([_run("radazo:k=1", [0, 10, 20], [1.0, 0.9, 0.8])])
     assert best_within(curve, 15) == pytest.approx(0.85)
     assert best_within(curve, 10) == pytest.approx(0.9)
     assert best_within(curve, 99) == pytest.approx(0.8)  # past the end: its evaluations
@@ -65,49 +65,49 @@ def test_best_within_includes_the_interpolated_value_at_the_budget():
 def test_regret_on_hand_made_curves():
     grid = [0, 10, 20, 30, 40]
     results = [
-        _run("radazo-k1", grid, [1.0, 0.9, 0.8, 0.75, 0.7]),
+        _run("radazo:k=1", grid, [1.0, 0.9, 0.8, 0.75, 0.7]),
         _run("radazo", grid, [1.0, 0.95, 0.7, 0.6, 0.65]),  # rises after 30 FE
-        _run("zoaq-1-2", [0, 12, 22, 34, 44], [1.0, 0.9, 0.85, 0.65, 0.6]),
-        _run("auto-k", grid, [1.0, 0.85, 0.8, 0.8, 0.8]),  # stalls above the envelope
+        _run("zoaq:k_max=2", [0, 12, 22, 34, 44], [1.0, 0.9, 0.85, 0.65, 0.6]),
+        _run("auto_k", grid, [1.0, 0.85, 0.8, 0.8, 0.8]),  # stalls above the envelope
     ]
     out = regret(results, 40, 10)
     assert out["budgets"] == [10, 20, 30, 40]
     assert [e["dev_loss"] for e in out["envelope"]] == pytest.approx([0.9, 0.7, 0.6, 0.6])
-    assert [e["method"] for e in out["envelope"]] == ["radazo-k1"] + ["radazo"] * 3
+    assert [e["method"] for e in out["envelope"]] == ["radazo:k=1"] + ["radazo"] * 3
     m = out["methods"]
     # radazo reaches 0.9 at 12 FE (0.95 -> 0.7 over 10..20), 0.6 at 30 FE
     assert m["radazo"]["regret"] == pytest.approx([1.2, 1.0, 1.0, 0.75])
-    assert m["radazo-k1"]["regret"][0] == pytest.approx(1.0)
-    assert math.isinf(m["radazo-k1"]["regret"][2])  # K=1 never reaches 0.6
+    assert m["radazo:k=1"]["regret"][0] == pytest.approx(1.0)
+    assert math.isinf(m["radazo:k=1"]["regret"][2])  # K=1 never reaches 0.6
     # zoaq: 0.7 at 22 + 0.75 * 12 = 31 FE; 0.6 only at its last evaluation, 44 FE
-    assert m["zoaq-1-2"]["regret"] == pytest.approx([1.2, 31 / 20, 44 / 30, 44 / 40])
-    assert m["zoaq-1-2"]["median"] == pytest.approx((1.2 + 44 / 30) / 2)
-    assert m["zoaq-1-2"]["max"] == pytest.approx(31 / 20)
-    a = m["auto-k"]["regret"]
+    assert m["zoaq:k_max=2"]["regret"] == pytest.approx([1.2, 31 / 20, 44 / 30, 44 / 40])
+    assert m["zoaq:k_max=2"]["median"] == pytest.approx((1.2 + 44 / 30) / 2)
+    assert m["zoaq:k_max=2"]["max"] == pytest.approx(31 / 20)
+    a = m["auto_k"]["regret"]
     assert a[0] == pytest.approx(10 * 0.1 / 0.15 / 10) and all(map(math.isinf, a[1:]))
-    assert math.isinf(m["auto-k"]["median"]) and math.isinf(m["auto-k"]["max"])
+    assert math.isinf(m["auto_k"]["median"]) and math.isinf(m["auto_k"]["max"])
     # a budget that is not a multiple of the period is the last budget
     assert regret(results, 35, 10)["budgets"] == [10, 20, 30, 35]
 
 
 def test_regret_needs_a_fixed_k_method():
     with pytest.raises(ValueError, match="fixed-K"):
-        regret([_run("zoaq-1-2", [0, 10], [1.0, 0.9])], 10, 10)
+        regret([_run("zoaq:k_max=2", [0, 10], [1.0, 0.9])], 10, 10)
 
 
 def test_cli_budget_writes_the_regret_table(tmp_path):
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     out, report = tmp_path / "out", tmp_path / "llm.md"
-    argv = ["--preset", "smoke", "--methods", "radazo-k1,zoaq-1-2", "--budget", "8",
+    argv = ["--preset", "smoke", "--methods", "radazo:k=1,zoaq:k_max=2", "--budget", "8",
             "--out", str(out), "--report", str(report), "--quiet"]
     assert cli.main(parser.parse_args(argv)) == 0
     payload = json.loads((out / "llm.json").read_text())
-    assert "--budget 8" in payload["command"] and payload["config"]["eval_every_fe"] == 1
+    assert "--budget 8" in payload["record"]["command"] and payload["config"]["eval_every_fe"] == 1
     assert [r["total_fe"] >= 8 for r in payload["results"]] == [True, True]
     assert payload["results"][0]["total_fe"] == 8  # K=1: 4 steps of 2 FE
     assert payload["regret"]["budgets"] == list(range(1, 9))
-    assert set(payload["regret"]["methods"]) == {"radazo-k1", "zoaq-1-2"}
+    assert set(payload["regret"]["methods"]) == {"radazo:k=1", "zoaq:k_max=2"}
     text = report.read_text()
     assert "## Anytime: query regret" in text and "| R-AdaZO K=1 (envelope) |" in text
     assert "| ZoAQ K∈[1,2] |" in text

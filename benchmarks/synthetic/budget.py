@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common, pool
+from benchmarks import anytime, common, pool, presets
 from benchmarks.synthetic import protocol as protocols
-from benchmarks.synthetic.methods import METHODS, Settings, Variant
+from benchmarks.synthetic.methods import Settings, Variant, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 
-FIXED = tuple(f"{p}-k{k}" for p in ("radazo", "zo-adamm") for k in (1, 2, 4, 8, 16))
-ADAPTIVE = ("zoaq", "statzo", "auto-k", "zoaq-zo-adamm", "auto-k-zo-adamm")
+FIXED = tuple(f"{p}:k={k}" for p in ("radazo", "zo_adamm") for k in (1, 2, 4, 8, 16))
+ADAPTIVE = ("zoaq", "statzo", "auto_k", "zoaq:backbone=zo_adamm", "auto_k:backbone=zo_adamm")
 FUNCTIONS = (*OBJECTIVES, *NOISY)
 SWITCH = "rosenbrock>levy"
 
@@ -70,14 +70,14 @@ _SCALE = {  # preset -> (dim, budget, seeds, log_every)
     "quick": (100, 120_000, 3, 20),
     "paper": (100, 1_200_000, 5, 50),
 }
-_TINY = ("radazo-k1", "radazo-k2", "zoaq", "auto-k")
+_TINY = ("radazo:k=1", "radazo:k=2", "zoaq", "auto_k")
 SENSITIVITY = (
     ("window", (250, 4000)), ("r", (0.003, 0.03)), ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)),
 )
 
 
 def _variants(names) -> tuple[Variant, ...]:
-    return tuple(Variant(n) for n in names)
+    return tuple(variant(n) for n in names)
 
 
 def protocol(name: str, preset: str) -> BudgetProtocol:
@@ -88,11 +88,11 @@ def protocol(name: str, preset: str) -> BudgetProtocol:
         variants = _variants(_TINY if preset == "tiny" else FIXED + ADAPTIVE)
     elif name == "budget_switch":
         functions = (SWITCH,)
-        variants = _variants(fixed_radazo + ("zoaq", "auto-k"))
+        variants = _variants(fixed_radazo + ("zoaq", "auto_k"))
     elif name == "budget_auto_k":
         functions = ("quadratic", "rosenbrock", "least_squares")
-        variants = _variants(fixed_radazo + ("auto-k",)) + tuple(
-            Variant("auto-k", ((key, v),), f"auto_k {key}={v}")
+        variants = _variants(fixed_radazo + ("auto_k",)) + tuple(
+            variant(f"auto_k:{key}={v}", f"auto_k {key}={v}")
             for key, values in SENSITIVITY for v in values)
     else:
         raise ValueError(f"unknown budget protocol {name!r}")
@@ -107,21 +107,18 @@ def as_dict(p: BudgetProtocol) -> dict[str, Any]:
 
 
 def from_dict(d: dict[str, Any]) -> BudgetProtocol:
-    """The protocol recorded by :func:`as_dict` (variants by name, labels kept)."""
+    """The protocol recorded by :func:`as_dict` (variants by spec, labels kept)."""
     base = protocol(d["name"], d["preset"])
-    known = {v.name: v for v in base.variants} | {n: Variant(n) for n in METHODS}
+    known = {v.name: v for v in base.variants}
     return replace(base, dim=d["dim"], budget=d["budget"], seeds=tuple(d["seeds"]),
                    log_every=d["log_every"], functions=tuple(d["functions"]),
-                   variants=tuple(known[n] for n in d["variants"]),
+                   variants=tuple(known.get(n) or variant(n) for n in d["variants"]),
                    settings=Settings(**d["settings"]))
 
 
 def restrict(p: BudgetProtocol, functions=None, variants=None, seeds=None, budget=None):
     """The protocol with some fields overridden from the command line."""
-    changes = protocols.overrides(functions, variants, seeds)
-    if budget:
-        changes["budget"] = budget
-    return replace(p, **changes)
+    return presets.override(p, **protocols.overrides(functions, variants, seeds), budget=budget)
 
 
 # --------------------------------------------------------------------------- runner
@@ -203,7 +200,6 @@ def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
     seeds = jnp.asarray(p.seeds, jnp.int32)
     with common.Stopwatch() as compile_time:
         compiled = _program(p, variant).lower(seeds, jnp.zeros(2, jnp.int32)).compile()
-    method = METHODS[variant.method]
     out = []
     for function in p.functions:
         names = function.split(">")
@@ -213,8 +209,7 @@ def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
         rows = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
         out.append({
             "function": function, "method": variant.name, "label": variant.display,
-            "backbone": method.backbone, "fixed_k": method.fixed_k if not variant.overrides
-            else None, "seeds": list(p.seeds),
+            "backbone": variant.backbone, "fixed_k": variant.fixed_k, "seeds": list(p.seeds),
             "num_queries": [int(c[r[-1]]) for c, r in zip(calls, rows)],
             "final_gap": [float(g[r[-1]]) for g, r in zip(gaps, rows)],
             "curves": [anytime.sample_curve(c[r], g[r], p.grid).tolist()
@@ -227,9 +222,8 @@ def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
 
 
 def _cost(unit) -> float:
-    p, variant = unit
-    method = METHODS[variant.method]
-    return -(1.0 / (method.fixed_k or 2))  # small budgets take the most steps
+    _, variant = unit
+    return -(1.0 / (variant.fixed_k or 2))  # small budgets take the most steps
 
 
 def execute(p: BudgetProtocol, workers: int, desc: str) -> list[dict[str, Any]]:

@@ -1,19 +1,37 @@
 """The compared methods with the paper's synthetic settings (Appendix, Tables 5-6).
 
-Every method is ``optax.chain(estimator, monitor_consistency, backbone, lr)``: the
-monitor records the momentum-consistency score ``cos(g_t, m_{t-1})`` of any estimator
-(the paper's cosine diagnostic), and leaves the updates unchanged.
+Methods are specs of the shared registry (:mod:`benchmarks.methods`): ``zoaq``,
+``radazo`` (R-AdaZO K=10), ``radazo:k=2``, ``zo_adamm``, ``statzo``, ``zoar`` (ZoAR
+K=10), ``auto_k``, ``zoaq:backbone=zo_adamm``, ``zoaq:reset=half`` ... Every method is
+``optax.chain(estimator, monitor_consistency, backbone, lr)``: the monitor records the
+momentum-consistency score ``cos(g_t, m_{t-1})`` of any estimator (the paper's cosine
+diagnostic), and leaves the updates unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import optax
 
-import zoaq_jax
+from benchmarks import flags
+from benchmarks.methods import Hyper, Method, Registry
+
+# The paper's synthetic defaults; auto_k keeps the library's (no tuning per problem).
+REGISTRY = Registry({
+    "zoaq": {"k_min": 1, "k_max": 10, "n_hist": 8},
+    "radazo": {"k": 10},
+    "zo_adamm": {"k": 10},
+    "statzo": {"k_min": 1, "k_max": 10, "theta": 0.5},
+    "zoar": {"k": 10, "n_hist": 8},
+    "auto_k": {},
+})
+
+# The paper's comparison (the main preset), unchanged when methods are added.
+MAIN_METHODS = ("zoaq", "radazo:k=2", "radazo:k=4", "radazo:k=8", "radazo", "zo_adamm",
+                "statzo", "zoar")
+REFERENCE = "radazo"  # R-AdaZO K=10: the fixed baseline of savings and speed ratios
+_BACKBONES = {"radazo": "R-AdaZO", "zo_adamm": "ZO-AdaMM", "sgd": "SGD"}
 
 
 @dataclass(frozen=True)
@@ -26,112 +44,57 @@ class Settings:
     b2: float = 0.99
     eps: float = 1e-8
 
-
-@dataclass(frozen=True)
-class Method:
-    name: str
-    label: str
-    build: Callable[..., optax.GradientTransformationExtraArgs]
-    fixed_k: int | None = None  # the fixed budget, for fixed-budget methods
-    backbone: str = "radazo"  # the second-moment backbone the estimate feeds
-
-
-def _chain(estimator, backbone, s: Settings):
-    return optax.chain(estimator, zoaq_jax.monitor_consistency(s.b1), backbone,
-                       optax.scale_by_learning_rate(s.lr))
-
-
-def _backbone(name: str, s: Settings):
-    if name == "radazo":
-        return zoaq_jax.scale_by_radazo(b1=s.b1, b2=s.b2, eps=s.eps)
-    return zoaq_jax.scale_by_zo_adamm(b1=s.b1, b2=s.b2, eps=s.eps)
-
-
-def _zoaq(backbone: str):
-    def build(s: Settings, key, **kw):
-        kw = {"k_min": 1, "k_max": 10, "n_hist": 8, **kw}
-        est = zoaq_jax.zoaq_estimator(mu=s.mu, b1=s.b1, key=key, **kw)
-        return _chain(est, _backbone(backbone, s), s)
-
-    return build
-
-
-def _fixed(k: int, backbone: str):
-    def build(s: Settings, key, **kw):
-        est = zoaq_jax.fixed_estimator(k=k, mu=s.mu, key=key, **kw)
-        return _chain(est, _backbone(backbone, s), s)
-
-    return build
-
-
-def _statzo(s: Settings, key, **kw):
-    kw = {"k_min": 1, "k_max": 10, "theta": 0.5, **kw}
-    return _chain(zoaq_jax.statzo_estimator(mu=s.mu, key=key, **kw), _backbone("radazo", s), s)
-
-
-def _zoar(s: Settings, key, **kw):
-    kw = {"k": 10, "n_hist": 8, **kw}
-    return _chain(zoaq_jax.zoar_estimator(mu=s.mu, key=key, **kw), _backbone("radazo", s), s)
-
-
-def _auto_k(backbone: str):
-    def build(s: Settings, key, **kw):  # the library defaults: no tuning per problem
-        est = zoaq_jax.auto_k_estimator(mu=s.mu, key=key, **kw)
-        return _chain(est, _backbone(backbone, s), s)
-
-    return build
-
-
-_BACKBONE_LABELS = {"radazo": "R-AdaZO", "zo_adamm": "ZO-AdaMM"}
-FIXED_KS = (1, 2, 4, 8, 10, 16)
-
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in (
-        Method("zoaq", "ZoAQ K∈[1,10]", _zoaq("radazo")),
-        Method("zoaq-zo-adamm", "ZoAQ K∈[1,10] (ZO-AdaMM)", _zoaq("zo_adamm"),
-               backbone="zo_adamm"),
-        *(Method(f"{prefix}-k{k}", f"{_BACKBONE_LABELS[bb]} K={k}", _fixed(k, bb), fixed_k=k,
-                 backbone=bb)
-          for bb, prefix in (("radazo", "radazo"), ("zo_adamm", "zo-adamm")) for k in FIXED_KS),
-        Method("statzo", "StatZO K∈[1,10]", _statzo),
-        Method("zoar-k10", "ZoAR K=10", _zoar),
-        Method("auto-k", "auto_k K∈[1,16]", _auto_k("radazo")),
-        Method("auto-k-zo-adamm", "auto_k K∈[1,16] (ZO-AdaMM)", _auto_k("zo_adamm"),
-               backbone="zo_adamm"),
-    )
-}
-
-# The paper's comparison (the main preset), unchanged when methods are added above.
-MAIN_METHODS = ("zoaq", "radazo-k2", "radazo-k4", "radazo-k8", "radazo-k10", "zo-adamm-k10",
-                "statzo", "zoar-k10")
-REFERENCE = "radazo-k10"  # the fixed baseline savings and speed ratios are measured against
+    @property
+    def hyper(self) -> Hyper:
+        return Hyper(lr=self.lr, mu=self.mu, b1=self.b1, b2=self.b2, eps=self.eps)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """A method with overridden settings, e.g. ZoAQ with ``reset="half"``."""
+    """A method of a protocol, with an optional display label (``"ZoAQ-Norm"``)."""
 
-    method: str
-    overrides: tuple[tuple[str, Any], ...] = ()
+    method: Method
     label: str = ""
 
     @property
     def name(self) -> str:
-        if not self.overrides:
-            return self.method
-        return self.method + "[" + ",".join(f"{k}={v}" for k, v in self.overrides) + "]"
+        """The canonical spec (the ``method`` of every record)."""
+        return self.method.spec
 
     @property
     def display(self) -> str:
-        return self.label or (METHODS[self.method].label if not self.overrides else self.name)
+        return self.label or display(self.method)
+
+    @property
+    def fixed_k(self) -> int | None:
+        """K of a fixed-budget method on a moment backbone (R-AdaZO, ZO-AdaMM), else None."""
+        return self.method.fixed_k if self.method.base in ("radazo", "zo_adamm") else None
+
+    @property
+    def backbone(self) -> str:
+        return self.method.get("backbone")
 
     def build(self, settings: Settings, key) -> optax.GradientTransformationExtraArgs:
-        return METHODS[self.method].build(settings, key, **dict(self.overrides))
+        return self.method.build(settings.hyper, key)
 
 
-def parse_methods(names: list[str]) -> list[Variant]:
-    unknown = [n for n in names if n not in METHODS]
-    if unknown:
-        raise SystemExit(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
-    return [Variant(n) for n in names]
+def display(method: Method) -> str:
+    """The registry's label, a backbone other than the base's in brackets:
+    ``ZoAQ K∈[1,10] (ZO-AdaMM)``."""
+    if "backbone" not in method.changed:
+        return method.label
+    label = method.label.replace(f", backbone={method.get('backbone')}", "")
+    return f"{label} ({_BACKBONES[method.get('backbone')]})"
+
+
+def variant(spec: str, label: str = "") -> Variant:
+    """The variant of ``spec`` (``ValueError`` if it does not parse)."""
+    return Variant(REGISTRY.parse(spec), label)
+
+
+def parse_methods(specs: list[str]) -> list[Variant]:
+    """The variants of ``--methods`` (each once); a bad spec ends the command."""
+    try:
+        return [Variant(m) for m in REGISTRY.parse_all(flags.items(specs))]
+    except ValueError as err:
+        flags.fail(str(err))

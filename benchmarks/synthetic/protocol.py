@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from benchmarks.synthetic.methods import MAIN_METHODS, Settings, Variant
+from benchmarks import presets
+from benchmarks.synthetic.methods import MAIN_METHODS, Settings, Variant, variant
 from benchmarks.synthetic.objectives import OBJECTIVES
 
 SWITCH = "rosenbrock>levy"  # the controlled objective switch (Appendix "Sharp Turn")
@@ -38,19 +39,19 @@ _SCALE = {  # preset -> (dim, steps, seeds, log_every)
     "paper": (100, 60000, 5, 100),
 }
 
-_QUICK_METHODS = ("zoaq", "radazo-k2", "radazo-k10", "statzo", "zoar-k10")
+_QUICK_METHODS = ("zoaq", "radazo:k=2", "radazo", "statzo", "zoar")
 
 
 def main(preset: str) -> Protocol:
     dim, steps, seeds, log_every = _SCALE[preset]
-    methods = {"tiny": ("zoaq", "radazo-k10"), "quick": _QUICK_METHODS}.get(preset, MAIN_METHODS)
+    methods = {"tiny": ("zoaq", "radazo"), "quick": _QUICK_METHODS}.get(preset, MAIN_METHODS)
     return Protocol("main", preset, dim, steps, tuple(range(seeds)), log_every,
-                    tuple(OBJECTIVES), tuple(Variant(m) for m in methods))
+                    tuple(OBJECTIVES), tuple(variant(m) for m in methods))
 
 
 def _zoaq(key: str, values, labels=None) -> tuple[Variant, ...]:
     labels = labels or [f"{key}={v}" for v in values]
-    return tuple(Variant("zoaq", ((key, v),), label) for v, label in zip(values, labels))
+    return tuple(variant(f"zoaq:{key}={v}", label) for v, label in zip(values, labels))
 
 
 ABLATIONS = {
@@ -66,11 +67,11 @@ ABLATIONS = {
                 _zoaq("trigger", ("cosine", "norm"), ["ZoAQ (cosine)", "ZoAQ-Norm"])),
     # Appendix "Controller Variants", at the neutral threshold tau0 = 0 the paper uses.
     "controller": (("quadratic", "rosenbrock"), tuple(
-        Variant("zoaq", (("controller", c), ("tau0", 0.0)), label)
+        variant(f"zoaq:controller={c},tau0=0.0", label)
         for c, label in (("adaptive", "Adaptive"), ("always_accept", "AlwaysMomentum"),
                          ("fresh_on_expand", "AlwaysGradient")))),
     # Appendix "Controlled Objective Switch": Rosenbrock for T steps, then Levy for T.
-    "switch": ((SWITCH,), (Variant("zoaq"), Variant("radazo-k10"))),
+    "switch": ((SWITCH,), (variant("zoaq"), variant("radazo"))),
 }
 
 _ABLATION_SCALE = {  # preset -> ablation -> (dim, steps, seeds, log_every) overrides
@@ -95,16 +96,32 @@ def overrides(functions=None, variants=None, seeds=None) -> dict:
     if variants:
         changes["variants"] = tuple(variants)
     if seeds:
-        changes["seeds"] = tuple(range(seeds))
+        changes["seeds"] = tuple(seeds)
     return changes
 
 
 def restrict(protocol: Protocol, functions=None, variants=None, seeds=None, steps=None):
-    """The protocol with some fields overridden from the command line."""
+    """The protocol with some fields overridden from the command line (``seeds``: a list)."""
     changes = overrides(functions, variants, seeds)
     if steps:
         changes["steps"] = steps
         changes["log_every"] = max(1, min(protocol.log_every, steps // 10))
         while steps % changes["log_every"]:
             changes["log_every"] -= 1
-    return replace(protocol, **changes)
+    return presets.override(protocol, **changes)
+
+
+def as_dict(p: Protocol) -> dict:
+    return {"name": p.name, "preset": p.preset, "dim": p.dim, "steps": p.steps,
+            "seeds": list(p.seeds), "log_every": p.log_every, "functions": list(p.functions),
+            "methods": [v.name for v in p.variants], "settings": vars(p.settings)}
+
+
+def from_dict(d: dict) -> Protocol:
+    """The protocol :func:`as_dict` recorded (methods by spec, the preset's labels kept)."""
+    base = main(d["preset"]) if d["name"] == "main" else ablation(d["name"], d["preset"])
+    known = {v.name: v for v in base.variants}  # with their display labels
+    return replace(base, dim=d["dim"], steps=d["steps"], seeds=tuple(d["seeds"]),
+                   log_every=d["log_every"], functions=tuple(d["functions"]),
+                   variants=tuple(known.get(m) or variant(m) for m in d["methods"]),
+                   settings=Settings(**d["settings"]))

