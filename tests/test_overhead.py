@@ -30,6 +30,7 @@ def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
     assert bench_main(argv) == 0
     record = json.loads((out / "overhead_gpu.json").read_text())
     assert record["preset"]["name"] == "gpu" and "--preset gpu" in record["command"]
+    assert record["record"]["command"] == record["command"]  # the harness's run record
     sections = record["sections"]
     compare = {r["method"]: r for r in sections["compare"]}
     assert set(compare) == {"statzo-vector", "open-es"}

@@ -104,7 +104,10 @@ def main(args: argparse.Namespace) -> int:
             import evosax  # noqa: F401
         except ImportError:
             flags.fail("open-es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
-    record = run(preset, command=flags.command_line("overhead", args, skip=("render",)))
+    command = flags.command_line("overhead", args, skip=("render",))
+    with run_record.Recorder(command) as recorder:
+        record = run(preset, command=command)
+    record["record"] = recorder.record.as_dict()  # the harness's run record
     report_path = args.report or args.out / "overhead.md"
     json_path = args.out / f"{report_path.stem}.json"
     common.write_json(json_path, record)

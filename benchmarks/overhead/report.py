@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import common
+from benchmarks import record as run_record
 
 REFERENCE = "open-es"  # the outside reference of the compare section
 FIXED_REFERENCE = "radazo-k10"  # the per-call cost reference of the dims section
@@ -135,8 +136,10 @@ def render(record: dict, path: Path, folder: Path) -> Path:
     m, p = record["machine"], record["preset"]
     loads = ", ".join(f"{k.removeprefix('load_').replace('_', ' ')} {record[k]}"
                       for k in record if k.startswith("load_"))
-    parts = [
-        f"Command: `{record['command']}`",
+    parts = [f"Command: `{record['command']}`"]
+    if record.get("record"):  # the harness's run record (start, wall time, versions)
+        parts.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
+    parts += [
         (f"Machine: {m['cpu']}, {m['cores']} cores ({record['pinned_cores']} used); JAX "
          f"{m['jax']} on {m['backend']} ({', '.join(m['devices'])}). Load average (1 min): "
          f"{loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} MiB. Run time "
