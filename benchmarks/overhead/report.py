@@ -150,15 +150,15 @@ def render(record: dict, path: Path, folder: Path) -> Path:
     if s.get("compare"):
         table, verdicts = compare_table(s["compare"])
         parts += [
-            (f"### Compare: quadratic, d = {p['compare_dim']:,}, {p['compare_seeds']} vmapped "
+            (f"## Compare: quadratic, d = {p['compare_dim']:,}, {p['compare_seeds']} vmapped "
              f"seeds, {p['compare_calls']:,} oracle calls per seed"), table,
             "\n".join(f"- {v}" for v in verdicts)]
     if s.get("dims"):
         table, verdicts = dims_table(s["dims"], s.get("parts", []))
-        parts += ["### Per-call cost against d (quadratic, one seed)", table,
+        parts += ["## Per-call cost against d (quadratic, one seed)", table,
                   "\n".join(f"- {v}" for v in verdicts)]
     if s.get("seeds"):
-        parts += [(f"### Seed sweep: quadratic, d = {p['seeds_dim']:,}, {p['seeds_calls']:,} "
+        parts += [(f"## Seed sweep: quadratic, d = {p['seeds_dim']:,}, {p['seeds_calls']:,} "
                    "oracle calls per seed"), seeds_table(s["seeds"], s.get("seeds_parts", []))]
     rel = [Path(x).relative_to(path.parent) if Path(x).is_relative_to(path.parent) else x
            for x in paths]
