@@ -38,8 +38,12 @@ def build(name, learning_rate=0.05):
     """Small-problem optimizers (the attack's forward differences, a larger step)."""
     def make(key):
         if name == "zoaq":
+            # refresh=1 recomputes the retained sum every step: the batched model's last-bit
+            # differences from the plain loop then cannot accumulate in the running sum into
+            # a different gate decision. The runner's bookkeeping is under test here, not
+            # the rounding of ZoAQ's running sums (tests/test_retained.py).
             opt = zoaq_jax.zoaq(learning_rate, k_min=1, k_max=2, n_hist=8, mu=0.5,
-                                difference="forward", key=key)
+                                difference="forward", refresh=1, key=key)
         elif name == "radazo":
             opt = zoaq_jax.radazo(learning_rate, k=2, mu=0.5, difference="forward", key=key)
         else:

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from zoaq_jax._src import checks
+from zoaq_jax._src import checks, retained
 from zoaq_jax._src import directions as dirs
 from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.fixed import fixed_estimator
@@ -94,6 +94,7 @@ def zoaq(
     directions: str = "gaussian",
     controller: str = "adaptive",
     backbone: str = "radazo",
+    refresh: int = retained.REFRESH,
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAQ on the R-AdaZO backbone, the paper's optimizer.
@@ -103,7 +104,7 @@ def zoaq(
     See :func:`zoaq_estimator` for the controller and its arguments (``k_min``,
     ``k_max``, ``k_step``, ``n_hist``, ``mu``, ``tau0``, ``beta_tau``, ``b1``,
     ``eps_anc``, ``reset``, ``trigger``, ``c_norm``, ``tau_band``, ``difference``,
-    ``directions``, ``controller``, ``key``) and :func:`scale_by_radazo` for the
+    ``directions``, ``controller``, ``refresh``, ``key``) and :func:`scale_by_radazo` for the
     backbone; ``b1`` is shared by the gate's EMA and the backbone's first moment, as in
     the paper.
 
@@ -138,7 +139,7 @@ def zoaq(
         k_min=k_min, k_max=k_max, k_step=k_step, n_hist=n_hist, mu=mu, tau0=tau0,
         beta_tau=beta_tau, b1=b1, eps_anc=eps_anc, reset=reset, trigger=trigger,
         c_norm=c_norm, tau_band=tau_band, difference=difference, directions=directions,
-        controller=controller, key=key,
+        controller=controller, refresh=refresh, key=key,
     )
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
 
@@ -317,6 +318,7 @@ def zoar(
     b2: float = 0.99,
     eps: float = 1e-8,
     backbone: str = "radazo",
+    refresh: int = retained.REFRESH,
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator on a backbone (R-AdaZO by default, as in the paper).
@@ -325,7 +327,7 @@ def zoar(
 
     Args:
       learning_rate: step size or schedule.
-      k, n_hist, mu, difference, key: see :func:`zoar_estimator`.
+      k, n_hist, mu, difference, refresh, key: see :func:`zoar_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
 
@@ -343,7 +345,8 @@ def zoar(
       Qiu et al., Zeroth-Order Optimization is Secretly Single-Step Policy Optimization,
       2025.
     """
-    estimator = zoar_estimator(k=k, n_hist=n_hist, mu=mu, difference=difference, key=key)
+    estimator = zoar_estimator(k=k, n_hist=n_hist, mu=mu, difference=difference,
+                               refresh=refresh, key=key)
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
 
 

@@ -27,7 +27,7 @@ import optax
 
 from zoaq_jax._src import checks
 from zoaq_jax._src import directions as dirs
-from zoaq_jax._src import expansion, history, ledger, oracle
+from zoaq_jax._src import expansion, history, ledger, oracle, retained
 
 
 class Evidence(NamedTuple):
@@ -89,6 +89,7 @@ class AdaptiveState(NamedTuple):
     gate: Any  # the gate's state (e.g. the EMA and threshold)
     budget: Any  # the budget rule's state (e.g. next_k)
     history: history.History  # retained records
+    retained_sum: Any  # sum of r_i u_i over the retained records (None without a buffer)
     last_score: jax.Array  # float32
 
 
@@ -105,6 +106,7 @@ def adaptive_estimator(
     directions: str = "gaussian",
     reuse_after_expand: bool = True,
     predraw: bool = True,
+    refresh: int = retained.REFRESH,
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""An accept-or-expand estimator from a gate and a budget rule.
@@ -119,8 +121,11 @@ def adaptive_estimator(
       g_t = \frac{s}{n_t} \sum_{i \in \mathcal R_{t-1} \cup \mathcal Q_t(K)} r_i u_i.
 
     The newest ``n_hist`` finite records of usable steps are retained (keys and responses
-    only; directions are regenerated). A non-finite response is counted and discarded; a
-    step without a finite fresh response (or with a non-finite forward centre value, which
+    only) together with the running sum :math:`\sum_{i \in \mathcal R_t} r_i u_i`: a step
+    adds its kept records' contributions, draws only the directions of the records it
+    evicts (at most one per kept record) and recomputes the sum exactly from the keys
+    every ``refresh`` steps. A non-finite response is counted and discarded; a step
+    without a finite fresh response (or with a non-finite forward centre value, which
     ends it at ``k_min``) returns zeros, the gate's ``update`` sees ``usable=False`` and
     the buffer is unchanged.
 
@@ -136,9 +141,12 @@ def adaptive_estimator(
       directions: ``"gaussian"`` or ``"sphere"``.
       reuse_after_expand: pool retained records into candidates beyond the start budget
         (False: the AlwaysGradient ablation, expanded candidates are fresh only).
-      predraw: draw all candidate directions of a step in one batch before the loop
-        (fast when ``d`` is small and the budget is usually spent); False draws each
-        chunk where it is used (no draws beyond the budget bought).
+      predraw: draw all ``k_max`` candidate directions of a step in one batch before the
+        loop (fast when ``d`` is small and the budget is usually spent; ignored when the
+        batch would exceed 64 MiB); False draws each chunk where it is used (no draws
+        beyond the budget bought). The numbers are the same either way.
+      refresh: steps between exact recomputations of the running sum of the retained
+        records, which bound its float32 rounding drift (see ``docs/design.md``).
       key: integer seed or typed key.
 
     Returns:
@@ -161,6 +169,7 @@ def adaptive_estimator(
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
     n_hist = checks.static_int("n_hist", n_hist, 0)
     checks.positive("mu", mu)
+    retained.check_refresh(refresh)
     schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     checks.choice("directions", directions, dirs.KINDS)
@@ -172,6 +181,7 @@ def adaptive_estimator(
             gate=gate.init(params),
             budget=budget.init(),
             history=history.init(n_hist),
+            retained_sum=dirs.zeros(params) if n_hist else None,
             last_score=jnp.asarray(jnp.nan, jnp.float32),
         )
 
@@ -183,33 +193,22 @@ def adaptive_estimator(
         k_start = jnp.where(step.centre_bad, k_min, budget.start(state.budget))
         context = gate.prepare(state.gate)
 
-        drawn, pooled = None, None
-        if n_hist:
-            retained = history.valid(state.history)
-            coeffs = jnp.where(retained, state.history.responses, 0.0)
-            retained_keys = schedule.record_keys(state.ledger, state.history.steps,
-                                                 state.history.index)
-            retained_u, drawn = expansion.draw_step(
-                directions, step_key, slots if predraw else 0, params, retained_keys)
-            if retained_u is None:
-                retained_total = dirs.regenerate_sum(directions, retained_keys, coeffs, params)
-            else:
-                retained_total = dirs.weighted_sum(coeffs, retained_u)
-            pooled = (retained_total, jnp.sum(retained, dtype=jnp.int32))
-            if not predraw:
-                drawn = None
-        elif predraw:
-            _, drawn = expansion.draw_step(directions, step_key, slots, params)
+        drawn, oldest = None, None
+        if predraw:  # the fresh candidates and the records they may evict, in one batch
+            keys = None
+            if n_hist:
+                keys = schedule.record_keys(state.ledger,
+                                            *history.oldest(state.history, min(slots, n_hist)))
+            oldest, drawn = expansion.draw_step(directions, step_key, slots, params, keys)
 
         def evidence(cand: expansion.Candidate) -> Evidence:
-            if pooled is None:
+            if not n_hist:
                 return Evidence(cand.total, cand.n_ok, cand.n_ok, cand.sq_norm, scale)
-            retained_total, n_retained = pooled
             reuse = True if reuse_after_expand else (cand.k <= k_start)
             weight = jnp.asarray(reuse, jnp.float32)
             total = jax.tree.map(lambda h, f: weight.astype(h.dtype) * h + f,
-                                 retained_total, cand.total)
-            n = jnp.where(reuse, n_retained, 0) + cand.n_ok
+                                 state.retained_sum, cand.total)
+            n = jnp.where(reuse, state.history.size, 0) + cand.n_ok
             return Evidence(total, n, cand.n_ok, cand.sq_norm, scale)
 
         def test(cand):
@@ -224,15 +223,28 @@ def adaptive_estimator(
         ev = evidence(cand)
         g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)
         value_estimate = step.value_estimate(cand)
+        keep = cand.ok & usable
+        records = history.push(state.history, jnp.arange(slots, dtype=jnp.int32),
+                               cand.responses, state.ledger.step, keep)
+        retained_sum = None
+        if n_hist:
+            (retired,) = retained.leaving_sums(
+                directions, schedule, state.ledger, params, state.history, keep,
+                cand.responses, lambda r: (r,), None if oldest is None else (drawn, oldest))
+            running = retained.running((state.retained_sum,), (cand.total,), (retired,),
+                                       jnp.sum(keep) == n_hist)
+            running = jax.tree.map(lambda a, s: jnp.where(usable, a, s), running,
+                                   (state.retained_sum,))
+            exact = jnp.where(history.valid(records), records.responses, 0.0)
+            (retained_sum,) = retained.refreshed(
+                running, directions, schedule, state.ledger, params, records, (exact,), refresh)
         new_state = AdaptiveState(
             ledger=step.charge(state.ledger, cand),
             gate=gate.update(state.gate, context, g, usable, cand.score),
             budget=budget.update(
                 state.budget, Outcome(cand.k, usable, value_estimate, cand.score)),
-            history=history.push(
-                state.history, jnp.arange(slots, dtype=jnp.int32), cand.responses,
-                state.ledger.step, cand.ok & usable,
-            ),
+            history=records,
+            retained_sum=retained_sum,
             last_score=cand.score,
         )
         return optax.tree.cast_like(g, params), new_state

@@ -18,6 +18,7 @@ Two distributions are offered:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -26,9 +27,11 @@ import numpy as np
 
 KINDS = ("gaussian", "sphere")
 
-# Up to this many numbers (16 Mi, 64 MiB in float32) a batch of directions is drawn in
-# one vectorised call; above it, directions are drawn when and where they are used.
-_BATCH_LIMIT = 1 << 24
+# Up to this many numbers (128 Ki, 512 KiB in float32) a batch of directions is drawn in
+# one vectorised call; above it, directions are drawn when and where they are used. On a
+# CPU a vectorised draw of more than about 10^5 numbers costs more per number than
+# separate draws (it leaves the caches), and predrawing would buy unused directions.
+_BATCH_LIMIT = 1 << 17
 
 
 def compute_dtype(leaf: Any) -> jnp.dtype:
@@ -102,23 +105,39 @@ def norm(a: Any) -> jax.Array:
     return jnp.sqrt(dot(a, a))
 
 
-def regenerate_sum(kind: str, keys: jax.Array, coeffs: jax.Array, like: Any) -> Any:
-    """Returns ``sum_i coeffs[i] * u(keys[i])``, regenerating each direction from its key.
+def regenerate_sums(
+    kind: str, keys: Callable[[jax.Array, int], jax.Array], coeffs: tuple[jax.Array, ...],
+    like: Any, count: jax.Array,
+) -> tuple[Any, ...]:
+    """Returns ``sum_{i < count} c[i] * u(key_i)`` for each ``c`` in ``coeffs``.
 
-    Small record sets are drawn together (one vectorised call); when
-    :func:`fits_in_batch` says no, the sum is accumulated one record at a time, so
-    memory stays ``O(d)`` for any history length.
+    ``keys(first, size)`` returns the keys of records ``first .. first + size - 1`` (so
+    they are derived only when drawn). Each direction is regenerated from its key once
+    and serves every coefficient vector. The records are drawn in chunks inside a
+    ``lax.while_loop`` whose trip count follows ``count`` (traced): all of them in one
+    vectorised call when :func:`fits_in_batch` says so, else one at a time (memory
+    ``O(d)`` for any number of records). ``count = 0`` draws nothing and returns
+    zeros; under ``vmap`` the loop runs for the largest ``count`` of the batch, so a
+    ``count`` that is zero in every lane costs no draw (unlike a ``lax.cond`` on a
+    batched predicate, which evaluates both branches).
     """
-    if fits_in_batch(keys.shape[0], like):
-        return weighted_sum(coeffs, sample_many(kind, keys, like))
+    n = coeffs[0].shape[0]
+    chunk = n if fits_in_batch(n, like) else 1
 
-    def add_one(total, record):
-        key, c = record
-        u = sample(kind, key, like)
-        return jax.tree.map(lambda t, ui: t + c.astype(ui.dtype) * ui, total, u), None
+    def add_chunk(carry):
+        first, sums = carry
+        live = first + jnp.arange(chunk) < count
+        # Tied to the loop counter: else XLA hoists a whole-buffer draw (chunk == n) out of
+        # the loop and pays for it on every call, whatever the count.
+        _, chunk_keys = jax.lax.optimization_barrier((first, keys(first, chunk)))
+        u = sample_many(kind, chunk_keys, like)
+        return first + chunk, tuple(
+            jax.tree.map(jnp.add, s, weighted_sum(
+                jnp.where(live, jax.lax.dynamic_slice_in_dim(c, first, chunk), 0), u))
+            for s, c in zip(sums, coeffs))
 
-    total, _ = jax.lax.scan(add_one, zeros(like), (keys, coeffs))
-    return total
+    start = (jnp.zeros((), jnp.int32), tuple(zeros(like) for _ in coeffs))
+    return jax.lax.while_loop(lambda carry: carry[0] < count, add_chunk, start)[1]
 
 
 def perturb(params: Any, directions: Any, step: jax.Array) -> Any:

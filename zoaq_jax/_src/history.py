@@ -77,3 +77,50 @@ def push(history: History, index: jax.Array, responses: jax.Array, step: jax.Arr
         head=jnp.asarray((history.head + total) % capacity, jnp.int32),
         size=jnp.asarray(jnp.minimum(history.size + total, capacity), jnp.int32),
     )
+
+
+def oldest(history: History, size: int) -> tuple[jax.Array, jax.Array]:
+    """``(steps, index)`` of the ``size`` oldest slots, oldest first (past ``history.size``
+    they name no record)."""
+    capacity = history.responses.shape[0]
+    slot = (history.head - history.size + jnp.arange(size, dtype=jnp.int32)) % capacity
+    return history.steps[slot], history.index[slot]
+
+
+def leaving(
+    history: History, index: jax.Array, responses: jax.Array, step: jax.Array,
+    keep: jax.Array, size: int,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """The records that pushing the kept new records (:func:`push`) evicts.
+
+    The buffer's records (oldest first) followed by the kept new records (``keep[j]``,
+    in order) form one sequence; pushing ``n`` kept records evicts its first
+    ``e = max(0, history.size + n - capacity)`` elements: old records first, then, when
+    ``n`` exceeds the capacity, the earliest new ones. Each kept record evicts at most
+    one, so ``size = len(keep)`` positions hold them all.
+
+    Args:
+      history: the buffer before the push (capacity >= 1).
+      index, responses, step, keep: the new records, as given to :func:`push`.
+      size: static number of positions returned (at least the number of kept records).
+
+    Returns:
+      ``(steps, index, responses, live)``, each ``[size]``, of the sequence's first
+      ``size`` positions; ``live[j]`` marks the ``e`` records that leave (a prefix).
+    """
+    capacity = history.responses.shape[0]
+    n = jnp.sum(keep, dtype=jnp.int32)
+    position = jnp.arange(size, dtype=jnp.int32)
+    old = position < history.size
+    old_steps, old_index = oldest(history, size)
+    slot = (history.head - history.size + position) % capacity
+    # The (position - size)-th kept new record: the first j with cumsum(keep)[j] beyond it.
+    new = jnp.searchsorted(jnp.cumsum(keep, dtype=jnp.int32), position - history.size,
+                           side="right")
+    new = jnp.minimum(new, keep.shape[0] - 1)
+    return (
+        jnp.where(old, old_steps, jnp.asarray(step, jnp.int32)),
+        jnp.where(old, old_index, jnp.asarray(index, jnp.int32)[new]),
+        jnp.where(old, history.responses[slot], jnp.asarray(responses, jnp.float32)[new]),
+        position < jnp.maximum(history.size + n - capacity, 0),
+    )

@@ -6,7 +6,7 @@ from typing import Any
 
 import optax
 
-from zoaq_jax._src import budgets, checks, gates
+from zoaq_jax._src import budgets, checks, gates, retained
 from zoaq_jax._src.controller import adaptive_estimator
 
 CONTROLLERS = ("adaptive", "always_accept", "fresh_on_expand")
@@ -29,6 +29,7 @@ def zoaq_estimator(
     difference: str = "central",
     directions: str = "gaussian",
     controller: str = "adaptive",
+    refresh: int = retained.REFRESH,
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAQ's accept-or-expand estimator with query reuse (Algorithm 1 of the paper).
@@ -49,7 +50,8 @@ def zoaq_estimator(
     :math:`\tau_t = \beta_\tau \tau_{t-1} + (1-\beta_\tau) s_t` (projected onto
     ``tau_band`` if given; unchanged for :math:`s_t = -\infty` and at warm start), and
     the buffer keeps the newest ``n_hist`` records. Records store a key, a response and
-    the acquisition step; directions are regenerated from keys.
+    the acquisition step; the state keeps the running sum of their contributions, so a
+    step draws only its fresh directions and regenerates those it evicts.
 
     NaN/inf policy: a non-finite response is discarded (it was a query, so it is
     counted in ``num_queries`` and in ``num_nonfinite``) and never enters the estimate,
@@ -85,6 +87,8 @@ def zoaq_estimator(
       controller: ``"adaptive"`` (the paper's controller), ``"always_accept"``
         (AlwaysMomentum ablation: accept at the start budget) or ``"fresh_on_expand"``
         (AlwaysGradient ablation: candidates after a failed test use fresh records only).
+      refresh: steps between exact recomputations of the running sum of the retained
+        records (see :func:`adaptive_estimator`).
       key: integer seed or typed key.
 
     Returns:
@@ -131,5 +135,5 @@ def zoaq_estimator(
     return adaptive_estimator(
         gate, budgets.reset(reset, k_min, k_step), k_min=k_min, k_max=k_max, k_step=k_step,
         n_hist=n_hist, mu=mu, difference=difference, directions=directions,
-        reuse_after_expand=controller != "fresh_on_expand", key=key,
+        reuse_after_expand=controller != "fresh_on_expand", refresh=refresh, key=key,
     )

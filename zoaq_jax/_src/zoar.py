@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import optax
 
 from zoaq_jax._src import checks
 from zoaq_jax._src import directions as dirs
-from zoaq_jax._src import expansion, history, ledger, oracle
+from zoaq_jax._src import expansion, history, ledger, oracle, retained
 
 
 class ZoARState(NamedTuple):
-    """State of :func:`zoar_estimator`: counters and the FIFO of the newest records."""
+    """State of :func:`zoar_estimator`: counters, the FIFO of the newest records and the
+    running sums over them (``direction_sum`` and ``baseline`` in the forward form only)."""
 
     ledger: ledger.QueryLedger
     history: history.History
+    retained_sum: Any  # forward: sum_i (y_i - baseline) / mu * u_i; central: sum_i r_i u_i
+    direction_sum: Any  # forward: sum_i u_i (None for central)
+    baseline: Any  # forward: float32 mean of the retained y_i (None for central)
 
 
 def zoar_estimator(
@@ -24,6 +29,7 @@ def zoar_estimator(
     n_hist: int = 8,
     mu: float = 5e-3,
     difference: str = "forward",
+    refresh: int = retained.REFRESH,
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator; history is counted in steps.
@@ -47,11 +53,20 @@ def zoar_estimator(
     from float32 values. With ``n_hist=0`` and
     central differences this is exactly :func:`fixed_estimator`.
 
+    Cost: the state keeps the running sums the estimate needs (forward:
+    :math:`\sum_i (y_i - b) u_i / \mu` and :math:`\sum_i u_i`, re-centred at the new
+    baseline every step; central: :math:`\sum_i r_i u_i`), so a step draws its ``k``
+    fresh directions and regenerates only the ``k`` it evicts, not all
+    :math:`(N_{hist} + 1) k`; every ``refresh`` steps the sums are recomputed exactly
+    from the keys.
+
     Args:
       k: fresh directions per step.
       n_hist: past steps kept :math:`N_{hist} \ge 0`.
       mu: smoothing radius :math:`\mu > 0`.
       difference: ``"forward"`` (averaged baseline) or ``"central"``.
+      refresh: steps between exact recomputations of the running sums (bounds their
+        rounding drift; see ``docs/design.md``).
       key: integer seed or typed key.
 
     Returns:
@@ -73,38 +88,69 @@ def zoar_estimator(
     k = checks.static_int("k", k, 1)
     n_hist = checks.static_int("n_hist", n_hist, 0)
     checks.positive("mu", mu)
+    retained.check_refresh(refresh)
     schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     capacity = (n_hist + 1) * k
+    forward = difference == "forward"
 
     def init_fn(params):
-        return ZoARState(ledger=schedule.init(params), history=history.init(capacity))
+        return ZoARState(
+            ledger=schedule.init(params), history=history.init(capacity),
+            retained_sum=dirs.zeros(params),
+            direction_sum=dirs.zeros(params) if forward else None,
+            baseline=jnp.zeros((), jnp.float32) if forward else None,
+        )
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates, value  # the forward form needs no centre value
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
         step_key = schedule.step_key(state.ledger)
         u = dirs.sample_many("gaussian", ledger.direction_keys(step_key, 0, k), params)
-        if difference == "forward":
+        oldest = None  # the k oldest records, which a full buffer evicts: drawn at once
+        if dirs.fits_in_batch(k, params):  # when small, else regenerated as they leave
+            oldest = dirs.sample_many("gaussian", schedule.record_keys(
+                state.ledger, *history.oldest(state.history, k)), params)
+        if forward:
             fresh = diff.values(params, u)
         else:
             fresh, _ = diff.responses(params, u, None)
         ok = jnp.isfinite(fresh)
+        n_ok = jnp.sum(ok, dtype=jnp.int32)
+        stored = jnp.asarray(fresh, jnp.float32)  # the values the buffer keeps
+
+        def coeffs(values):  # a record's coefficients in the running sums
+            if forward:
+                return (values - state.baseline) / mu, jnp.ones_like(values)
+            return (values,)
+
+        sums = (state.retained_sum, state.direction_sum) if forward else (state.retained_sum,)
+        added = tuple(dirs.weighted_sum(jnp.where(ok, c, 0.0), u) for c in coeffs(stored))
+        left = retained.leaving_sums("gaussian", schedule, state.ledger, params, state.history,
+                                     ok, stored, coeffs, None if oldest is None else (u, oldest))
+        sums = list(retained.running(sums, added, left, n_ok == capacity))
         records = history.push(state.history, jnp.arange(k, dtype=jnp.int32), fresh,
                                state.ledger.step, ok)
         kept = history.valid(records)
         n = jnp.sum(kept, dtype=jnp.int32)
-        coeffs = records.responses
-        if difference == "forward":
-            baseline = jnp.sum(jnp.where(kept, coeffs, 0.0)) / jnp.maximum(n, 1)
-            coeffs = (coeffs - baseline) / mu
-        record_keys = schedule.record_keys(state.ledger, records.steps, records.index)
-        total = dirs.regenerate_sum("gaussian", record_keys, jnp.where(kept, coeffs, 0.0), params)
-        n_ok = jnp.sum(ok, dtype=jnp.int32)
-        g, _ = expansion.finish(total, n, 1.0, n_ok)
+        if forward:
+            baseline = jnp.sum(jnp.where(kept, records.responses, 0.0)) / jnp.maximum(n, 1)
+            shift = (baseline - state.baseline) / mu  # re-centre: sum (y - b') u = ... - shift U
+            sums[0] = jax.tree.map(lambda s, d: s - shift.astype(d.dtype) * d, *sums)
+            exact = (jnp.where(kept, (records.responses - baseline) / mu, 0.0),
+                     kept.astype(jnp.float32))
+        else:
+            baseline = None
+            exact = (jnp.where(kept, records.responses, 0.0),)
+        sums = retained.refreshed(tuple(sums), "gaussian", schedule, state.ledger, params,
+                                  records, exact, refresh)
+        g, _ = expansion.finish(sums[0], n, 1.0, n_ok)
         new_ledger = ledger.advance(
             state.ledger, k=k, calls=diff.calls_per_direction * k, nonfinite=k - n_ok
         )
-        return optax.tree.cast_like(g, params), ZoARState(ledger=new_ledger, history=records)
+        new_state = ZoARState(
+            ledger=new_ledger, history=records, retained_sum=sums[0],
+            direction_sum=sums[1] if forward else None, baseline=baseline)
+        return optax.tree.cast_like(g, params), new_state
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
