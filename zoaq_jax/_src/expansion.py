@@ -89,9 +89,11 @@ def eager_evaluation(enabled: bool | str = True) -> Iterator[None]:
     with the loop's chunks and additions and tested, and the first accepted one is kept:
     no ``while_loop``, so under ``vmap`` no lane waits for another (grids of more than
     ``_UNROLL_LIMIT`` points keep the loop over precomputed responses). The accepted
-    ``K``, query counts and records are those of the lazy loop; estimates differ only by
-    the rounding of evaluating the objective in one batch of ``capacity`` rather than
-    chunk by chunk. The objective is evaluated at directions the step may not buy:
+    ``K``, query counts and records are those of the lazy loop for the same responses,
+    but evaluating the objective in one batch of ``capacity`` rather than chunk by chunk
+    may round the responses differently; estimators with running sums of retained
+    records accumulate such last-bit differences, so long runs drift from the lazy
+    loop's trajectory. The objective is evaluated at directions the step may not buy:
     uncounted compute, like the evaluations of finished lanes under ``vmap``. On CPU at
     d = 100 neither form beats the lazy loop by more than noise (unrolled: slower; see
     ``docs/results/overhead.md``); they are there to be measured where loop iterations
