@@ -15,7 +15,7 @@ COMMANDS = {
     "synthetic": ("benchmarks.synthetic.cli", "synthetic objectives (the paper's Section 5.1)"),
     "attack": ("benchmarks.attack.cli", "black-box adversarial attacks on MNIST / CIFAR-10"),
     "llm": ("benchmarks.llm.cli", "forward-only LoRA fine-tuning of language models"),
-    "overhead": ("benchmarks.overhead.cli", "ZoAQ step cost against R-AdaZO at equal calls"),
+    "overhead": ("benchmarks.overhead.cli", "speed: calls/s against evosax Open_ES"),
 }
 
 

@@ -1,120 +1,161 @@
-"""Step cost of ZoAQ against fixed-K R-AdaZO at the same number of oracle calls.
+"""Speed benchmark: oracle calls per second of every method, against evosax's Open_ES.
 
-ZoAQ with ``k_min = k_max = K`` and ``n_hist`` retained records makes exactly the ``2K``
-calls of an R-AdaZO step with ``K`` directions; the difference in time is the price of
-the controller, the ring buffer and the regeneration of ``n_hist`` directions a step.
-The price is measured on a cheap objective (a quadratic, where drawing Gaussian
-directions dominates) and on a least-squares objective whose evaluation costs
-``rows * d`` multiply-adds, across dimensions.
+Three sections, in one process (one core pinned on CPU), compilation excluded:
 
-Example:
-  python -m benchmarks overhead --out docs/results
+* compare: every method and evosax ``Open_ES`` (antithetic, population 20, raw fitness,
+  ZO-AdaMM moments: ZO-AdaMM K=10's algorithm) on the quadratic, d = 100, 5 vmapped
+  seeds, the same oracle budget per seed: useful calls/s, ratios, final gaps;
+* dims: per-call cost against the dimension (one seed), against R-AdaZO K=10, with the
+  cost of the parts of a step (drawing directions, evaluating, the loop);
+* seeds: the vmapped seed sweep (``--seeds 5 10 100 1000``): calls/s, lane use (the share
+  of executed objective evaluations that were counted queries) and memory.
+
+Examples:
+  python -m benchmarks overhead --out docs/results              # the committed page
+  python -m benchmarks overhead --preset gpu --out docs/results --report docs/results/overhead_gpu.md
+  python -m benchmarks overhead --render docs/results/overhead.json   # re-render only
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import json
+import resource
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks import common
-from benchmarks import flags
-from benchmarks import pool
+from benchmarks import common, flags, pool, presets
 from benchmarks import record as run_record
-
-ROWS = 64  # rows of the least-squares objective
+from benchmarks.overhead import config, report
+from benchmarks.overhead import methods as methods_mod
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dims", type=flags.positive_int, nargs="+",
-                        default=[100, 10_000, 1_000_000])
-    parser.add_argument("--ks", type=flags.positive_int, nargs="+", default=[1, 4])
-    parser.add_argument("--n-hist", type=flags.positive_int, default=8)
-    parser.add_argument("--steps", type=flags.positive_int, default=200,
-                        help="steps per timing (a tenth, at least 10, for d > 10,000)")
-    parser.add_argument("--repeats", type=flags.positive_int, default=5)
-    parser.add_argument("--out", type=Path, default=Path("out"))
+    parser.add_argument("--preset", choices=sorted(config.PRESETS), default="cpu",
+                        help="sizes of the sections (default cpu; gpu: the full sweep)")
+    parser.add_argument("--sections", nargs="+", choices=config.SECTIONS, default=None)
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help=f"methods (default: the preset's); from {list(methods_mod.METHODS)}")
+    parser.add_argument("--dims", type=flags.positive_int, nargs="+", default=None,
+                        help="dimensions of the dims section")
+    parser.add_argument("--seeds", nargs="+", default=None, metavar="N",
+                        help="vmapped seed counts of the seed sweep: 5 10 100 1000 or "
+                             "5,10,100,1000 (not seed values: each count n runs seeds 0..n-1)")
+    parser.add_argument("--compare-calls", type=flags.positive_int, default=None,
+                        help="oracle calls per seed in the compare section")
+    parser.add_argument("--dims-calls", type=flags.positive_int, default=None,
+                        help="oracle calls per seed at every d of the dims section "
+                             "(default: the preset's, scaled by d)")
+    parser.add_argument("--seeds-calls", type=flags.positive_int, default=None,
+                        help="oracle calls per seed in the seed sweep")
+    parser.add_argument("--repeats", type=flags.positive_int, default=None,
+                        help="interleaved timings per configuration (median reported)")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
+                        help="pin to one core (default: the preset's; on for cpu)")
+    flags.add_out(parser, Path("out"))
+    flags.add_report(parser, "OUT/overhead.md")
+    flags.add_render(parser)
 
 
-def _objectives(d: int):
-    import jax
-    import jax.numpy as jnp
+def _counts(values: list[str] | None) -> tuple[int, ...] | None:
+    if not values:
+        return None
+    out = []
+    for item in flags.items(values):
+        try:
+            out.append(flags.positive_int(item))
+        except argparse.ArgumentTypeError as err:
+            flags.fail(f"--seeds takes seed counts: {err}")
+    return tuple(out)
 
-    a = jax.random.normal(jax.random.key(1), (ROWS, d)) / np.sqrt(d)
-    b = jax.random.normal(jax.random.key(2), (ROWS,))
-    return {
-        "quadratic": lambda x: 0.5 * jnp.sum(x**2),
-        f"least squares ({ROWS} rows)": lambda x: jnp.mean((a @ x - b) ** 2),
-    }
 
-
-def _time_steps(opt, f, d: int, steps: int, repeats: int) -> float:
-    """Median seconds per step of ``steps`` scanned updates (compilation excluded)."""
-    import jax
-    import jax.numpy as jnp
-    import optax
-
-    def go(params, state):
-        def body(carry, _):
-            p, s = carry
-            u, s = opt.update(None, s, p, value_fn=f)
-            return (optax.apply_updates(p, u), s), None
-
-        return jax.lax.scan(body, (params, state), None, length=steps)[0]
-
-    params = jnp.zeros(d)
-    state = opt.init(params)
-    compiled = jax.jit(go).lower(params, state).compile()
-    jax.block_until_ready(compiled(params, state))  # warm up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(params, state))
-        times.append((time.perf_counter() - start) / steps)
-    return float(np.median(times))
+def _preset(args: argparse.Namespace) -> config.Preset:
+    preset = config.PRESETS[args.preset]
+    methods = None
+    if args.methods is not None:
+        names = flags.items(args.methods)
+        unknown = [n for n in names if n not in methods_mod.METHODS]
+        if unknown:
+            flags.fail(f"unknown method(s) {unknown}; choose from {list(methods_mod.METHODS)}")
+        methods = tuple(dict.fromkeys(names))
+    dims = tuple(args.dims) if args.dims else None
+    dims_calls = None
+    if args.dims_calls:
+        dims_calls = tuple(args.dims_calls for _ in (dims or preset.dims))
+    elif dims:
+        dims_calls = tuple(preset.calls_for_dim(d) for d in dims)
+    return presets.override(
+        preset, methods=methods, dims=dims, dims_calls=dims_calls, seeds=_counts(args.seeds),
+        compare_calls=args.compare_calls, seeds_calls=args.seeds_calls, repeats=args.repeats,
+        pin=args.pin, sections=args.sections)
 
 
 def main(args: argparse.Namespace) -> int:
-    machine = run_record.machine_info()  # before pinning: the cores of the machine
-    pool.pin_to_cores(run_record.available_cores()[:1])
-    import zoaq_jax
-
-    rows, records = [], []
-    cases = [(d, name, f, k) for d in args.dims for name, f in _objectives(d).items()
-             for k in args.ks]
-    for d, name, f, k in common.progress(cases, total=len(cases), desc="overhead"):
-        steps = max(10, args.steps if d <= 10_000 else args.steps // 10)
-        fixed = zoaq_jax.radazo(1e-3, k=k, key=0)
-        zoaq = zoaq_jax.zoaq(1e-3, k_min=k, k_max=k, n_hist=args.n_hist, key=0)
-        t_fixed = _time_steps(fixed, f, d, steps, args.repeats)
-        t_zoaq = _time_steps(zoaq, f, d, steps, args.repeats)
-        records.append({"d": d, "objective": name, "k": k, "calls_per_step": 2 * k,
-                        "steps": steps,
-                        "radazo_us": 1e6 * t_fixed, "zoaq_us": 1e6 * t_zoaq,
-                        "ratio": t_zoaq / t_fixed})
-        rows.append([f"{d:,}", name, k, 2 * k, f"{1e6 * t_fixed:,.1f}", f"{1e6 * t_zoaq:,.1f}",
-                     f"{t_zoaq / t_fixed:.2f}"])
-    command = flags.command_line("overhead", args)
-    common.write_json(args.out / "overhead.json", {"command": command, "machine": machine,
-                                                   "n_hist": args.n_hist, "records": records})
-    table = common.markdown_table(
-        ["d", "objective", "K", "calls/step", "R-AdaZO µs/step", "ZoAQ µs/step",
-         "ZoAQ / R-AdaZO"], rows)
-    text = "\n\n".join([
-        f"Command: `{command}`",
-        f"Machine: {machine['cpu']}, one pinned core of {machine['cores']}; JAX "
-        f"{machine['jax']} on {machine['backend']}. Median of {args.repeats} timings of a "
-        f"scanned run of {max(10, args.steps)} steps ({max(10, args.steps // 10)} for d > "
-        "10,000), "
-        "compilation excluded.",
-        f"ZoAQ runs with `k_min = k_max = K` and `n_hist = {args.n_hist}`, so both methods "
-        "make exactly `2K` oracle calls a step; the ratio is the price of the controller, "
-        f"the ring buffer and regenerating {args.n_hist} retained directions a step.",
-        table,
-    ])
-    common.write_markdown(args.out / "overhead.md",
-                          "Step cost: ZoAQ against R-AdaZO at equal oracle calls", text, "overhead")
-    print(table)
+    if args.render is not None:
+        if not args.render.exists():
+            flags.fail(f"--render: no such file {args.render}")
+        record = json.loads(args.render.read_text())
+        target = args.report or args.render.with_suffix(".md")
+        report.render(record, target, target.parent)
+        print(f"rendered {target}")
+        return 0
+    preset = _preset(args)
+    if "open-es" in preset.methods and "compare" in preset.sections:
+        try:
+            import evosax  # noqa: F401
+        except ImportError:
+            flags.fail("open-es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
+    command = flags.command_line("overhead", args, skip=("render",))
+    with run_record.Recorder(command) as recorder:
+        record = run(preset, command=command)
+    record["record"] = recorder.record.as_dict()  # the harness's run record
+    report_path = args.report or args.out / "overhead.md"
+    json_path = args.out / f"{report_path.stem}.json"
+    common.write_json(json_path, record)
+    report.render(record, report_path, args.out)
+    print(f"wrote {json_path} and {report_path}")
     return 0
+
+
+def run(preset: config.Preset, command: str = "") -> dict:
+    """Measures the preset's sections; the JSON record."""
+    machine = run_record.machine_info()  # before pinning: the cores of the machine
+    if preset.pin:
+        pool.pin_to_cores(run_record.available_cores()[:1])
+    from benchmarks.overhead import measure
+
+    record = {"command": command, "preset": presets.as_dict(preset), "machine": machine,
+              "versions": run_record.versions(),
+              "pinned_cores": len(run_record.available_cores()),
+              "load_before": run_record.load_average(), "sections": {}}
+    sections = record["sections"]
+    if "compare" in preset.sections:
+        configs = [(m, preset.compare_dim, preset.compare_seeds, preset.compare_calls)
+                   for m in preset.methods]
+        sections["compare"] = measure.measure(configs, preset.repeats, _progress("compare"))
+        record["load_after_compare"] = run_record.load_average()
+    if "dims" in preset.sections:
+        configs = [(m, d, 1, preset.calls_for_dim(d)) for d in preset.dims
+                   for m in preset.methods]
+        sections["dims"] = measure.measure(configs, preset.repeats, _progress("dims"))
+        sections["parts"] = [
+            {"d": d, "seeds": 1, **measure.parts(d, 1, max(2, min(2000, 20_000_000 // d)))}
+            for d in _progress("parts")(preset.dims)]
+        record["load_after_dims"] = run_record.load_average()
+    if "seeds" in preset.sections:
+        configs = [(m, preset.seeds_dim, s, preset.seeds_calls) for s in preset.seeds
+                   for m in preset.methods]
+        sections["seeds"] = measure.measure(configs, max(1, preset.repeats // 3),
+                                            _progress("seeds"))
+        sections["seeds_parts"] = [
+            {"d": preset.seeds_dim, "seeds": s, **measure.parts(preset.seeds_dim, s, 200)}
+            for s in _progress("parts")(preset.seeds)]
+        record["load_after_seeds"] = run_record.load_average()
+    record["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return record
+
+
+def _progress(section: str):
+    def bar(items, desc=""):
+        return common.progress(items, total=len(items), desc=f"{section}: {desc}".rstrip(": "))
+
+    return bar

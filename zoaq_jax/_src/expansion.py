@@ -18,7 +18,8 @@ non-dividing grid adds the remainder chunk's evaluations as further uncounted wo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -69,6 +70,43 @@ def draw_step(
     return retained, jax.tree.map(lambda x: x[n_retained:], u)
 
 
+_EAGER = [False]
+_UNROLL_LIMIT = 32  # eager steps with at most this many grid points are decided unrolled
+
+
+@contextlib.contextmanager
+def eager_evaluation(enabled: bool | str = True) -> Iterator[None]:
+    """Estimators *traced* inside this context evaluate all predrawn candidates at once.
+
+    ``enabled``: ``False`` (the lazy loop), ``True`` (candidates built one by one with the
+    loop's chunks and additions, unrolled) or ``"vectorized"`` (all candidates from
+    cumulative sums and one batched test; the additions' order, hence the rounding of
+    the estimates, may differ from the loop's).
+
+    Experimental, for throughput measurements (``python -m benchmarks overhead``): when a
+    step's ``capacity`` fresh directions are drawn in one batch (``predraw``), their
+    responses are computed in one batched call, every candidate of the grid is built
+    with the loop's chunks and additions and tested, and the first accepted one is kept:
+    no ``while_loop``, so under ``vmap`` no lane waits for another (grids of more than
+    ``_UNROLL_LIMIT`` points keep the loop over precomputed responses). The accepted
+    ``K``, query counts and records are those of the lazy loop for the same responses,
+    but evaluating the objective in one batch of ``capacity`` rather than chunk by chunk
+    may round the responses differently; estimators with running sums of retained
+    records accumulate such last-bit differences, so long runs drift from the lazy
+    loop's trajectory. The objective is evaluated at directions the step may not buy:
+    uncounted compute, like the evaluations of finished lanes under ``vmap``. On CPU at
+    d = 100 neither form beats the lazy loop by more than noise (unrolled: slower; see
+    ``docs/results/overhead.md``); they are there to be measured where loop iterations
+    are dear (accelerators).
+    """
+    old = _EAGER[0]
+    _EAGER[0] = enabled
+    try:
+        yield
+    finally:
+        _EAGER[0] = old
+
+
 class StepOracle(NamedTuple):
     """The objective as one step queries it: the scheme, the centre value and its cost."""
 
@@ -113,6 +151,18 @@ def fresh_acquirer(
     in advance (leading axis ``capacity``): drawing them in one batch is much cheaper
     than one draw per retry when ``d`` is small, and gives the same numbers.
     """
+
+    if drawn is not None and _EAGER[0]:
+        all_r, all_v = step.diff.responses(params, drawn, step.centre)
+
+        def acquire_eager(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
+            def cut(x):
+                return jax.lax.dynamic_slice_in_dim(x, first, size)
+
+            return cut(all_r), cut(all_v), jax.tree.map(cut, drawn)
+
+        acquire_eager.precomputed = True  # accept_or_expand may decide without a loop
+        return acquire_eager
 
     def acquire(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
         if drawn is None:
@@ -208,6 +258,57 @@ def accept_or_expand(
             cand,
         ))
 
+    sizes = [k_min] + [k_step] * ((k_max - k_min) // k_step) + ([remainder] if remainder else [])
+    if getattr(acquire, "precomputed", False) and _EAGER[0] == "vectorized":
+        # Every candidate of the grid at once: prefix sums over the precomputed records
+        # (cumulative sums: the additions' order, hence rounding, may differ from the
+        # loop's), one batched test, the first accepted candidate per lane.
+        responses, values, directions = acquire(0, slots)
+        ok = jnp.isfinite(responses)
+        coeffs = jnp.where(ok, responses, 0.0)
+        ends = jnp.cumsum(jnp.asarray(sizes, jnp.int32))  # the grid points
+        pick = ends - 1
+
+        def prefix(x):
+            return jnp.cumsum(x, axis=0)[pick]
+
+        totals = jax.tree.map(
+            lambda u: prefix(coeffs.astype(u.dtype).reshape((slots,) + (1,) * (u.ndim - 1))
+                             * u), directions)
+        sq = jnp.zeros((slots,), jnp.float32)
+        if second_moment:
+            norms = sum(jnp.sum(jnp.square(u).reshape(slots, -1), axis=1).astype(jnp.float32)
+                        for u in jax.tree.leaves(directions))
+            sq = jnp.square(coeffs) * norms
+        grid = Candidate(
+            k=ends, total=totals, sq_norm=prefix(sq),
+            value_sum=prefix(jnp.where(ok, values, 0.0)),
+            n_ok=prefix(ok.astype(jnp.int32)),
+            responses=jnp.zeros((len(sizes), slots), jnp.float32),
+            ok=jnp.zeros((len(sizes), slots), bool),
+            score=jnp.zeros((len(sizes),), jnp.float32),
+            accepted=jnp.zeros((len(sizes),), bool))
+        decided = jax.vmap(decide)(grid)
+        index = jnp.argmax(decided.accepted.at[-1].set(True))
+        chosen = jax.tree.map(lambda x: x[index], decided)
+        bought = jnp.arange(slots) < chosen.k
+        return chosen._replace(responses=jnp.where(bought, responses, 0.0),
+                               ok=bought & ok)
+    if getattr(acquire, "precomputed", False) and len(sizes) <= _UNROLL_LIMIT:
+        # Responses are already computed (eager evaluation): build every candidate of the
+        # grid with the same chunks and additions as the loop, test them all, and keep
+        # the first accepted one. No while_loop, so no lane waits for another under vmap.
+        cands, first = [], 0
+        cand = empty
+        for size in sizes:
+            cand = decide(absorb(cand, first, size))
+            cands.append(cand)
+            first += size
+        chosen = cands[-1]  # accepted: it is at k_max
+        for cand in reversed(cands[:-1]):  # the first accepted candidate wins
+            chosen = jax.tree.map(lambda a, b, ok=cand.accepted: jnp.where(ok, a, b),
+                                  cand, chosen)
+        return chosen
     if k_step == k_min and k_max > k_min:
         # Every chunk has the same size, so the first one is an ordinary iteration and
         # the objective is traced (and compiled) once rather than twice.

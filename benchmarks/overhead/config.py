@@ -1,0 +1,65 @@
+"""Presets of the speed benchmark: sizes of its three sections, as frozen dataclasses.
+
+* ``compare``: every method and evosax's ``Open_ES`` on the quadratic at ``compare_dim``
+  with ``compare_seeds`` vmapped seeds and the same oracle budget per seed, in one
+  process: useful calls/s, the ratio to ``Open_ES`` and the final gaps.
+* ``dims``: per-call cost against the dimension (one seed), against R-AdaZO K=10.
+* ``seeds``: the vmapped seed sweep at ``seeds_dim``: calls/s, lane use and memory.
+
+``cpu`` is what the committed page was measured with (a few minutes on 2 shared cores);
+``gpu`` is the full sweep for a lent accelerator; ``tiny`` exercises every code path in
+seconds (the tests run the ``gpu`` preset's code path at the ``tiny`` sizes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+SECTIONS = ("compare", "dims", "seeds")
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    methods: tuple[str, ...]
+    compare_dim: int = 100
+    compare_seeds: int = 5
+    compare_calls: int = 600_000  # oracle calls per seed (30,000 Open_ES generations of 20)
+    dims: tuple[int, ...] = (100, 10_000, 1_000_000)
+    dims_calls: tuple[int, ...] = (40_000, 4_000, 200)  # calls per seed, one per dim
+    seeds: tuple[int, ...] = (5, 10, 100, 1000)
+    seeds_dim: int = 100
+    seeds_calls: int = 4_000  # calls per seed in the seed sweep
+    repeats: int = 3  # timings per configuration, interleaved; the median is reported
+    pin: bool = True  # pin the process to one core (CPU runs)
+    sections: tuple[str, ...] = SECTIONS
+
+    def calls_for_dim(self, d: int) -> int:
+        """The per-seed budget of the ``dims`` section at ``d`` (the nearest listed dim's)."""
+        table = dict(zip(self.dims, self.dims_calls))
+        if d in table:
+            return table[d]
+        nearest = min(self.dims, key=lambda x: abs(x - d))
+        return max(200, table[nearest] * nearest // d)
+
+    def with_overrides(self, **kw) -> Preset:
+        preset = replace(self, **{k: v for k, v in kw.items() if v is not None})
+        if len(preset.dims_calls) != len(preset.dims):
+            raise ValueError("dims_calls needs one budget per dim.")
+        return preset
+
+
+ALL_METHODS = ("radazo-k10", "zo-adamm-k10", "open-es", "zoaq", "zoaq-eager", "zoaq-vector",
+               "auto-k", "zoar-k10", "statzo")
+
+PRESETS = {
+    "cpu": Preset("cpu", ALL_METHODS),
+    "gpu": Preset(
+        "gpu", ALL_METHODS, compare_calls=1_200_000, dims=(100, 10_000, 1_000_000, 10_000_000),
+        dims_calls=(400_000, 40_000, 2_000, 200), seeds=(5, 10, 100, 1000, 10_000),
+        seeds_calls=200_000, repeats=3, pin=False),
+    "tiny": Preset(
+        "tiny", ALL_METHODS, compare_dim=8, compare_seeds=2, compare_calls=400, dims=(8, 64),
+        dims_calls=(200, 200), seeds=(2, 5), seeds_dim=8, seeds_calls=200, repeats=1,
+        pin=False),
+}

@@ -1,0 +1,209 @@
+"""Timing, lane use and memory of one method on the quadratic with many vmapped seeds.
+
+A run is one compiled program: ``lanes`` seeds start from their own Gaussian point and
+step (``vmap`` of the method's step inside a ``lax.while_loop``) until every lane has
+made ``budget`` oracle calls; a lane that reaches the budget keeps its state while the
+others go on (its further steps are computed and discarded). This is what
+``jax.vmap`` of a per-seed loop compiles to, written out so that the loop sees all lanes:
+
+* useful calls: the oracle calls the lanes' ledgers count (``num_queries``), the calls
+  the library reports to the user;
+* executed direction evaluations: under ``vmap`` the expansion ``while_loop`` runs until
+  the slowest lane accepts, so each lane evaluates ``max_lanes(K)`` directions a step
+  (``k_max`` with eager evaluation, ``K`` for fixed methods);
+* lane use = useful / executed direction evaluations over the run, counting the steps
+  of lanes that already reached the budget as executed and not useful. ``1 - lane use``
+  is the wasted fraction of objective evaluations.
+
+Compilation is excluded from the run time and reported separately; calls/s is useful
+calls (all lanes) per second of run time.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks.overhead import methods as methods_mod
+
+
+def quadratic(x):
+    import jax.numpy as jnp
+
+    return 0.5 * jnp.sum(x**2)
+
+
+def _initial_point(seed, d: int):
+    import jax
+
+    return jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (d,))
+
+
+def program(name: str, d: int, lanes: int, budget: int):
+    """The jit-compiled run of method ``name``: ``seeds [lanes] -> results``."""
+    import jax
+    import jax.numpy as jnp
+
+    method = methods_mod.METHODS[name]
+    algo = methods_mod.algo(name, quadratic, d)
+    max_steps = budget // 2 + 1  # every step makes at least 2 calls
+
+    def run(seeds):
+        keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1))(seeds)
+        x0 = jax.vmap(lambda s: _initial_point(s, d))(seeds)
+        state = jax.vmap(algo.init)(keys, x0)
+
+        def cond(carry):
+            state, steps, _, _ = carry
+            return (steps < max_steps) & jnp.any(jax.vmap(algo.calls)(state) < budget)
+
+        def body(carry):
+            state, steps, useful, executed = carry
+            active = jax.vmap(algo.calls)(state) < budget
+            new = jax.vmap(algo.step)(state)
+            k = jax.vmap(algo.last_k)(new).astype(jnp.uint32)
+
+            def keep(n, o):
+                mask = active.reshape(active.shape + (1,) * (n.ndim - 1))
+                return jnp.where(mask, n, o)
+
+            state = jax.tree.map(keep, new, state)
+            per_lane = jnp.uint32(method.k_max) if method.eager else jnp.max(k)
+            useful = useful + jnp.sum(jnp.where(active, k, 0), dtype=jnp.uint32)
+            executed = executed + jnp.uint32(lanes) * per_lane
+            return state, steps + 1, useful, executed
+
+        zero = jnp.zeros((), jnp.uint32)
+        state, steps, useful, executed = jax.lax.while_loop(
+            cond, body, (state, jnp.zeros((), jnp.int32), zero, zero))
+        gaps = jax.vmap(quadratic)(jax.vmap(algo.params)(state))
+        return {"calls": jax.vmap(algo.calls)(state), "gap": gaps, "steps": steps,
+                "useful": useful, "executed": executed}
+
+    return jax.jit(run), algo
+
+
+def state_bytes(algo, d: int) -> int:
+    """Bytes of one seed's optimizer state (typed keys as their key data)."""
+    import jax
+
+    state = algo.init(jax.random.key(0), _initial_point(0, d))
+    total = 0
+    for leaf in jax.tree.leaves(state):
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        total += int(np.asarray(leaf).nbytes)
+    return total
+
+
+def _memory(compiled) -> dict[str, Any]:
+    try:
+        m = compiled.memory_analysis()
+    except (NotImplementedError, RuntimeError, ValueError):  # not on every backend
+        return {}
+    if m is None:
+        return {}
+    return {name: int(getattr(m, name)) for name in (
+        "argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
+        "generated_code_size_in_bytes") if hasattr(m, name)}
+
+
+class Case:
+    """One compiled (method, d, lanes, budget) configuration, timed ``repeats`` times."""
+
+    def __init__(self, name: str, d: int, lanes: int, budget: int):
+        import jax
+        import jax.numpy as jnp
+
+        self.name, self.d, self.lanes, self.budget = name, d, lanes, budget
+        fn, algo = program(name, d, lanes, budget)
+        self.seeds = jnp.arange(lanes, dtype=jnp.int32)
+        start = time.perf_counter()
+        self.compiled = fn.lower(self.seeds).compile()
+        self.compile_seconds = time.perf_counter() - start
+        self.memory = _memory(self.compiled)
+        self.state_bytes = state_bytes(algo, d)
+        self.times: list[float] = []
+        self.out = None
+        del jax
+
+    def time_once(self) -> None:
+        import jax
+
+        start = time.perf_counter()
+        out = jax.block_until_ready(self.compiled(self.seeds))
+        self.times.append(time.perf_counter() - start)
+        self.out = jax.tree.map(np.asarray, out)
+
+    def record(self) -> dict[str, Any]:
+        out = self.out
+        seconds = float(np.median(self.times))
+        useful_calls = int(out["calls"].astype(np.int64).sum())
+        method = methods_mod.METHODS[self.name]
+        lane_use = float(out["useful"]) / max(float(out["executed"]), 1.0)
+        return {
+            "method": self.name, "label": method.label, "kind": method.kind,
+            "d": self.d, "seeds": self.lanes, "budget_per_seed": self.budget,
+            "steps": int(out["steps"]), "compile_seconds": self.compile_seconds,
+            "run_seconds": seconds, "run_seconds_all": self.times,
+            "useful_calls": useful_calls, "calls_per_second": useful_calls / seconds,
+            "us_per_call": 1e6 * seconds / useful_calls,
+            "lane_use": lane_use, "wasted_fraction": 1.0 - lane_use,
+            "final_gap": out["gap"].tolist(), "state_bytes_per_seed": self.state_bytes,
+            "memory": self.memory,
+        }
+
+
+def measure(configs: list[tuple[str, int, int, int]], repeats: int, progress) -> list[dict]:
+    """Compiles every ``(method, d, lanes, budget)``, then times them round-robin."""
+    cases = [Case(*c) for c in progress(configs, desc="compile")]
+    for _ in progress(range(repeats), desc="timing rounds"):
+        for case in cases:
+            case.time_once()
+    return [case.record() for case in cases]
+
+
+def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
+    """µs per step of the parts of a K-direction step, ``lanes`` vmapped, in scans of
+    ``steps``: drawing ``k`` Gaussian directions, ``2k`` objective calls on drawn
+    directions, and an empty step (the loop's own cost)."""
+    import jax
+    import jax.numpy as jnp
+
+    from zoaq_jax._src import directions as dirs
+    from zoaq_jax._src import ledger
+
+    u_fixed = jax.random.normal(jax.random.key(3), (k, d))
+
+    def draw(x, lane, t):
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), lane), t)
+        keys = ledger.direction_keys(key, 0, k)
+        u = dirs.sample_many("gaussian", keys, x)
+        return x + 1e-9 * jnp.sum(u, axis=0)
+
+    def evaluate(x, lane, t):
+        pts = jnp.concatenate([x + 1e-3 * u_fixed, x - 1e-3 * u_fixed])
+        return x + 1e-9 * jnp.sum(jax.vmap(quadratic)(pts))
+
+    def empty(x, lane, t):
+        return x + 1e-9 * t.astype(x.dtype)
+
+    out = {}
+    for label, fn in (("draw", draw), ("evaluate", evaluate), ("empty", empty)):
+        def run(x, fn=fn):
+            lane = jnp.arange(lanes)
+            return jax.lax.scan(lambda c, t: (jax.vmap(fn, (0, 0, None))(c, lane, t), None),
+                                x, jnp.arange(steps))[0]
+
+        x = jnp.zeros((lanes, d))
+        compiled = jax.jit(run).lower(x).compile()
+        jax.block_until_ready(compiled(x))
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(x))
+            times.append(time.perf_counter() - start)
+        out[label] = 1e6 * float(np.median(times)) / steps
+    return out

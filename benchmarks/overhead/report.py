@@ -1,0 +1,168 @@
+"""The speed page (``overhead.md``) and its figures, rendered from the JSON record alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks import common
+from benchmarks import record as run_record
+
+REFERENCE = "open-es"  # the outside reference of the compare section
+FIXED_REFERENCE = "radazo-k10"  # the per-call cost reference of the dims section
+ADAPTIVE_GOAL, FIXED_GOAL = 1.0, 1.2  # calls/s against Open_ES at d = 100, 5 seeds
+DIMS_GOAL = 1.1  # adaptive cost per call against R-AdaZO K=10 at d = 10^6
+
+
+def _mib(n: float | None) -> str:
+    return "–" if n is None else f"{n / 2**20:,.2f}"
+
+
+def _gap(values) -> str:
+    return common.mean_std(values, "{:.3g}")
+
+
+def _by(records, *keys):
+    return {tuple(r[k] for k in keys): r for r in records}
+
+
+def compare_table(records: list[dict]) -> tuple[str, list[str]]:
+    ref = next((r for r in records if r["method"] == REFERENCE), None)
+    fixed = next((r for r in records if r["method"] == FIXED_REFERENCE), None)
+    rows, verdicts = [], []
+    for r in records:
+        vs_ref = r["calls_per_second"] / ref["calls_per_second"] if ref else None
+        vs_fixed = r["us_per_call"] / fixed["us_per_call"] if fixed else None
+        rows.append([
+            r["label"], r["kind"], f"{r['calls_per_second']:,.0f}", f"{r['us_per_call']:.3f}",
+            "–" if vs_ref is None else f"{vs_ref:.2f}",
+            "–" if vs_fixed is None else f"{vs_fixed:.2f}",
+            f"{r['steps']:,}", f"{r['useful_calls'] / r['steps'] / r['seeds']:.1f}",
+            f"{r['lane_use']:.2f}", _gap(r["final_gap"]), f"{r['compile_seconds']:.1f}"])
+        if vs_ref is not None and r["kind"] in ("fixed", "adaptive"):
+            goal = FIXED_GOAL if r["kind"] == "fixed" else ADAPTIVE_GOAL
+            met = "met" if vs_ref >= goal else "not met"
+            verdicts.append(f"{r['label']}: {vs_ref:.2f}x Open_ES calls/s (goal ≥ {goal}x): "
+                            f"{met}.")
+    table = common.markdown_table(
+        ["method", "kind", "useful calls/s", "µs/call", "calls/s vs Open_ES",
+         "cost/call vs R-AdaZO K=10", "steps", "calls/step/seed", "lane use",
+         "final gap (mean ± std over seeds)", "compile s"], rows)
+    return table, verdicts
+
+
+def dims_table(records: list[dict], parts: list[dict]) -> tuple[str, list[str]]:
+    ref = {r["d"]: r for r in records if r["method"] == FIXED_REFERENCE}
+    rows, verdicts = [], []
+    for r in records:
+        base = ref.get(r["d"])
+        ratio = r["us_per_call"] / base["us_per_call"] if base else None
+        rows.append([f"{r['d']:,}", r["label"], f"{r['steps']:,}", f"{r['us_per_call']:,.3f}",
+                     "–" if ratio is None else f"{ratio:.2f}",
+                     _mib(r["state_bytes_per_seed"]),
+                     _mib(r["memory"].get("temp_size_in_bytes"))])
+        if r["kind"] == "adaptive" and ratio is not None and r["d"] == max(ref):
+            met = "met" if ratio <= DIMS_GOAL else "not met"
+            verdicts.append(f"{r['label']} at d = {r['d']:,}: {ratio:.2f}x R-AdaZO K=10 per "
+                            f"call (goal ≤ {DIMS_GOAL}x): {met}.")
+    table = common.markdown_table(
+        ["d", "method", "steps", "µs/call", "cost/call vs R-AdaZO K=10", "state MiB/seed",
+         "XLA temp MiB"], rows)
+    prow = [[f"{p['d']:,}", f"{p['draw'] / 10:,.3f}", f"{p['evaluate'] / 20:,.3f}",
+             f"{p['empty']:,.3f}"] for p in parts]
+    ptable = common.markdown_table(
+        ["d", "µs to draw one Gaussian direction", "µs per objective call (batch of 20)",
+         "µs per empty scanned step"], prow)
+    return table + "\n\nParts of a step (one seed):\n\n" + ptable, verdicts
+
+
+def seeds_table(records: list[dict], parts: list[dict]) -> str:
+    rows = []
+    for r in records:
+        m = r["memory"]
+        rows.append([f"{r['seeds']:,}", r["label"], f"{r['calls_per_second']:,.0f}",
+                     f"{r['us_per_call']:.3f}", f"{r['lane_use']:.2f}",
+                     f"{r['wasted_fraction']:.2f}", f"{r['state_bytes_per_seed']:,}",
+                     _mib(m.get("temp_size_in_bytes")), _mib(m.get("argument_size_in_bytes")),
+                     f"{r['run_seconds']:.2f}"])
+    table = common.markdown_table(
+        ["seeds", "method", "useful calls/s", "µs/call", "lane use", "wasted evaluations",
+         "state bytes/seed", "XLA temp MiB", "XLA arguments MiB", "run s"], rows)
+    prow = [[f"{p['seeds']:,}", f"{p['draw'] / 10 / p['seeds']:,.4f}",
+             f"{p['evaluate'] / 20 / p['seeds']:,.4f}", f"{p['empty']:,.2f}"] for p in parts]
+    ptable = common.markdown_table(
+        ["seeds", "µs per direction drawn", "µs per objective call", "µs per empty step"],
+        prow)
+    return table + f"\n\nParts of a step at d = {records[0]['d']:,}, per seed:\n\n" + ptable
+
+
+def figures(record: dict, folder: Path, stem: str) -> list[str]:
+    plt = common.pyplot()
+    out = []
+    sections = record["sections"]
+    if sections.get("seeds"):
+        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+        for label in dict.fromkeys(r["label"] for r in sections["seeds"]):
+            rs = [r for r in sections["seeds"] if r["label"] == label]
+            s = [r["seeds"] for r in rs]
+            a.plot(s, [r["calls_per_second"] for r in rs], marker="o", label=label)
+            b.plot(s, [r["lane_use"] for r in rs], marker="o", label=label)
+        for ax, y in ((a, "useful oracle calls / s"), (b, "lane use")):
+            ax.set_xscale("log")
+            ax.set_xlabel("vmapped seeds")
+            ax.set_ylabel(y)
+        a.set_yscale("log")
+        b.legend(fontsize=7)
+        out.append(str(common.save_figure(fig, folder / stem / "seeds.png")))
+    if sections.get("dims"):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label in dict.fromkeys(r["label"] for r in sections["dims"]):
+            rs = [r for r in sections["dims"] if r["label"] == label]
+            ax.plot([r["d"] for r in rs], [r["us_per_call"] for r in rs], marker="o",
+                    label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("d")
+        ax.set_ylabel("µs per useful oracle call (1 seed)")
+        ax.legend(fontsize=7)
+        out.append(str(common.save_figure(fig, folder / stem / "dims.png")))
+    return out
+
+
+def render(record: dict, path: Path, folder: Path) -> Path:
+    """Writes the generated block of the report ``path`` and the figures under ``folder``."""
+    path = Path(path)
+    stem = path.stem
+    paths = figures(record, Path(folder), stem)
+    m, p = record["machine"], record["preset"]
+    loads = ", ".join(f"{k.removeprefix('load_').replace('_', ' ')} {record[k]}"
+                      for k in record if k.startswith("load_"))
+    parts = [f"Command: `{record['command']}`"]
+    if record.get("record"):  # the harness's run record (start, wall time, versions)
+        parts.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
+    parts += [
+        (f"Machine: {m['cpu']}, {m['cores']} cores ({record['pinned_cores']} used); JAX "
+         f"{m['jax']} on {m['backend']} ({', '.join(m['devices'])}). Load average (1 min): "
+         f"{loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} MiB. Run time "
+         f"excludes compilation; median of {p['repeats']} interleaved timings (compare, "
+         f"dims), {max(1, p['repeats'] // 3)} (seeds)."),
+    ]
+    s = record["sections"]
+    if s.get("compare"):
+        table, verdicts = compare_table(s["compare"])
+        parts += [
+            (f"## Compare: quadratic, d = {p['compare_dim']:,}, {p['compare_seeds']} vmapped "
+             f"seeds, {p['compare_calls']:,} oracle calls per seed"), table,
+            "\n".join(f"- {v}" for v in verdicts)]
+    if s.get("dims"):
+        table, verdicts = dims_table(s["dims"], s.get("parts", []))
+        parts += ["## Per-call cost against d (quadratic, one seed)", table,
+                  "\n".join(f"- {v}" for v in verdicts)]
+    if s.get("seeds"):
+        parts += [(f"## Seed sweep: quadratic, d = {p['seeds_dim']:,}, {p['seeds_calls']:,} "
+                   "oracle calls per seed"), seeds_table(s["seeds"], s.get("seeds_parts", []))]
+    rel = [Path(x).relative_to(path.parent) if Path(x).is_relative_to(path.parent) else x
+           for x in paths]
+    parts += [f"![{Path(x).stem}]({x})" for x in rel]
+    common.write_markdown(path, "Speed: oracle calls per second", "\n\n".join(parts),
+                          "overhead")
+    return path

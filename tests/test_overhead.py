@@ -1,0 +1,112 @@
+"""The speed benchmark (``python -m benchmarks overhead``): its GPU preset's code path on
+CPU at tiny sizes, its accounting, its errors, and the eager evaluation it measures.
+
+No timings are asserted: speed is reported as ratios measured in one run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import zoaq_jax
+from benchmarks.__main__ import main as bench_main
+from benchmarks.overhead import config, measure
+from zoaq_jax._src import expansion
+
+
+def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
+    out = tmp_path / "res"
+    argv = ["overhead", "--preset", "gpu", "--methods", "statzo-vector", "open-es",
+            "--dims", "8", "--dims-calls", "40", "--seeds", "3", "--compare-calls", "40",
+            "--seeds-calls", "40", "--repeats", "1", "--no-pin", "--out", str(out),
+            "--report", str(out / "overhead_gpu.md")]
+    assert bench_main(argv) == 0
+    record = json.loads((out / "overhead_gpu.json").read_text())
+    assert record["preset"]["name"] == "gpu" and "--preset gpu" in record["command"]
+    assert record["record"]["command"] == record["command"]  # the harness's run record
+    sections = record["sections"]
+    compare = {r["method"]: r for r in sections["compare"]}
+    assert set(compare) == {"statzo-vector", "open-es"}
+    assert compare["open-es"]["seeds"] == config.PRESETS["gpu"].compare_seeds
+    assert compare["open-es"]["useful_calls"] == 40 * compare["open-es"]["seeds"]
+    assert compare["open-es"]["lane_use"] == 1.0
+    assert all(r["useful_calls"] >= 40 * r["seeds"] for r in sections["compare"])
+    assert [r["seeds"] for r in sections["seeds"]] == [3, 3]
+    assert {r["d"] for r in sections["dims"]} == {8}
+    for r in sections["compare"] + sections["dims"] + sections["seeds"]:
+        assert 0.0 < r["lane_use"] <= 1.0 and r["calls_per_second"] > 0
+        assert r["state_bytes_per_seed"] > 0
+    report = (out / "overhead_gpu.md").read_text()
+    assert "calls/s vs Open_ES" in report and "lane use" in report
+    assert (out / "overhead_gpu" / "seeds.png").exists()
+    # --render rebuilds the generated block from the JSON alone, keeping hand-written text
+    path = out / "overhead_gpu.md"
+    path.write_text(report + "\nHand-written note.\n")
+    assert bench_main(["overhead", "--render", str(out / "overhead_gpu.json"),
+                       "--report", str(path)]) == 0
+    assert path.read_text() == report + "\nHand-written note.\n"
+
+
+def test_fixed_method_accounting_is_exact():
+    case = measure.Case("radazo-k10", 4, 3, 60)
+    case.time_once()
+    r = case.record()
+    assert r["useful_calls"] == 3 * 60 and r["steps"] == 3 and r["lane_use"] == 1.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--methods", "nope"], "unknown method"),
+    (["--render", "missing.json"], "no such file"),
+])
+def test_errors_are_clear(argv, message, capsys):
+    with pytest.raises(SystemExit) as err:
+        bench_main(["overhead", *argv])
+    assert message in str(err.value) + capsys.readouterr().err
+
+
+MAKERS = {
+    "zoaq": lambda key: zoaq_jax.zoaq(1e-2, k_min=1, k_max=4, n_hist=3, key=key),
+    "statzo-remainder": lambda key: zoaq_jax.statzo(1e-2, k_min=2, k_max=7, k_step=2, key=key),
+}
+
+
+@functools.cache
+def _run(name, eager, seeds=(0, 1, 2), steps=6, d=5):
+    """Per-seed trajectories (vmapped) of ``MAKERS[name](key)`` on a quartic."""
+    make = MAKERS[name]
+
+    def one(seed):
+        opt = make(jax.random.fold_in(jax.random.key(0), seed))
+        x = jnp.linspace(-1.0, 1.0, d) + seed
+
+        def body(carry, _):
+            x, s = carry
+            with expansion.eager_evaluation(eager):
+                u, s = opt.update(None, s, x, value_fn=lambda y: jnp.sum(y**2 * (1 + y**2)))
+            return (optax.apply_updates(x, u), s), optax.tree.get(s, "last_k")
+
+        (x, s), ks = jax.lax.scan(body, (x, opt.init(x)), None, length=steps)
+        return x, ks, optax.tree.get(s, "num_queries")
+
+    return jax.tree.map(np.asarray, jax.jit(jax.vmap(one))(jnp.asarray(seeds)))
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+@pytest.mark.parametrize("mode", [True, "vectorized"])
+def test_eager_evaluation_buys_what_the_loop_buys(name, mode):
+    """Same accepted K and query counts as the lazy loop; estimates equal up to the
+    rounding of evaluating the objective in one batch of k_max rather than chunk by chunk
+    (and, vectorized, of cumulative sums)."""
+    x_lazy, k_lazy, q_lazy = _run(name, False)
+    x_eager, k_eager, q_eager = _run(name, mode)
+    np.testing.assert_array_equal(k_eager, k_lazy)
+    np.testing.assert_array_equal(q_eager, q_lazy)
+    np.testing.assert_allclose(x_eager, x_lazy, rtol=1e-5, atol=1e-6)
+    assert len(set(k_lazy.ravel().tolist())) > 1  # the test exercises expansion
