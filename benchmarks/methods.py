@@ -108,15 +108,21 @@ class Method:
         extras = [f"{k}={p[k]}" for k in self.changed if k not in ("k", "k_min", "k_max")]
         return " ".join([BASES[self.base].name, budget]) + "".join(f", {e}" for e in extras)
 
-    def build(self, hyper: Hyper, key: Any) -> optax.GradientTransformationExtraArgs:
-        """The optimizer chain of this method (see the module docstring)."""
+    def build(self, hyper: Hyper, key: Any, *,
+              monitor: bool = True) -> optax.GradientTransformationExtraArgs:
+        """The optimizer chain of this method (see the module docstring).
+
+        ``monitor=False`` leaves out the consistency monitor (the speed benchmark times
+        the optimizer a user runs, the library alias's chain).
+        """
         base = BASES[self.base]
         p = dict(self.params)
         backbone = p.pop("backbone")
         kwargs = {**p, **dict(base.fixed), "mu": hyper.mu, "key": key}
         if "b1" in inspect.signature(base.estimator).parameters:
             kwargs["b1"] = hyper.b1
-        parts = [base.estimator(**kwargs), zoaq_jax.monitor_consistency(hyper.b1),
+        parts = [base.estimator(**kwargs),
+                 *([zoaq_jax.monitor_consistency(hyper.b1)] if monitor else []),
                  _backbone(backbone, hyper)]
         if hyper.weight_decay:
             parts.append(optax.add_decayed_weights(hyper.weight_decay))

@@ -99,11 +99,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"rendered {target}")
         return 0
     preset = _preset(args)
-    if "open-es" in preset.methods and "compare" in preset.sections:
+    if "open_es" in preset.methods and "compare" in preset.sections:
         try:
             import evosax  # noqa: F401
         except ImportError:
-            flags.fail("open-es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
+            flags.fail("open_es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
     command = flags.command_line("overhead", args, skip=("render",))
     with run_record.Recorder(command) as recorder:
         record = run(preset, command=command)

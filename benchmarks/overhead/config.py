@@ -49,8 +49,8 @@ class Preset:
         return preset
 
 
-ALL_METHODS = ("radazo-k10", "zo-adamm-k10", "open-es", "zoaq", "zoaq-eager", "zoaq-vector",
-               "auto-k", "zoar-k10", "statzo")
+ALL_METHODS = ("radazo", "zo_adamm", "open_es", "zoaq", "zoaq+eager", "zoaq+vectorized",
+               "auto_k", "zoar", "statzo")
 
 PRESETS = {
     "cpu": Preset("cpu", ALL_METHODS),

@@ -4,7 +4,13 @@ Each method becomes an :class:`Algo` of pure functions over one seed's state; th
 measurement vmaps them over seeds. All use the synthetic benchmark's settings
 (learning rate 1e-3, ``mu`` = 5e-3, ``b1`` = 0.9, ``b2`` = 0.99, ``eps`` = 1e-8).
 
-``open-es`` is evosax 0.3.2's ``Open_ES`` with antithetic sampling, population 20,
+Methods are named by their specs in the synthetic benchmark's registry
+(:data:`benchmarks.synthetic.methods.REGISTRY`: ``radazo`` is R-AdaZO K=10, ``zoaq``
+ZoAQ K in [1, 10]), built without the consistency monitor, as the library's aliases
+build them; ``SPEC+eager`` and ``SPEC+vectorized`` time the same method under the
+experimental eager evaluation of the expansion loop (``expansion.eager_evaluation``).
+
+``open_es`` is evosax 0.3.2's ``Open_ES`` with antithetic sampling, population 20,
 ``std`` = ``mu``, raw fitness (``identity_fitness_shaping_fn``) and ZO-AdaMM's moments
 as its optax optimizer: its gradient ``fitness @ z / (20 std)`` is exactly ZO-AdaMM K=10's
 ``mean_i r_i u_i`` with central responses ``r_i = (f(x + mu u_i) - f(x - mu u_i)) / (2 mu)``,
@@ -18,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-LR, MU, B1, B2, EPS = 1e-3, 5e-3, 0.9, 0.99, 1e-8
+from benchmarks.synthetic.methods import REGISTRY, Settings
+
+SETTINGS = Settings()  # the synthetic benchmark's lr, mu and moments
 
 
 class Algo(NamedTuple):
@@ -41,7 +49,7 @@ class Method:
     # step predraws its candidates (auto_k never does; ZoAQ not at d = 10^6, where
     # k_max + n_hist directions exceed the batch limit): lane use assumes it acts.
     eager: bool | str = False
-    reference: str = "open-es"  # the equivalent fixed configuration it is compared with
+    reference: str = "open_es"  # the equivalent fixed configuration it is compared with
 
 
 def _optax_algo(build: Callable[[Any], Any], value_fn, eager: bool) -> Algo:
@@ -79,10 +87,11 @@ def _open_es_algo(value_fn, d: int, k: int) -> Algo:
 
     import zoaq_jax
 
-    optimizer = optax.chain(zoaq_jax.scale_by_zo_adamm(b1=B1, b2=B2, eps=EPS),
-                            optax.scale_by_learning_rate(LR))
+    s = SETTINGS
+    optimizer = optax.chain(zoaq_jax.scale_by_zo_adamm(b1=s.b1, b2=s.b2, eps=s.eps),
+                            optax.scale_by_learning_rate(s.lr))
     es = Open_ES(population_size=2 * k, solution=jnp.zeros(d), use_antithetic_sampling=True,
-                 optimizer=optimizer, std_schedule=optax.constant_schedule(MU),
+                 optimizer=optimizer, std_schedule=optax.constant_schedule(s.mu),
                  fitness_shaping_fn=identity_fitness_shaping_fn)
     es_params = es.default_params
 
@@ -104,44 +113,37 @@ def _open_es_algo(value_fn, d: int, k: int) -> Algo:
                 lambda s: jnp.asarray(k, jnp.int32))
 
 
+_MODES = {True: "eager", "vectorized": "vectorized"}
+
+
+def _method(spec: str, kind: str, eager: bool | str = False) -> Method:
+    m = REGISTRY.parse(spec)
+    suffix = f"+{_MODES[eager]}" if eager else ""
+    label = m.label + (f", {_MODES[eager]}" if eager else "")
+    return Method(m.spec + suffix, label, kind, m.fixed_k or m.get("k_max"), eager)
+
+
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("radazo-k10", "R-AdaZO K=10", "fixed", 10),
-    Method("zo-adamm-k10", "ZO-AdaMM K=10", "fixed", 10),
-    Method("open-es", "evosax Open_ES (pop. 20)", "outside", 10),
-    Method("zoaq", "ZoAQ K∈[1,10]", "adaptive", 10),
-    Method("zoaq-eager", "ZoAQ K∈[1,10], eager", "adaptive", 10, eager=True),
-    Method("zoaq-vector", "ZoAQ K∈[1,10], vectorized", "adaptive", 10, eager="vectorized"),
-    Method("auto-k", "auto_k K∈[1,16]", "adaptive", 16),
-    Method("zoar-k10", "ZoAR K=10", "adaptive", 10),
-    Method("statzo", "StatZO K∈[1,10]", "adaptive", 10),
-    Method("statzo-eager", "StatZO K∈[1,10], eager", "adaptive", 10, eager=True),
-    Method("statzo-vector", "StatZO K∈[1,10], vectorized", "adaptive", 10, eager="vectorized"),
+    _method("radazo", "fixed"),
+    _method("zo_adamm", "fixed"),
+    Method("open_es", "evosax Open_ES (pop. 20)", "outside", 10),
+    _method("zoaq", "adaptive"),
+    _method("zoaq", "adaptive", eager=True),
+    _method("zoaq", "adaptive", eager="vectorized"),
+    _method("auto_k", "adaptive"),
+    _method("zoar", "adaptive"),
+    _method("statzo", "adaptive"),
+    _method("statzo", "adaptive", eager=True),
+    _method("statzo", "adaptive", eager="vectorized"),
 )}
 
 
 def algo(name: str, value_fn, d: int) -> Algo:
     """The :class:`Algo` of method ``name`` on ``value_fn`` in dimension ``d``."""
-    import zoaq_jax
-
     method = METHODS[name]
-    common = {"mu": MU, "b1": B1, "b2": B2, "eps": EPS}
-    builders = {
-        "radazo-k10": lambda key: zoaq_jax.radazo(LR, k=10, key=key, **common),
-        "zo-adamm-k10": lambda key: zoaq_jax.zo_adamm(LR, k=10, key=key, **common),
-        "zoaq": lambda key: zoaq_jax.zoaq(LR, k_min=1, k_max=10, n_hist=8, key=key, **common),
-        "auto-k": lambda key: zoaq_jax.auto_k(LR, key=key, **common),
-        "zoar-k10": lambda key: zoaq_jax.zoar(LR, k=10, n_hist=8, key=key, **common),
-        "statzo": lambda key: zoaq_jax.statzo(LR, k_min=1, k_max=10, key=key, **common),
-    }
-    if name == "open-es":
+    if name == "open_es":
         return _open_es_algo(value_fn, d, method.k_max)
-    base = name.removesuffix("-eager").removesuffix("-vector")
-    return _optax_algo(builders[base], value_fn, method.eager)
+    spec = REGISTRY.parse(name.partition("+")[0])
+    return _optax_algo(lambda key: spec.build(SETTINGS.hyper, key, monitor=False), value_fn,
+                       method.eager)
 
-
-def parse(names: list[str]) -> list[str]:
-    """Validated method names (``SystemExit`` with the choices otherwise)."""
-    unknown = [n for n in names if n not in METHODS]
-    if unknown:
-        raise SystemExit(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
-    return list(dict.fromkeys(names))

@@ -7,8 +7,8 @@ from pathlib import Path
 from benchmarks import common
 from benchmarks import record as run_record
 
-REFERENCE = "open-es"  # the outside reference of the compare section
-FIXED_REFERENCE = "radazo-k10"  # the per-call cost reference of the dims section
+REFERENCE = "open_es"  # the outside reference of the compare section
+FIXED_REFERENCE = "radazo"  # the per-call cost reference of the dims section
 ADAPTIVE_GOAL, FIXED_GOAL = 1.0, 1.2  # calls/s against Open_ES at d = 100, 5 seeds
 DIMS_GOAL = 1.1  # adaptive cost per call against R-AdaZO K=10 at d = 10^6
 

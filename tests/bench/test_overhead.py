@@ -23,7 +23,7 @@ from zoaq_jax._src import expansion
 
 def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
     out = tmp_path / "res"
-    argv = ["overhead", "--preset", "gpu", "--methods", "statzo-vector", "open-es",
+    argv = ["overhead", "--preset", "gpu", "--methods", "statzo+vectorized", "open_es",
             "--dims", "8", "--dims-calls", "40", "--seeds", "3", "--compare-calls", "40",
             "--seeds-calls", "40", "--repeats", "1", "--no-pin", "--out", str(out),
             "--report", str(out / "overhead_gpu.md")]
@@ -33,10 +33,10 @@ def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
     assert record["record"]["command"] == record["command"]  # the harness's run record
     sections = record["sections"]
     compare = {r["method"]: r for r in sections["compare"]}
-    assert set(compare) == {"statzo-vector", "open-es"}
-    assert compare["open-es"]["seeds"] == config.PRESETS["gpu"].compare_seeds
-    assert compare["open-es"]["useful_calls"] == 40 * compare["open-es"]["seeds"]
-    assert compare["open-es"]["lane_use"] == 1.0
+    assert set(compare) == {"statzo+vectorized", "open_es"}
+    assert compare["open_es"]["seeds"] == config.PRESETS["gpu"].compare_seeds
+    assert compare["open_es"]["useful_calls"] == 40 * compare["open_es"]["seeds"]
+    assert compare["open_es"]["lane_use"] == 1.0
     assert all(r["useful_calls"] >= 40 * r["seeds"] for r in sections["compare"])
     assert [r["seeds"] for r in sections["seeds"]] == [3, 3]
     assert {r["d"] for r in sections["dims"]} == {8}
@@ -55,7 +55,7 @@ def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
 
 
 def test_fixed_method_accounting_is_exact():
-    case = measure.Case("radazo-k10", 4, 3, 60)
+    case = measure.Case("radazo", 4, 3, 60)
     case.time_once()
     r = case.record()
     assert r["useful_calls"] == 3 * 60 and r["steps"] == 3 and r["lane_use"] == 1.0
