@@ -80,6 +80,21 @@ def pinned_imap(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, de
             yield futures[future], future.result()
 
 
+def pinned_call(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in one spawned process pinned to this process's first core.
+
+    For a single long job (training a model) whose threads should not spread over the
+    cores, or whose result must not depend on how many there are.
+
+    Raises:
+      concurrent.futures.process.BrokenProcessPool: the process died.
+    """
+    with concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=pin_to_cores,
+            initargs=(available_cores()[:1],)) as executor:
+        return executor.submit(fn, *args).result()
+
+
 def pinned_map(fn: Callable[[Any], list], items: Sequence[Any], workers: int, desc: str,
                **kwargs: Any) -> list:
     """The concatenation of the lists ``fn`` returns, in completion order

@@ -18,9 +18,7 @@ same seed gives the same weights whatever the machine's core count.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
-import multiprocessing
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -130,12 +128,8 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
         f"weights go to {weights}")
     # The log lines come back when training ends; a child that dies raises
     # BrokenProcessPool here rather than hanging.
-    with concurrent.futures.ProcessPoolExecutor(
-        1, mp_context=multiprocessing.get_context("spawn"), initializer=pool.pin_to_cores,
-        initargs=(run_record.available_cores()[:1],),
-    ) as executor:
-        test_accuracy, seconds, cores, lines = executor.submit(
-            _train_and_save, dataset, config, str(weights)).result()
+    test_accuracy, seconds, cores, lines = pool.pinned_call(
+        _train_and_save, dataset, config, str(weights))
     for line in lines:
         log(line)
     load_weights(model, weights)

@@ -76,6 +76,17 @@ def test_pool_raises_when_a_worker_dies_instead_of_hanging():
         pool.pinned_map(_die, [1, 2, 3], workers=2, desc="t", bar=False)
 
 
+def _pid_and_cores(x):
+    return x, os.getpid(), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def test_pinned_call_runs_one_job_in_a_pinned_child_and_raises_if_it_dies():
+    value, pid, cores = pool.pinned_call(_pid_and_cores, 5)
+    assert value == 5 and pid != os.getpid() and cores == 1
+    with pytest.raises(concurrent.futures.process.BrokenProcessPool):
+        pool.pinned_call(_die, 2)
+
+
 # ----------------------------------------------------------------------------- flags
 
 
