@@ -140,9 +140,8 @@ def render(record: dict, path: Path, folder: Path) -> Path:
     if record.get("record"):  # the harness's run record (start, wall time, versions)
         parts.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
     parts += [
-        (f"Machine: {m['cpu']}, {m['cores']} cores ({record['pinned_cores']} used); JAX "
-         f"{m['jax']} on {m['backend']} ({', '.join(m['devices'])}). Load average (1 min): "
-         f"{loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} MiB. Run time "
+        (f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
+         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} MiB. Run time "
          f"excludes compilation; median of {p['repeats']} interleaved timings (compare, "
          f"dims), {max(1, p['repeats'] // 3)} (seeds)."),
     ]
