@@ -143,7 +143,7 @@ def adaptive_estimator(
         (False: the AlwaysGradient ablation, expanded candidates are fresh only).
       predraw: draw all ``k_max`` candidate directions of a step in one batch before the
         loop (fast when ``d`` is small and the budget is usually spent; ignored when the
-        batch would exceed 64 MiB); False draws each chunk where it is used (no draws
+        batch would exceed 128 Ki numbers); False draws each chunk where it is used (no draws
         beyond the budget bought). The numbers are the same either way.
       refresh: steps between exact recomputations of the running sum of the retained
         records, which bound its float32 rounding drift (see ``docs/design.md``).

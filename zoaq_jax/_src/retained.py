@@ -38,6 +38,17 @@ def check_refresh(refresh: Any) -> None:
     checks.count("refresh", refresh, 1)
 
 
+def _keys(schedule: ledger.KeySchedule, book: ledger.QueryLedger, steps: jax.Array,
+          index: jax.Array) -> Callable[[jax.Array, int], jax.Array]:
+    """``keys(first, size)``: the keys of records ``first .. first + size - 1`` of the
+    ``(steps, index)`` arrays, derived only when :func:`directions.regenerate_sums` draws."""
+    def keys(first, size):
+        return schedule.record_keys(book, jax.lax.dynamic_slice_in_dim(steps, first, size),
+                                    jax.lax.dynamic_slice_in_dim(index, first, size))
+
+    return keys
+
+
 def leaving_sums(
     kind: str, schedule: ledger.KeySchedule, book: ledger.QueryLedger, like: Any,
     buffer: history.History, keep: jax.Array, responses: jax.Array,
@@ -67,12 +78,9 @@ def leaving_sums(
         buffer, jnp.arange(slots, dtype=jnp.int32), responses, book.step, keep, slots)
     vectors = tuple(jnp.where(live, c, 0.0) for c in coeffs(values))
     if drawn is None:
-        def keys(first, size):
-            return schedule.record_keys(book, jax.lax.dynamic_slice_in_dim(steps, first, size),
-                                        jax.lax.dynamic_slice_in_dim(index, first, size))
-
         count = jnp.sum(live, dtype=jnp.int32)
-        return dirs.regenerate_sums(kind, keys, vectors, like, count)
+        return dirs.regenerate_sums(kind, _keys(schedule, book, steps, index), vectors, like,
+                                    count)
     # Fresh records sit at their index, the buffer's j-th oldest after the fresh ones.
     fresh, old = drawn
     n_old = jax.tree.leaves(old)[0].shape[0]
@@ -112,13 +120,8 @@ def refreshed(
     """
     finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(sums)])
     due = ((book.step + 1) % refresh == 0) | ~jnp.all(finite)
-
-    def keys(first, size):
-        return schedule.record_keys(
-            book, jax.lax.dynamic_slice_in_dim(buffer.steps, first, size),
-            jax.lax.dynamic_slice_in_dim(buffer.index, first, size))
-
     count = jnp.where(due, buffer.responses.shape[0], 0)
-    recomputed = dirs.regenerate_sums(kind, keys, exact, like, count)
+    recomputed = dirs.regenerate_sums(kind, _keys(schedule, book, buffer.steps, buffer.index),
+                                      exact, like, count)
     return tuple(jax.tree.map(lambda a, b: jnp.where(due, b, a), s, r)
                  for s, r in zip(sums, recomputed))
