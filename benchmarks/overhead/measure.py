@@ -70,7 +70,7 @@ def program(name: str, d: int, lanes: int, budget: int):
                 return jnp.where(mask, n, o)
 
             state = jax.tree.map(keep, new, state)
-            per_lane = jnp.uint32(method.k_max) if method.eager else jnp.max(k)
+            per_lane = jnp.uint32(method.k_max) if method.evaluation != "loop" else jnp.max(k)
             useful = useful + jnp.sum(jnp.where(active, k, 0), dtype=jnp.uint32)
             executed = executed + jnp.uint32(lanes) * per_lane
             return state, steps + 1, useful, executed

@@ -7,8 +7,9 @@ measurement vmaps them over seeds. All use the synthetic benchmark's settings
 Methods are named by their specs in the synthetic benchmark's registry
 (:data:`benchmarks.synthetic.methods.REGISTRY`: ``radazo`` is R-AdaZO K=10, ``zoaq``
 ZoAQ K in [1, 10]), built without the consistency monitor, as the library's aliases
-build them; ``SPEC+eager`` and ``SPEC+vectorized`` time the same method under the
-experimental eager evaluation of the expansion loop (``expansion.eager_evaluation``).
+build them; ``SPEC+eager`` and ``SPEC+vectorized`` time the same method with the
+estimator's ``evaluation="unrolled"`` and ``"vectorized"`` (every predrawn candidate
+evaluated at once, no ``while_loop``; ``zoaq_jax._src.expansion.EVALUATIONS``).
 
 ``open_es`` is evosax 0.3.2's ``Open_ES`` with antithetic sampling, population 20,
 ``std`` = ``mu``, raw fitness (``identity_fitness_shaping_fn``) and ZO-AdaMM's moments
@@ -45,18 +46,16 @@ class Method:
     label: str
     kind: str  # "fixed", "adaptive" or "outside"
     k_max: int  # directions of a fixed step; the largest budget of an adaptive one
-    # expansion.eager_evaluation's mode: False, True, "vectorized". It acts only where the
-    # step predraws its candidates (auto_k never does; ZoAQ not at d = 10^6, where
+    # The estimator's ``evaluation``: "loop", "unrolled", "vectorized". It acts only where
+    # the step predraws its candidates (auto_k never does; ZoAQ not at d = 10^6, where
     # k_max + n_hist directions exceed the batch limit): lane use assumes it acts.
-    eager: bool | str = False
+    evaluation: str = "loop"
     reference: str = "open_es"  # the equivalent fixed configuration it is compared with
 
 
-def _optax_algo(build: Callable[[Any], Any], value_fn, eager: bool) -> Algo:
+def _optax_algo(build: Callable[[Any], Any], value_fn) -> Algo:
     import jax
     import optax
-
-    from zoaq_jax._src import expansion
 
     update_opt = build(0)  # the run key lives in the state; this one only updates
 
@@ -65,8 +64,7 @@ def _optax_algo(build: Callable[[Any], Any], value_fn, eager: bool) -> Algo:
 
     def step(state):
         x, s = state
-        with expansion.eager_evaluation(eager):
-            u, s = update_opt.update(None, s, x, value_fn=value_fn)
+        u, s = update_opt.update(None, s, x, value_fn=value_fn)
         return optax.apply_updates(x, u), s
 
     def last_k(state):
@@ -113,14 +111,15 @@ def _open_es_algo(value_fn, d: int, k: int) -> Algo:
                 lambda s: jnp.asarray(k, jnp.int32))
 
 
-_MODES = {True: "eager", "vectorized": "vectorized"}
+_SUFFIXES = {"unrolled": "eager", "vectorized": "vectorized"}  # names in the results
 
 
-def _method(spec: str, kind: str, eager: bool | str = False) -> Method:
+def _method(spec: str, kind: str, evaluation: str = "loop") -> Method:
     m = REGISTRY.parse(spec)
-    suffix = f"+{_MODES[eager]}" if eager else ""
-    label = m.label + (f", {_MODES[eager]}" if eager else "")
-    return Method(m.spec + suffix, label, kind, m.fixed_k or m.get("k_max"), eager)
+    suffix = _SUFFIXES.get(evaluation)
+    return Method(m.spec + (f"+{suffix}" if suffix else ""),
+                  m.label + (f", {suffix}" if suffix else ""), kind,
+                  m.fixed_k or m.get("k_max"), evaluation)
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
@@ -128,13 +127,13 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     _method("zo_adamm", "fixed"),
     Method("open_es", "evosax Open_ES (pop. 20)", "outside", 10),
     _method("zoaq", "adaptive"),
-    _method("zoaq", "adaptive", eager=True),
-    _method("zoaq", "adaptive", eager="vectorized"),
+    _method("zoaq", "adaptive", evaluation="unrolled"),
+    _method("zoaq", "adaptive", evaluation="vectorized"),
     _method("auto_k", "adaptive"),
     _method("zoar", "adaptive"),
     _method("statzo", "adaptive"),
-    _method("statzo", "adaptive", eager=True),
-    _method("statzo", "adaptive", eager="vectorized"),
+    _method("statzo", "adaptive", evaluation="unrolled"),
+    _method("statzo", "adaptive", evaluation="vectorized"),
 )}
 
 
@@ -143,7 +142,9 @@ def algo(name: str, value_fn, d: int) -> Algo:
     method = METHODS[name]
     if name == "open_es":
         return _open_es_algo(value_fn, d, method.k_max)
-    spec = REGISTRY.parse(name.partition("+")[0])
-    return _optax_algo(lambda key: spec.build(SETTINGS.hyper, key, monitor=False), value_fn,
-                       method.eager)
+    base = name.partition("+")[0]
+    if method.evaluation != "loop":
+        base += f":evaluation={method.evaluation}"
+    spec = REGISTRY.parse(base)
+    return _optax_algo(lambda key: spec.build(SETTINGS.hyper, key, monitor=False), value_fn)
 

@@ -18,7 +18,6 @@ import pytest
 import zoaq_jax
 from benchmarks.__main__ import main as bench_main
 from benchmarks.overhead import config, measure
-from zoaq_jax._src import expansion
 
 
 def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
@@ -72,24 +71,25 @@ def test_errors_are_clear(argv, message, capsys):
 
 
 MAKERS = {
-    "zoaq": lambda key: zoaq_jax.zoaq(1e-2, k_min=1, k_max=4, n_hist=3, key=key),
-    "statzo-remainder": lambda key: zoaq_jax.statzo(1e-2, k_min=2, k_max=7, k_step=2, key=key),
+    "zoaq": lambda key, evaluation: zoaq_jax.zoaq(1e-2, k_min=1, k_max=4, n_hist=3,
+                                                  evaluation=evaluation, key=key),
+    "statzo-remainder": lambda key, evaluation: zoaq_jax.statzo(
+        1e-2, k_min=2, k_max=7, k_step=2, evaluation=evaluation, key=key),
 }
 
 
 @functools.cache
-def _run(name, eager, seeds=(0, 1, 2), steps=6, d=5):
-    """Per-seed trajectories (vmapped) of ``MAKERS[name](key)`` on a quartic."""
+def _run(name, evaluation, seeds=(0, 1, 2), steps=6, d=5):
+    """Per-seed trajectories (vmapped) of ``MAKERS[name]`` on a quartic."""
     make = MAKERS[name]
 
     def one(seed):
-        opt = make(jax.random.fold_in(jax.random.key(0), seed))
+        opt = make(jax.random.fold_in(jax.random.key(0), seed), evaluation)
         x = jnp.linspace(-1.0, 1.0, d) + seed
 
         def body(carry, _):
             x, s = carry
-            with expansion.eager_evaluation(eager):
-                u, s = opt.update(None, s, x, value_fn=lambda y: jnp.sum(y**2 * (1 + y**2)))
+            u, s = opt.update(None, s, x, value_fn=lambda y: jnp.sum(y**2 * (1 + y**2)))
             return (optax.apply_updates(x, u), s), optax.tree.get(s, "last_k")
 
         (x, s), ks = jax.lax.scan(body, (x, opt.init(x)), None, length=steps)
@@ -99,14 +99,35 @@ def _run(name, eager, seeds=(0, 1, 2), steps=6, d=5):
 
 
 @pytest.mark.parametrize("name", sorted(MAKERS))
-@pytest.mark.parametrize("mode", [True, "vectorized"])
+@pytest.mark.parametrize("mode", ["unrolled", "vectorized"])
 def test_eager_evaluation_buys_what_the_loop_buys(name, mode):
     """Same accepted K and query counts as the lazy loop; estimates equal up to the
     rounding of evaluating the objective in one batch of k_max rather than chunk by chunk
     (and, vectorized, of cumulative sums)."""
-    x_lazy, k_lazy, q_lazy = _run(name, False)
+    x_lazy, k_lazy, q_lazy = _run(name, "loop")
     x_eager, k_eager, q_eager = _run(name, mode)
     np.testing.assert_array_equal(k_eager, k_lazy)
     np.testing.assert_array_equal(q_eager, q_lazy)
     np.testing.assert_allclose(x_eager, x_lazy, rtol=1e-5, atol=1e-6)
     assert len(set(k_lazy.ravel().tolist())) > 1  # the test exercises expansion
+
+
+def test_evaluation_is_an_explicit_static_choice():
+    """The strategy is the estimator's argument: only ``"loop"`` compiles the expansion's
+    while loop (the others have just the random-number generator's loops), so no global
+    state can switch a step that is already traced."""
+    x = jnp.ones(5)
+
+    def loops(evaluation):
+        est = zoaq_jax.zoaq_estimator(k_max=4, n_hist=0, evaluation=evaluation, key=0)
+        step = jax.jit(lambda s: est.update(None, s, x, value_fn=jnp.sum))
+        return step.lower(est.init(x)).as_text().count("stablehlo.while")
+
+    unrolled = loops("unrolled")
+    assert loops("loop") == unrolled + 1
+    assert loops("vectorized") == unrolled
+
+
+def test_unknown_evaluation_is_refused():
+    with pytest.raises(ValueError, match="evaluation"):
+        zoaq_jax.zoaq_estimator(evaluation="eager")

@@ -95,6 +95,7 @@ def zoaq(
     controller: str = "adaptive",
     backbone: str = "radazo",
     refresh: int = retained.REFRESH,
+    evaluation: str = "loop",
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAQ on the R-AdaZO backbone, the paper's optimizer.
@@ -104,9 +105,9 @@ def zoaq(
     See :func:`zoaq_estimator` for the controller and its arguments (``k_min``,
     ``k_max``, ``k_step``, ``n_hist``, ``mu``, ``tau0``, ``beta_tau``, ``b1``,
     ``eps_anc``, ``reset``, ``trigger``, ``c_norm``, ``tau_band``, ``difference``,
-    ``directions``, ``controller``, ``refresh``, ``key``) and :func:`scale_by_radazo` for the
-    backbone; ``b1`` is shared by the gate's EMA and the backbone's first moment, as in
-    the paper.
+    ``directions``, ``controller``, ``refresh``, ``evaluation``, ``key``) and
+    :func:`scale_by_radazo` for the backbone; ``b1`` is shared by the gate's EMA and the
+    backbone's first moment, as in the paper.
 
     Args:
       learning_rate: step size :math:`\eta` or an Optax schedule.
@@ -139,7 +140,7 @@ def zoaq(
         k_min=k_min, k_max=k_max, k_step=k_step, n_hist=n_hist, mu=mu, tau0=tau0,
         beta_tau=beta_tau, b1=b1, eps_anc=eps_anc, reset=reset, trigger=trigger,
         c_norm=c_norm, tau_band=tau_band, difference=difference, directions=directions,
-        controller=controller, refresh=refresh, key=key,
+        controller=controller, refresh=refresh, evaluation=evaluation, key=key,
     )
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
 
@@ -363,6 +364,7 @@ def statzo(
     b2: float = 0.99,
     eps: float = 1e-8,
     backbone: str = "radazo",
+    evaluation: str = "loop",
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""StatZO: norm-test adaptive sampling on a backbone (stabilized: R-AdaZO default).
@@ -372,7 +374,7 @@ def statzo(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, k_step, theta, mu, directions, difference, key: see
+      k_min, k_max, k_step, theta, mu, directions, difference, evaluation, key: see
         :func:`statzo_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"`` (the paper's stabilized StatZO), ``"zo_adamm"`` (the
@@ -394,7 +396,7 @@ def statzo(
     """
     estimator = statzo_estimator(
         k_min=k_min, k_max=k_max, k_step=k_step, theta=theta, mu=mu, directions=directions,
-        difference=difference, key=key,
+        difference=difference, evaluation=evaluation, key=key,
     )
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
 

@@ -107,6 +107,7 @@ def adaptive_estimator(
     reuse_after_expand: bool = True,
     predraw: bool = True,
     refresh: int = retained.REFRESH,
+    evaluation: str = "loop",
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""An accept-or-expand estimator from a gate and a budget rule.
@@ -147,6 +148,10 @@ def adaptive_estimator(
         beyond the budget bought). The numbers are the same either way.
       refresh: steps between exact recomputations of the running sum of the retained
         records, which bound its float32 rounding drift (see ``docs/design.md``).
+      evaluation: how a step evaluates its candidates, a static choice among
+        :data:`expansion.EVALUATIONS`: ``"loop"`` (the lazy ``while_loop``), or
+        ``"unrolled"``/``"vectorized"`` (every predrawn candidate at once, no loop; for
+        throughput measurements on accelerators).
       key: integer seed or typed key.
 
     Returns:
@@ -173,6 +178,7 @@ def adaptive_estimator(
     schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     checks.choice("directions", directions, dirs.KINDS)
+    checks.choice("evaluation", evaluation, expansion.EVALUATIONS)
     slots = expansion.capacity(k_min, k_max, k_step)
 
     def init_fn(params):
@@ -216,9 +222,9 @@ def adaptive_estimator(
             return score, passed | step.centre_bad
 
         cand = expansion.accept_or_expand(
-            expansion.fresh_acquirer(step, params, step_key, directions, drawn),
+            expansion.fresh_acquirer(step, params, step_key, directions, drawn, evaluation),
             test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
-            second_moment=gate.second_moment,
+            second_moment=gate.second_moment, evaluation=evaluation,
         )
         ev = evidence(cand)
         g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)

@@ -18,8 +18,7 @@ non-dividing grid adds the remainder chunk's evaluations as further uncounted wo
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -70,41 +69,31 @@ def draw_step(
     return retained, jax.tree.map(lambda x: x[n_retained:], u)
 
 
-_EAGER = [False]
-_UNROLL_LIMIT = 32  # eager steps with at most this many grid points are decided unrolled
+EVALUATIONS = ("loop", "unrolled", "vectorized")
+_UNROLL_LIMIT = 32  # unrolled steps with at most this many grid points are decided unrolled
+"""How a step's candidates are evaluated (the static ``evaluation`` argument of the
+adaptive estimators).
 
+* ``"loop"`` (the default): the lazy ``while_loop``, chunk by chunk; nothing beyond the
+  budget bought is evaluated.
+* ``"unrolled"``: when a step's ``capacity`` fresh directions are drawn in one batch
+  (``predraw``), their responses are computed in one batched call, every candidate of
+  the grid is built with the loop's chunks and additions and tested, and the first
+  accepted one is kept: no ``while_loop``, so under ``vmap`` no lane waits for another
+  (grids of more than ``_UNROLL_LIMIT`` points keep the loop over precomputed responses).
+* ``"vectorized"``: as ``"unrolled"``, but all candidates come from cumulative sums and
+  one batched test; the additions' order, hence the rounding of the estimates, may differ
+  from the loop's.
 
-@contextlib.contextmanager
-def eager_evaluation(enabled: bool | str = True) -> Iterator[None]:
-    """Estimators *traced* inside this context evaluate all predrawn candidates at once.
-
-    ``enabled``: ``False`` (the lazy loop), ``True`` (candidates built one by one with the
-    loop's chunks and additions, unrolled) or ``"vectorized"`` (all candidates from
-    cumulative sums and one batched test; the additions' order, hence the rounding of
-    the estimates, may differ from the loop's).
-
-    Experimental, for throughput measurements (``python -m benchmarks overhead``): when a
-    step's ``capacity`` fresh directions are drawn in one batch (``predraw``), their
-    responses are computed in one batched call, every candidate of the grid is built
-    with the loop's chunks and additions and tested, and the first accepted one is kept:
-    no ``while_loop``, so under ``vmap`` no lane waits for another (grids of more than
-    ``_UNROLL_LIMIT`` points keep the loop over precomputed responses). The accepted
-    ``K``, query counts and records are those of the lazy loop for the same responses,
-    but evaluating the objective in one batch of ``capacity`` rather than chunk by chunk
-    may round the responses differently; estimators with running sums of retained
-    records accumulate such last-bit differences, so long runs drift from the lazy
-    loop's trajectory. The objective is evaluated at directions the step may not buy:
-    uncounted compute, like the evaluations of finished lanes under ``vmap``. On CPU at
-    d = 100 neither form beats the lazy loop by more than noise (unrolled: slower; see
-    ``docs/results/overhead.md``); they are there to be measured where loop iterations
-    are dear (accelerators).
-    """
-    old = _EAGER[0]
-    _EAGER[0] = enabled
-    try:
-        yield
-    finally:
-        _EAGER[0] = old
+Both non-default forms accept the ``K``, count the queries and keep the records that the
+loop would for the same responses, but evaluating the objective in one batch of
+``capacity`` rather than chunk by chunk may round the responses differently; estimators
+with running sums of retained records accumulate such last-bit differences, so long runs
+drift from the loop's trajectory. They evaluate the objective at directions the step may
+not buy: uncounted compute, like the evaluations of finished lanes under ``vmap``. Where
+directions are not predrawn (the batch limit, ``predraw=False``) every form is the loop.
+Measured in ``docs/results/overhead.md``.
+"""
 
 
 class StepOracle(NamedTuple):
@@ -143,26 +132,29 @@ def open_step(
 
 def fresh_acquirer(
     step: StepOracle, params: Any, key: jax.Array, kind: str, drawn: Any = None,
+    evaluation: str = "loop",
 ) -> Callable[[jax.Array, int], tuple[jax.Array, jax.Array, Any]]:
     """``acquire(first, size)`` for :func:`accept_or_expand` at ``params``.
 
     Fresh direction ``i`` of the step keyed by ``key`` comes from
     ``ledger.direction_keys(key, i, 1)``. ``drawn``, when given, holds all of them drawn
     in advance (leading axis ``capacity``): drawing them in one batch is much cheaper
-    than one draw per retry when ``d`` is small, and gives the same numbers.
+    than one draw per retry when ``d`` is small, and gives the same numbers. With
+    ``evaluation`` other than ``"loop"`` (see :data:`EVALUATIONS`) and ``drawn`` given,
+    every response is computed up front.
     """
 
-    if drawn is not None and _EAGER[0]:
+    if drawn is not None and evaluation != "loop":
         all_r, all_v = step.diff.responses(params, drawn, step.centre)
 
-        def acquire_eager(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
+        def acquire_precomputed(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
             def cut(x):
                 return jax.lax.dynamic_slice_in_dim(x, first, size)
 
             return cut(all_r), cut(all_v), jax.tree.map(cut, drawn)
 
-        acquire_eager.precomputed = True  # accept_or_expand may decide without a loop
-        return acquire_eager
+        acquire_precomputed.precomputed = True  # accept_or_expand may decide without a loop
+        return acquire_precomputed
 
     def acquire(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
         if drawn is None:
@@ -184,6 +176,7 @@ def accept_or_expand(
     k_step: int,
     k_start: jax.Array | int,
     second_moment: bool = False,
+    evaluation: str = "loop",
 ) -> Candidate:
     """Acquires fresh directions chunk by chunk until ``test`` accepts.
 
@@ -200,6 +193,8 @@ def accept_or_expand(
       k_start: the first grid point at which the test is consulted (reset policies
         may start a step above ``k_min``); earlier chunks are bought without a test.
       second_moment: also accumulate ``sum ||r_i u_i||^2`` (for variance tests).
+      evaluation: ``"vectorized"`` builds the candidates from cumulative sums when
+        ``acquire`` has precomputed its responses (see :data:`EVALUATIONS`).
 
     Returns:
       The accepted :class:`Candidate`.
@@ -259,7 +254,7 @@ def accept_or_expand(
         ))
 
     sizes = [k_min] + [k_step] * ((k_max - k_min) // k_step) + ([remainder] if remainder else [])
-    if getattr(acquire, "precomputed", False) and _EAGER[0] == "vectorized":
+    if getattr(acquire, "precomputed", False) and evaluation == "vectorized":
         # Every candidate of the grid at once: prefix sums over the precomputed records
         # (cumulative sums: the additions' order, hence rounding, may differ from the
         # loop's), one batched test, the first accepted candidate per lane.
@@ -295,7 +290,7 @@ def accept_or_expand(
         return chosen._replace(responses=jnp.where(bought, responses, 0.0),
                                ok=bought & ok)
     if getattr(acquire, "precomputed", False) and len(sizes) <= _UNROLL_LIMIT:
-        # Responses are already computed (eager evaluation): build every candidate of the
+        # Responses are already computed: build every candidate of the
         # grid with the same chunks and additions as the loop, test them all, and keep
         # the first accepted one. No while_loop, so no lane waits for another under vmap.
         cands, first = [], 0

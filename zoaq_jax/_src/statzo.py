@@ -18,6 +18,7 @@ def statzo_estimator(
     mu: float = 5e-3,
     directions: str = "gaussian",
     difference: str = "forward",
+    evaluation: str = "loop",
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""Adaptive sampling: grow K until the classical norm test holds.
@@ -48,6 +49,8 @@ def statzo_estimator(
       mu: smoothing radius :math:`\mu > 0`.
       directions: ``"gaussian"`` or ``"sphere"``.
       difference: ``"forward"`` (classical, with a centre query) or ``"central"``.
+      evaluation: ``"loop"``, ``"unrolled"`` or ``"vectorized"``: how a step evaluates
+        its candidates (see :func:`adaptive_estimator`).
       key: integer seed or typed key.
 
     Returns:
@@ -72,5 +75,6 @@ def statzo_estimator(
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
     return adaptive_estimator(
         gates.norm_test(theta), budgets.constant(k_min), k_min=k_min, k_max=k_max,
-        k_step=k_step, mu=mu, difference=difference, directions=directions, key=key,
+        k_step=k_step, mu=mu, difference=difference, directions=directions,
+        evaluation=evaluation, key=key,
     )

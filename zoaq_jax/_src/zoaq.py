@@ -30,6 +30,7 @@ def zoaq_estimator(
     directions: str = "gaussian",
     controller: str = "adaptive",
     refresh: int = retained.REFRESH,
+    evaluation: str = "loop",
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAQ's accept-or-expand estimator with query reuse (Algorithm 1 of the paper).
@@ -89,6 +90,8 @@ def zoaq_estimator(
         (AlwaysGradient ablation: candidates after a failed test use fresh records only).
       refresh: steps between exact recomputations of the running sum of the retained
         records (see :func:`adaptive_estimator`).
+      evaluation: ``"loop"``, ``"unrolled"`` or ``"vectorized"``: how a step evaluates
+        its candidates (see :func:`adaptive_estimator`).
       key: integer seed or typed key.
 
     Returns:
@@ -135,5 +138,6 @@ def zoaq_estimator(
     return adaptive_estimator(
         gate, budgets.reset(reset, k_min, k_step), k_min=k_min, k_max=k_max, k_step=k_step,
         n_hist=n_hist, mu=mu, difference=difference, directions=directions,
-        reuse_after_expand=controller != "fresh_on_expand", refresh=refresh, key=key,
+        reuse_after_expand=controller != "fresh_on_expand", refresh=refresh,
+        evaluation=evaluation, key=key,
     )
