@@ -20,8 +20,8 @@ from zoaq_jax._src.controller import (
 from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.history import History
 from zoaq_jax._src.host import host_oracle
-from zoaq_jax._src.ledger import QueryLedger
-from zoaq_jax._src.loop import Trace, run
+from zoaq_jax._src.ledger import QueryLedger, check_responses
+from zoaq_jax._src.loop import STATUSES, Trace, run
 from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
 from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
 from zoaq_jax._src.statzo import statzo_estimator
@@ -40,6 +40,7 @@ __all__ = [
     "History",
     "Outcome",
     "QueryLedger",
+    "STATUSES",
     "ScaleByRAdaZOState",
     "ScaleByZOAdaMMState",
     "Trace",
@@ -48,6 +49,7 @@ __all__ = [
     "auto_k",
     "auto_k_estimator",
     "budgets",
+    "check_responses",
     "fixed_estimator",
     "gates",
     "host_oracle",

@@ -78,7 +78,9 @@ def _program(unit: Unit, phases: int):
         for phase in range(phases):
             params, state, trace = zoaq_jax.run(
                 opt, objective, params, p.steps, log_every=p.log_every, init_state=state,
-                extras=("consistency",), fid=fids[phase])
+                extras=("consistency",), fid=fids[phase],
+                divergence=None)  # a diverging method is a result to record, not to stop
+            trace = trace._replace(best_params=None)  # per-row fields only
             if traces:  # the second phase's step 0 is the first phase's last point
                 trace = jax.tree.map(lambda x: x[1:], trace)
                 trace = trace._replace(step=trace.step + phase * p.steps)

@@ -193,10 +193,24 @@ def adaptive_estimator(
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates
+        centre_calls = int(difference == "forward" and value is None)
+        per_direction = oracle.FiniteDifference(value_fn, mu, difference).calls_per_direction
+        min_calls = centre_calls + per_direction * k_min
+        return ledger.skip_unaffordable(
+            state.ledger, min_calls,
+            lambda: step_fn(state, params, value_fn, value, extra_args),
+            lambda: (optax.tree.cast_like(dirs.zeros(params), params), state))
+
+    def step_fn(state, params, value_fn, value, extra_args):
+        """One step that the query limit affords (at least ``k_min`` directions)."""
         step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
         step_key = schedule.step_key(state.ledger)
         scale = dirs.estimator_scale(directions, params)
         k_start = jnp.where(step.centre_bad, k_min, budget.start(state.budget))
+        k_cap, left = None, ledger.calls_left(state.ledger)
+        if left is not None:  # a query limit: the largest grid point it affords
+            k_cap = expansion.grid_cap(k_min, k_max, k_step,
+                                       (left - step.centre_calls) // step.diff.calls_per_direction)
         context = gate.prepare(state.gate)
 
         drawn, oldest = None, None
@@ -225,6 +239,7 @@ def adaptive_estimator(
             expansion.fresh_acquirer(step, params, step_key, directions, drawn, evaluation),
             test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
             second_moment=gate.second_moment, evaluation=evaluation,
+            k_cap=k_cap,
         )
         ev = evidence(cand)
         g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)

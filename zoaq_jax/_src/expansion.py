@@ -107,9 +107,14 @@ class StepOracle(NamedTuple):
     def charge(self, book: ledger.QueryLedger, cand: Candidate) -> ledger.QueryLedger:
         """``book`` advanced by one step that bought ``cand``'s fresh directions."""
         return ledger.advance(
-            book, k=cand.k, calls=self.centre_calls + self.diff.calls_per_direction * cand.k,
-            nonfinite=cand.k - cand.n_ok,
+            book, k=cand.k, calls=self.step_calls(cand.k), nonfinite=cand.k - cand.n_ok,
+            zero=jnp.sum(cand.ok & (cand.responses == 0), dtype=jnp.int32),
+            value=self.value_estimate(cand),
         )
+
+    def step_calls(self, k: Any) -> Any:
+        """Oracle calls of a step that buys ``k`` fresh directions, centre included."""
+        return self.centre_calls + self.diff.calls_per_direction * k
 
     def value_estimate(self, cand: Candidate) -> jax.Array:
         """The step's own estimate of ``f(x)``: the centre value (forward) or the mean
@@ -177,6 +182,7 @@ def accept_or_expand(
     k_start: jax.Array | int,
     second_moment: bool = False,
     evaluation: str = "loop",
+    k_cap: jax.Array | None = None,
 ) -> Candidate:
     """Acquires fresh directions chunk by chunk until ``test`` accepts.
 
@@ -195,6 +201,9 @@ def accept_or_expand(
       second_moment: also accumulate ``sum ||r_i u_i||^2`` (for variance tests).
       evaluation: ``"vectorized"`` builds the candidates from cumulative sums when
         ``acquire`` has precomputed its responses (see :data:`EVALUATIONS`).
+      k_cap: a grid point below ``k_max`` at which the step must stop (a query limit,
+        :func:`grid_cap`); the candidate there is accepted whatever its score, and the
+        test is consulted from ``min(k_start, k_cap)`` on. None: ``k_max``.
 
     Returns:
       The accepted :class:`Candidate`.
@@ -225,7 +234,10 @@ def accept_or_expand(
 
     def decide(cand: Candidate) -> Candidate:
         score, passed = test(cand)
-        accepted = (cand.k >= k_start) & (passed | (cand.k >= k_max))
+        if k_cap is None:
+            accepted = (cand.k >= k_start) & (passed | (cand.k >= k_max))
+        else:
+            accepted = (cand.k >= jnp.minimum(k_start, k_cap)) & (passed | (cand.k >= k_cap))
         return cand._replace(score=jnp.asarray(score, jnp.float32), accepted=accepted)
 
     empty = Candidate(
@@ -312,6 +324,13 @@ def accept_or_expand(
     if k_max == k_min:
         return cand
     return jax.lax.while_loop(lambda c: ~c.accepted, expand, cand)
+
+
+def grid_cap(k_min: int, k_max: int, k_step: int, affordable: jax.Array) -> jax.Array:
+    """The largest grid point ``<= affordable`` (``k_min`` when none is: the caller then
+    skips the step)."""
+    below = k_min + (jnp.maximum(affordable, k_min) - k_min) // k_step * k_step
+    return jnp.where(affordable >= k_max, k_max, jnp.minimum(below, k_max)).astype(jnp.int32)
 
 
 def finish(total: Any, n: jax.Array, scale: float, n_fresh: jax.Array) -> tuple[Any, jax.Array]:

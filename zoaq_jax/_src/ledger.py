@@ -6,7 +6,20 @@ chained state:
 
 * ``num_queries``: cumulative oracle calls made by the estimator, centre values included.
 * ``num_nonfinite``: cumulative responses discarded because they were NaN or inf.
+* ``num_zero_responses``: cumulative finite fresh responses that were exactly 0 (all of
+  them when ``mu`` is below the parameters' float resolution: ``x + mu u`` rounds back
+  to ``x``); :func:`zoaq_jax.check_responses` turns it into a host warning.
 * ``last_k``: fresh directions acquired at the last step.
+* ``last_value``: the last step's free estimate of ``f(x_t)`` (no extra query).
+* ``query_limit``: None (no limit, the default), or the calls the estimator may make in
+  all: a step that cannot afford its smallest budget is not taken, and adaptive steps cap
+  their budget by the calls left (:func:`limit_queries`; :func:`zoaq_jax.run` sets it
+  from ``max_queries``). It is static whether a state has a limit: a state without one
+  compiles to the unlimited step.
+
+The counters are int32 scalars (per lane under ``vmap``) that **saturate** at
+:data:`COUNT_MAX` ``= 2**31 - 1`` instead of wrapping to negative values: a count below
+``COUNT_MAX`` is exact, a count equal to it means "at least that many".
 
 Keys follow one schedule: the direction with index ``i`` at step ``t`` is drawn from
 ``fold_in(fold_in(key, t), i)``, so a record is reproducible from ``(t, i)`` alone.
@@ -20,22 +33,33 @@ can be donated to ``jit`` (the user's key is never aliased), serialised by
 
 from __future__ import annotations
 
+from collections.abc import Callable
+import warnings
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 
 from zoaq_jax._src import checks, oracle
 
 
+COUNT_MAX = 2**31 - 1
+"""Where the int32 counters of a :class:`QueryLedger` saturate (and the default limit)."""
+
+
 class QueryLedger(NamedTuple):
-    """Keys and counters of a zeroth-order estimator."""
+    """Keys and counters of a zeroth-order estimator (counters saturate at ``COUNT_MAX``)."""
 
     key_data: jax.Array  # uint32 raw data of the run's typed PRNG key
     step: jax.Array  # int32, steps taken (the per-step key index)
-    num_queries: jax.Array  # int32, cumulative oracle calls
-    num_nonfinite: jax.Array  # int32, cumulative discarded (NaN/inf) responses
+    num_queries: jax.Array  # int32, cumulative oracle calls (saturating)
+    num_nonfinite: jax.Array  # int32, cumulative discarded (NaN/inf) responses (saturating)
+    num_zero_responses: jax.Array  # int32, cumulative finite responses exactly 0 (saturating)
     last_k: jax.Array  # int32, fresh directions acquired at the last step
+    last_value: jax.Array  # float32, the last step's free estimate of f(x_t) (NaN: none)
+    query_limit: jax.Array | None = None  # int32, calls allowed in all (None: no limit)
 
 
 class KeySchedule(NamedTuple):
@@ -84,7 +108,8 @@ class KeySchedule(NamedTuple):
             return jnp.zeros((), jnp.int32)
 
         return QueryLedger(key_data=data, step=zero(), num_queries=zero(),
-                           num_nonfinite=zero(), last_k=zero())
+                           num_nonfinite=zero(), num_zero_responses=zero(), last_k=zero(),
+                           last_value=jnp.full((), jnp.nan, jnp.float32))
 
 
 def direction_keys(key: jax.Array, first: jax.Array | int, size: int) -> jax.Array:
@@ -93,12 +118,119 @@ def direction_keys(key: jax.Array, first: jax.Array | int, size: int) -> jax.Arr
     return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, index)
 
 
-def advance(ledger: QueryLedger, *, k: jax.Array, calls: jax.Array, nonfinite: jax.Array):
-    """The ledger after a step that acquired ``k`` directions with ``calls`` oracle calls."""
+def _add(count: jax.Array, n: Any) -> jax.Array:
+    """``count + n`` for ``n >= 0``, saturating at ``COUNT_MAX`` instead of wrapping."""
+    n = jnp.asarray(n, jnp.int32)
+    return jnp.where(count > COUNT_MAX - n, COUNT_MAX, count + n).astype(jnp.int32)
+
+
+def calls_left(ledger: QueryLedger) -> jax.Array | None:
+    """Oracle calls the estimator may still make under its ``query_limit`` (int32; None
+    without a limit)."""
+    if ledger.query_limit is None:
+        return None
+    return jnp.maximum(ledger.query_limit - ledger.num_queries, 0)
+
+
+def advance(ledger: QueryLedger, *, k: jax.Array, calls: jax.Array, nonfinite: jax.Array,
+            zero: jax.Array, value: jax.Array):
+    """The ledger after a step that acquired ``k`` directions with ``calls`` oracle calls,
+    ``nonfinite`` discarded and ``zero`` exactly-zero responses, estimating ``f(x)`` as
+    ``value``."""
     return ledger._replace(
         step=jnp.asarray(ledger.step + 1, jnp.int32),
-        num_queries=jnp.asarray(ledger.num_queries + jnp.asarray(calls, jnp.int32), jnp.int32),
-        num_nonfinite=jnp.asarray(
-            ledger.num_nonfinite + jnp.asarray(nonfinite, jnp.int32), jnp.int32),
+        num_queries=_add(ledger.num_queries, calls),
+        num_nonfinite=_add(ledger.num_nonfinite, nonfinite),
+        num_zero_responses=_add(ledger.num_zero_responses, zero),
         last_k=jnp.asarray(k, jnp.int32),
+        last_value=jnp.asarray(value, jnp.float32),
     )
+
+
+def skip_unaffordable(ledger: QueryLedger, min_calls: int, take: Callable[[], Any],
+                      skip: Callable[[], Any]) -> Any:
+    """``take()`` if the ledger can afford a step's ``min_calls``, else ``skip()``.
+
+    A skipped step makes no oracle call (a ``lax.cond``; under ``vmap`` both branches
+    run, and the skipped lanes' evaluations are uncounted compute, not queries). Without
+    a limit this is ``take()`` alone, the same program as before limits existed.
+    """
+    if ledger.query_limit is None:
+        return take()
+    return jax.lax.cond(calls_left(ledger) >= min_calls, take, skip)
+
+
+def limit_queries(state: Any, max_queries: Any) -> Any:
+    """``state`` allowed ``max_queries`` more oracle calls by every :class:`QueryLedger` in it.
+
+    Args:
+      state: an optimizer state (any PyTree holding ledgers, e.g. a chain's state).
+      max_queries: calls allowed from now on (non-negative int, may be traced); the
+        ``query_limit`` becomes ``num_queries + max_queries`` (saturating).
+
+    Returns:
+      The state with the limit set; its estimators then never exceed it.
+    """
+    def set_limit(node):
+        if isinstance(node, QueryLedger):
+            return node._replace(query_limit=_add(node.num_queries, max_queries))
+        return node
+
+    return jax.tree.map(set_limit, state, is_leaf=lambda n: isinstance(n, QueryLedger))
+
+
+def with_key(state: Any, key: Any) -> Any:
+    """``state`` with the run key of every :class:`QueryLedger` replaced by ``key``.
+
+    ``key`` is an integer seed (a key of the default implementation) or a typed key of
+    the estimators' implementation, possibly traced: this is how one optimizer object
+    runs many seeds under ``vmap``.
+    """
+    def set_key(node):
+        if isinstance(node, QueryLedger):
+            typed = key if checks.is_typed_key(key) else jax.random.key(key)
+            data = jnp.asarray(jax.random.key_data(typed), jnp.uint32)
+            if data.shape != node.key_data.shape:
+                raise ValueError(
+                    f"key: a key of shape {data.shape} cannot replace the estimator's "
+                    f"{node.key_data.shape} key data; pass a typed key of the estimator's "
+                    "PRNG implementation.")
+            return node._replace(key_data=data)
+        return node
+
+    return jax.tree.map(set_key, state, is_leaf=lambda n: isinstance(n, QueryLedger))
+
+
+def check_responses(state: Any, *, share: float = 0.1, stacklevel: int = 2) -> None:
+    """Warns on the host when many of a state's responses were exactly 0.
+
+    Every response is exactly 0 when ``x + mu u`` rounds back to ``x``: ``mu`` below the
+    float resolution of the parameters (about ``1e-7 |x|`` in float32). The estimates
+    are then zero and adaptive estimators spend their whole budget on them. Call it on a
+    concrete state (outside ``jit``); :func:`zoaq_jax.run` and the benchmarks do.
+
+    Args:
+      state: an optimizer state (lanes of a ``vmap`` are summed).
+      share: warn when ``num_zero_responses`` is at least this share of ``num_queries``.
+      stacklevel: passed to :func:`warnings.warn`.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> opt = zoaq_jax.zo_sgd(1e-2, mu=1e-12)
+      >>> x = jnp.ones(3)
+      >>> _, state = opt.update(None, opt.init(x), x, value_fn=lambda x: x @ x)
+      >>> zoaq_jax.check_responses(state)  # doctest: +SKIP
+      RuntimeWarning: 2 of 2 oracle calls gave exactly-zero responses ...
+    """
+    zeros = optax.tree.get(state, "num_zero_responses")
+    calls = optax.tree.get(state, "num_queries")
+    if zeros is None or calls is None:
+        return
+    zeros, calls = (int(np.sum(np.asarray(x, np.int64))) for x in (zeros, calls))
+    if zeros and zeros >= share * calls:
+        warnings.warn(
+            f"{zeros} responses in {calls} oracle calls were exactly 0: the perturbation "
+            "mu * u is probably below the float resolution of the parameters, so x + mu u "
+            "rounds back to x and the estimates are zero. Increase mu (e.g. to 1e-3 times "
+            "the parameters' scale) or use float64 parameters.",
+            RuntimeWarning, stacklevel=stacklevel)

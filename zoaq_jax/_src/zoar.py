@@ -48,7 +48,10 @@ def zoar_estimator(
       gradients over the newest :math:`N_{hist} + 1` steps (``2k`` calls a step).
 
     Non-finite values are discarded (counted in ``num_nonfinite``) and never enter the
-    buffer; a step without any finite fresh value returns zeros. The buffer holds
+    buffer; ``num_zero_responses`` counts the fresh records whose coefficient is exactly 0
+    (central: :math:`r_i = 0`; forward: :math:`y_i = b`, e.g. every record when ``mu`` is
+    below the parameters' float resolution); a step the ledger's ``query_limit`` cannot
+    afford (``k`` directions) is not taken; a step without any finite fresh value returns zeros. The buffer holds
     float32 values, so in the forward form a float64 objective's baseline is formed
     from float32 values. With ``n_hist=0`` and
     central differences this is exactly :func:`fixed_estimator`.
@@ -104,6 +107,13 @@ def zoar_estimator(
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates, value  # the forward form needs no centre value
+        calls = oracle.FiniteDifference(value_fn, mu, difference).calls_per_direction * k
+        return ledger.skip_unaffordable(  # ZoAR's k is fixed: a step buys all k or none
+            state.ledger, calls, lambda: step_fn(state, params, value_fn, extra_args),
+            lambda: (optax.tree.cast_like(dirs.zeros(params), params), state))
+
+    def step_fn(state, params, value_fn, extra_args):
+        """One step of ``k`` fresh directions."""
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
         step_key = schedule.step_key(state.ledger)
         u = dirs.sample_many("gaussian", ledger.direction_keys(step_key, 0, k), params)
@@ -112,11 +122,13 @@ def zoar_estimator(
             oldest = dirs.sample_many("gaussian", schedule.record_keys(
                 state.ledger, *history.oldest(state.history, k)), params)
         if forward:
-            fresh = diff.values(params, u)
+            fresh = midpoints = diff.values(params, u)
         else:
-            fresh, _ = diff.responses(params, u, None)
+            fresh, midpoints = diff.responses(params, u, None)
         ok = jnp.isfinite(fresh)
         n_ok = jnp.sum(ok, dtype=jnp.int32)
+        value_estimate = jnp.where(  # mean f(x + mu u) (forward) or midpoint (central)
+            n_ok > 0, jnp.sum(jnp.where(ok, midpoints, 0.0)) / jnp.maximum(n_ok, 1), jnp.nan)
         stored = jnp.asarray(fresh, jnp.float32)  # the values the buffer keeps
 
         def coeffs(values):  # a record's coefficients in the running sums
@@ -139,15 +151,17 @@ def zoar_estimator(
             sums[0] = jax.tree.map(lambda s, d: s - shift.astype(d.dtype) * d, *sums)
             exact = (jnp.where(kept, (records.responses - baseline) / mu, 0.0),
                      kept.astype(jnp.float32))
+            zero = ok & (stored == baseline)  # a fresh record whose coefficient is exactly 0
         else:
             baseline = None
             exact = (jnp.where(kept, records.responses, 0.0),)
+            zero = ok & (fresh == 0)
         sums = retained.refreshed(tuple(sums), "gaussian", schedule, state.ledger, params,
                                   records, exact, refresh)
         g, _ = expansion.finish(sums[0], n, 1.0, n_ok)
         new_ledger = ledger.advance(
-            state.ledger, k=k, calls=diff.calls_per_direction * k, nonfinite=k - n_ok
-        )
+            state.ledger, k=k, calls=diff.calls_per_direction * k, nonfinite=k - n_ok,
+            zero=jnp.sum(zero, dtype=jnp.int32), value=value_estimate)
         new_state = ZoARState(
             ledger=new_ledger, history=records, retained_sum=sums[0],
             direction_sum=sums[1] if forward else None, baseline=baseline)
