@@ -92,10 +92,7 @@ def test_zero_responses_are_counted_when_mu_is_below_resolution(name):
     assert np.asarray(zeros).tolist() == [3 * per_step] * 2
     assert np.asarray(last_k).tolist() == [per_step] * 2
     normal, _ = jax.jit(jax.vmap(lambda k: count(False, k)))(keys)
-    if name == "zoar":  # forward ZoAR: the first step's records are their own baseline
-        assert np.asarray(normal).tolist() == [2, 2]
-    else:
-        assert np.asarray(normal).tolist() == [0, 0]
+    assert np.asarray(normal).tolist() == [0, 0]
 
 
 def test_run_warns_on_the_host_naming_mu():

@@ -49,8 +49,9 @@ def zoar_estimator(
 
     Non-finite values are discarded (counted in ``num_nonfinite``) and never enter the
     buffer; ``num_zero_responses`` counts the fresh records whose coefficient is exactly 0
-    (central: :math:`r_i = 0`; forward: :math:`y_i = b`, e.g. every record when ``mu`` is
-    below the parameters' float resolution); a step the ledger's ``query_limit`` cannot
+    (central: :math:`r_i = 0`; forward: all of a step's ``k >= 2`` fresh values equal,
+    i.e. :math:`f(x + \mu u_i)` does not depend on :math:`u_i`, e.g. when ``mu`` is below
+    the parameters' float resolution; with ``k = 1`` the forward form cannot tell); a step the ledger's ``query_limit`` cannot
     afford (``k`` directions) is not taken; a step without any finite fresh value returns zeros. The buffer holds
     float32 values, so in the forward form a float64 objective's baseline is formed
     from float32 values. With ``n_hist=0`` and
@@ -151,7 +152,10 @@ def zoar_estimator(
             sums[0] = jax.tree.map(lambda s, d: s - shift.astype(d.dtype) * d, *sums)
             exact = (jnp.where(kept, (records.responses - baseline) / mu, 0.0),
                      kept.astype(jnp.float32))
-            zero = ok & (stored == baseline)  # a fresh record whose coefficient is exactly 0
+            # y_i = f(x + mu u_i) all equal at one x: every difference of the step is 0
+            same = jnp.all(jnp.where(ok, stored == jnp.max(jnp.where(ok, stored, -jnp.inf)),
+                                     True))
+            zero = ok & same & (n_ok >= 2)
         else:
             baseline = None
             exact = (jnp.where(kept, records.responses, 0.0),)
