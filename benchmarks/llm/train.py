@@ -29,6 +29,8 @@ import jax
 import numpy as np
 import optax
 
+import zoaq_jax
+
 from benchmarks.common import progress
 from benchmarks.llm import lora as lora_lib
 from benchmarks.llm import methods as methods_lib
@@ -272,6 +274,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
                 bar.set_postfix(fe=fe, dev_loss=f"{curve[-1]['dev_loss']:.4f}")
         if cfg.done(t, fe):
             break
+    zoaq_jax.check_responses(state)  # warns when mu is below the float resolution
 
     e0 = time.perf_counter()
     test = evaluate(bundle, best["lora"], bundle.test, cfg.eval_batch_size)
