@@ -10,7 +10,7 @@ chained state:
   them when ``mu`` is below the parameters' float resolution: ``x + mu u`` rounds back
   to ``x``); :func:`zoaq_jax.check_responses` turns it into a host warning.
 * ``last_k``: fresh directions acquired at the last step.
-* ``last_value``: the last step's free estimate of ``f(x_t)`` (no extra query).
+* ``value_estimate``: the last step's free estimate of ``f(x_t)`` (no extra query).
 * ``query_limit``: None (no limit, the default), or the calls the estimator may make in
   all: a step that cannot afford its smallest budget is not taken, and adaptive steps cap
   their budget by the calls left (:func:`limit_queries`; :func:`zoaq_jax.run` sets it
@@ -58,7 +58,7 @@ class QueryLedger(NamedTuple):
     num_nonfinite: jax.Array  # int32, cumulative discarded (NaN/inf) responses (saturating)
     num_zero_responses: jax.Array  # int32, cumulative finite responses exactly 0 (saturating)
     last_k: jax.Array  # int32, fresh directions acquired at the last step
-    last_value: jax.Array  # float32, the last step's free estimate of f(x_t) (NaN: none)
+    value_estimate: jax.Array  # float32, the last step's free estimate of f(x_t) (NaN: none)
     query_limit: jax.Array | None = None  # int32, calls allowed in all (None: no limit)
 
 
@@ -109,7 +109,7 @@ class KeySchedule(NamedTuple):
 
         return QueryLedger(key_data=data, step=zero(), num_queries=zero(),
                            num_nonfinite=zero(), num_zero_responses=zero(), last_k=zero(),
-                           last_value=jnp.full((), jnp.nan, jnp.float32))
+                           value_estimate=jnp.full((), jnp.nan, jnp.float32))
 
 
 def direction_keys(key: jax.Array, first: jax.Array | int, size: int) -> jax.Array:
@@ -143,7 +143,7 @@ def advance(ledger: QueryLedger, *, k: jax.Array, calls: jax.Array, nonfinite: j
         num_nonfinite=_add(ledger.num_nonfinite, nonfinite),
         num_zero_responses=_add(ledger.num_zero_responses, zero),
         last_k=jnp.asarray(k, jnp.int32),
-        last_value=jnp.asarray(value, jnp.float32),
+        value_estimate=jnp.asarray(value, jnp.float32),
     )
 
 

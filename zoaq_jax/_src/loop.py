@@ -169,15 +169,19 @@ def run(
         _LISTENERS[token] = progress
     traced = any(isinstance(x, jax.core.Tracer)
                  for x in jax.tree.leaves((params, data, init_state, seed, max_queries)))
-    out = _run(params, data, init_state, seed, max_queries, token,
-               init=configs.Static(opt.init), update=configs.Static(opt.update),
-               value_fn=configs.Static(value_fn), static=tuple(sorted(static.items())),
-               num_steps=num_steps, log_every=log_every, extras=tuple(extras),
-               divergence=divergence, log_values=bool(log_values))
+    try:
+        out = _run(params, data, init_state, seed, max_queries, token,
+                   init=configs.Static(opt.init), update=configs.Static(opt.update),
+                   value_fn=configs.Static(value_fn), static=tuple(sorted(static.items())),
+                   num_steps=num_steps, log_every=log_every, extras=tuple(extras),
+                   divergence=divergence, log_values=bool(log_values))
+        if not traced:
+            jax.block_until_ready(out)
+            jax.effects_barrier()  # every progress callback has run
+    finally:  # under an outer transformation the callback runs later: it stays registered
+        if not traced:
+            _LISTENERS.pop(token, None)
     if not traced:
-        jax.block_until_ready(out)
-        jax.effects_barrier()  # every progress callback has run
-        _LISTENERS.pop(token, None)
         _warn(out[1], out[2], divergence)
     return out
 
@@ -251,7 +255,7 @@ def _run(params, kwargs, init_state, seed, max_queries, token, *, init, update, 
             return carry._replace(params=params, state=state)
         spent = optax.tree.get(state, "num_queries") != optax.tree.get(
             carry.state, "num_queries")
-        estimate = optax.tree.get(state, "last_value")
+        estimate = optax.tree.get(state, "value_estimate")
         better = spent & (estimate < carry.best_value)
         best_value = jnp.where(better, estimate, carry.best_value)
         first = jnp.where(jnp.isfinite(carry.first_value), carry.first_value, estimate)

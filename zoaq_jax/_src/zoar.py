@@ -51,8 +51,9 @@ def zoar_estimator(
     buffer; ``num_zero_responses`` counts the fresh records whose coefficient is exactly 0
     (central: :math:`r_i = 0`; forward: all of a step's ``k >= 2`` fresh values equal,
     i.e. :math:`f(x + \mu u_i)` does not depend on :math:`u_i`, e.g. when ``mu`` is below
-    the parameters' float resolution; with ``k = 1`` the forward form cannot tell); a step the ledger's ``query_limit`` cannot
-    afford (``k`` directions) is not taken; a step without any finite fresh value returns zeros. The buffer holds
+    the parameters' float resolution; with ``k = 1`` the forward form cannot tell); a
+    step that the ledger's ``query_limit`` cannot afford (``k`` directions) is not
+    taken; a step without any finite fresh value returns zeros. The buffer holds
     float32 values, so in the forward form a float64 objective's baseline is formed
     from float32 values. With ``n_hist=0`` and
     central differences this is exactly :func:`fixed_estimator`.
