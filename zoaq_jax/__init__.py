@@ -19,7 +19,7 @@ from zoaq_jax._src.controller import (
 )
 from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.history import History
-from zoaq_jax._src.host import host_oracle
+from zoaq_jax._src.host import host_errors, host_oracle
 from zoaq_jax._src.ledger import QueryLedger
 from zoaq_jax._src.loop import Trace, run
 from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
@@ -50,6 +50,7 @@ __all__ = [
     "budgets",
     "fixed_estimator",
     "gates",
+    "host_errors",
     "host_oracle",
     "mezo",
     "monitor_consistency",

@@ -224,8 +224,8 @@ def accept_or_expand(
             sq_norm=sq_norm,
             value_sum=cand.value_sum + jnp.sum(jnp.where(ok, values, 0.0)),
             n_ok=cand.n_ok + jnp.sum(ok, dtype=jnp.int32),
-            responses=jax.lax.dynamic_update_slice(cand.responses, responses, (first,)),
-            ok=jax.lax.dynamic_update_slice(cand.ok, ok, (first,)),
+            responses=_update_slice(cand.responses, responses, first),
+            ok=_update_slice(cand.ok, ok, first),
         )
 
     def decide(cand: Candidate) -> Candidate:
@@ -317,6 +317,20 @@ def accept_or_expand(
     if k_max == k_min:
         return cand
     return jax.lax.while_loop(lambda c: ~c.accepted, expand, cand)
+
+
+def _update_slice(buffer: jax.Array, update: jax.Array, first: jax.Array) -> jax.Array:
+    """``dynamic_update_slice`` of a replicated buffer, whatever mesh ``update`` is on.
+
+    With explicit mesh axes (``jax.make_mesh``'s default) the objective's batched output
+    carries the params' mesh while the step's buffers, made by ``jnp.zeros``, carry none,
+    and ``dynamic_update_slice`` requires equal shardings: the buffer then joins the
+    update's mesh, replicated. With Auto axes both have no mesh and nothing changes.
+    """
+    sharding = jax.typeof(update).sharding
+    if jax.typeof(buffer).sharding.mesh != sharding.mesh:
+        buffer = jax.sharding.reshard(buffer, sharding.update(spec=jax.sharding.PartitionSpec()))
+    return jax.lax.dynamic_update_slice(buffer, update, (first,))
 
 
 def finish(total: Any, n: jax.Array, scale: float, n_fresh: jax.Array) -> tuple[Any, jax.Array]:
