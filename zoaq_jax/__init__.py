@@ -7,7 +7,17 @@ keyword ``value_fn`` and its data as keywords named after ``value_fn``'s paramet
 """
 
 from zoaq_jax import budgets, gates
-from zoaq_jax._src.alias import auto_k, mezo, radazo, statzo, zo_adamm, zo_sgd, zoaq, zoar
+from zoaq_jax._src.alias import (
+    apply_updates,
+    auto_k,
+    mezo,
+    radazo,
+    statzo,
+    zo_adamm,
+    zo_sgd,
+    zoaq,
+    zoar,
+)
 from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.controller import (
     AdaptiveState,
@@ -45,6 +55,7 @@ __all__ = [
     "Trace",
     "ZoARState",
     "adaptive_estimator",
+    "apply_updates",
     "auto_k",
     "auto_k_estimator",
     "budgets",

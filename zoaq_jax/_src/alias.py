@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import optax
 
 from zoaq_jax._src import checks, retained
@@ -36,6 +37,35 @@ def backbone_transform(name: str, b1: float, b2: float, eps: float):
     if name == "zo_adamm":
         return scale_by_zo_adamm(b1=b1, b2=b2, eps=eps)
     return optax.identity()
+
+
+def apply_updates(params: Any, updates: Any) -> Any:
+    r""":func:`optax.apply_updates` that carries the leaves whose update is ``None``.
+
+    .. math:: x_{t+1} = x_t + u_t \quad\text{(leaves with } u_t = \text{None unchanged)}
+
+    The estimators return ``None`` for PRNG key leaves of the params (there is nothing to
+    add to a key), which :func:`optax.apply_updates` cannot take.
+
+    Args:
+      params: the parameters.
+      updates: updates shaped like ``params``, ``None`` on carried leaves.
+
+    Returns:
+      The updated parameters, each leaf in its own dtype.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, zoaq_jax
+      >>> params = {"w": jnp.ones(2), "rng": jax.random.key(0)}
+      >>> new = zoaq_jax.apply_updates(params, {"w": jnp.ones(2), "rng": None})
+      >>> new["w"].tolist(), new["rng"] is params["rng"]
+      ([2.0, 2.0], True)
+
+    References:
+      Optax, ``optax.apply_updates``.
+    """
+    return jax.tree.map(lambda p, u: p if u is None else optax.apply_updates(p, u),
+                        params, updates)
 
 
 def _chain(estimator, backbone, learning_rate: ScalarOrSchedule):
