@@ -11,11 +11,15 @@
 
 Errors a user can fix end the command through :func:`fail`: ``error: ...`` on stderr
 and exit status 1, before any data, training or compilation where it can be checked.
+``--out`` and ``--report`` are checked while the command line is parsed (argparse
+types :func:`writable_dir` and :func:`writable_file`): a path that cannot be written
+ends the command at once (exit status 2), not after the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -85,13 +89,36 @@ def seeds(values: Sequence[str] | None) -> list[int] | None:
     return list(dict.fromkeys(out))
 
 
+def _writable(path: Path, kind: str) -> Path:
+    """``path`` if it (a ``kind``: "folder" or "file") can be created or written."""
+    if path.exists() and (path.is_dir() != (kind == "folder")):
+        raise argparse.ArgumentTypeError(f"{path} exists and is not a {kind}")
+    existing = path if path.exists() else next(p for p in path.absolute().parents if p.exists())
+    if existing != path and not existing.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"cannot create {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | (os.X_OK if existing.is_dir() else 0)):
+        raise argparse.ArgumentTypeError(f"cannot write {path}: {existing} is not writable")
+    return path
+
+
+def writable_dir(text: str) -> Path:
+    """An ``argparse`` type: a folder that exists writable or can be created."""
+    return _writable(Path(text), "folder")
+
+
+def writable_file(text: str) -> Path:
+    """An ``argparse`` type: a file that can be written (``none`` passes: no page)."""
+    return Path(text) if text == "none" else _writable(Path(text), "file")
+
+
 def add_out(parser: argparse.ArgumentParser, default: Path) -> None:
-    parser.add_argument("--out", type=Path, default=default,
+    parser.add_argument("--out", type=writable_dir, default=default,
                         help=f"folder for results, figures and the report (default {default})")
 
 
 def add_report(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--report", type=Path,
+    parser.add_argument("--report", type=writable_file,
                         help=f"the Markdown page to write (default {default})")
 
 

@@ -7,7 +7,17 @@ keyword ``value_fn`` and its data as keywords named after ``value_fn``'s paramet
 """
 
 from zoaq_jax import budgets, gates
-from zoaq_jax._src.alias import auto_k, mezo, radazo, statzo, zo_adamm, zo_sgd, zoaq, zoar
+from zoaq_jax._src.alias import (
+    apply_updates,
+    auto_k,
+    mezo,
+    radazo,
+    statzo,
+    zo_adamm,
+    zo_sgd,
+    zoaq,
+    zoar,
+)
 from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.controller import (
     AdaptiveState,
@@ -19,7 +29,7 @@ from zoaq_jax._src.controller import (
 )
 from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.history import History
-from zoaq_jax._src.host import host_oracle
+from zoaq_jax._src.host import host_errors, host_oracle
 from zoaq_jax._src.ledger import QueryLedger, check_responses
 from zoaq_jax._src.loop import STATUSES, Trace, run
 from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
@@ -46,12 +56,14 @@ __all__ = [
     "Trace",
     "ZoARState",
     "adaptive_estimator",
+    "apply_updates",
     "auto_k",
     "auto_k_estimator",
     "budgets",
     "check_responses",
     "fixed_estimator",
     "gates",
+    "host_errors",
     "host_oracle",
     "mezo",
     "monitor_consistency",

@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CPU cores the (single) process may run on, e.g. 0 or 0-3 (default: all). The "
         "LLM runs in one process that loads the model once (on a GPU, the one device), so "
         "it has no --workers; this restricts that process, e.g. to time one core")
-    parser.add_argument("--out", type=Path,
+    parser.add_argument("--out", type=flags.writable_dir,
                         help="folder for llm.json and llm.png (default out/llm-<preset>)")
     flags.add_report(parser, "OUT/llm.md; with --render, llm.md next to JSON; "
                      "'none': no page")

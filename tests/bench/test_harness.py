@@ -109,6 +109,24 @@ def test_fail_is_the_one_error_style():
     assert str(info.value) == "error: no such thing"
 
 
+@pytest.mark.parametrize("command", ["synthetic", "attack", "llm", "overhead"])
+@pytest.mark.parametrize("flag", ["--out", "--report"])
+def test_unwritable_out_and_report_are_refused_before_the_run(command, flag, tmp_path, capsys):
+    """Checked while parsing, so the command exits before loading or computing anything."""
+    from benchmarks.__main__ import main
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as info:
+        main([command, flag, str(blocker / "inside")])
+    assert info.value.code == 2
+    assert f"argument {flag}: cannot create" in capsys.readouterr().err
+    if flag == "--out":  # an existing file is no folder
+        with pytest.raises(SystemExit):
+            main([command, flag, str(blocker)])
+        assert "is not a folder" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- presets
 
 

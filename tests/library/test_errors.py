@@ -184,11 +184,46 @@ def test_optimizers_survive_a_nan_region_end_to_end():
         assert np.all(np.isfinite(params))
 
 
-@pytest.mark.parametrize("params", [{}, {"n": jnp.array([1, 2])}, [None]])
+@pytest.mark.parametrize("params", [{}, [None], {"e": jnp.zeros((0, 4))}])
 def test_params_without_float_leaves_are_refused_clearly(params):
     for opt in (zoaq_jax.zoaq(1e-2), zoaq_jax.zoar_estimator(), zoaq_jax.statzo(1e-2)):
-        with pytest.raises(ValueError, match="no floating-point leaves"):
+        with pytest.raises(ValueError, match="no floating-point scalar to optimise"):
             opt.init(params)
+
+
+def test_objects_that_are_not_arrays_are_refused_by_path():
+    with pytest.raises(TypeError, match=r"params\['name'\] is a str, not an array"):
+        zoaq_jax.zoaq(1e-2).init({"w": jnp.ones(2), "name": "layer"})
+
+
+class _UserError(Exception):
+    pass
+
+
+def _failing(x):
+    raise _UserError(f"simulator failed at {float(np.sum(x)):.1f}")
+
+
+@pytest.mark.parametrize("jitted", [False, True])
+def test_a_host_function_s_own_exception_reaches_the_user(jitted):
+    """Type, message and traceback: un-jitted updates re-raise it by themselves,
+    jitted code inside ``zoaq_jax.host_errors()``."""
+    import traceback
+
+    est = zoaq_jax.zoar_estimator(k=2)
+    params = jnp.ones(3)
+    f = zoaq_jax.host_oracle(_failing)
+    update = lambda s, p: est.update(None, s, p, value_fn=f)  # noqa: E731
+    with pytest.raises(_UserError, match="simulator failed") as info:
+        if jitted:
+            with zoaq_jax.host_errors():
+                jax.block_until_ready(jax.jit(update)(est.init(params), params))
+        else:
+            jax.block_until_ready(update(est.init(params), params))
+    assert "_failing" in "".join(traceback.format_tb(info.value.__traceback__))
+    assert isinstance(info.value.__cause__, jax.errors.JaxRuntimeError)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="_UserError"):  # outside: JAX's
+        jax.block_until_ready(jax.jit(update)(est.init(params), params))
 
 
 def test_run_under_x64_keeps_int32_counters_and_does_not_warn():

@@ -39,9 +39,3 @@ def test_indices_and_steps_follow_their_records():
         assert int(h.index[slot]) == int(index[i])
         assert int(h.steps[slot]) == 3
     assert sorted(float(r) for r in h.responses) == [2.0, 3.0, 4.0, 5.0]
-
-
-def test_zero_capacity_is_a_no_op():
-    h = history.init(0)
-    h2 = history.push(h, _index(3, 0), jnp.ones(3), jnp.int32(0), jnp.ones(3, bool))
-    assert h2.responses.shape == (0,) and int(h2.size) == 0

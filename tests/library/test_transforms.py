@@ -136,6 +136,20 @@ def test_chain_with_optax_clip_and_injected_learning_rate():
     assert step._cache_size() == 1
 
 
+@pytest.mark.parametrize("incoming", ["none", "zeros"])
+def test_a_clip_before_the_estimator_changes_nothing(incoming):
+    """The documented wrong order: a clip before the estimator has no gradient to clip
+    (it sees the caller's updates), so the chain equals the estimator alone, bit for bit."""
+    x = jnp.ones(D)
+    est = zoaq_jax.fixed_estimator(k=3, key=0)
+    wrong = optax.chain(optax.clip_by_global_norm(1e-6), est)
+    updates = None if incoming == "none" else jnp.zeros(D)
+    g, _ = est.update(None, est.init(x), x, value_fn=wavy)
+    u, _ = wrong.update(updates, wrong.init(x), x, value_fn=wavy)
+    chex.assert_trees_all_equal(u, g)
+    assert float(optax.tree.norm(u)) > 1e-3  # not clipped
+
+
 def test_chain_with_backtracking_linesearch_decreases_the_objective():
     """ZO estimate as the direction, Optax's Armijo line search picks the step.
 

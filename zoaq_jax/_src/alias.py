@@ -1,10 +1,11 @@
 """Complete optimizers: an estimator, a backbone and a learning rate in ``optax.chain``.
 
-Each alias returns ``optax.chain(estimator, backbone, optax.scale_by_learning_rate(lr),
-freeze_non_float())``, so ``optax.tree.get(state, ...)`` reaches the estimator's
-diagnostics and any member can be swapped by building the chain by hand.
-``learning_rate`` must be a finite number > 0 (a Python number or an array of shape
-``()``) or an Optax schedule; integer and bool parameter leaves get zero updates.
+Each alias returns ``optax.chain(estimator, backbone, optax.scale_by_learning_rate(lr))``,
+so ``optax.tree.get(state, ...)`` reaches the estimator's diagnostics and any member can
+be swapped by building the chain by hand. ``learning_rate`` must be a finite number > 0
+(a Python number or an array of shape ``()``) or an Optax schedule. Parameter leaves
+are floating-point arrays or Python floats; PRNG key leaves are carried (their update
+is ``None``; see ``docs/design.md``, Dtypes).
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from zoaq_jax._src import checks, retained
-from zoaq_jax._src import directions as dirs
 from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.radazo import scale_by_radazo
@@ -40,37 +39,38 @@ def backbone_transform(name: str, b1: float, b2: float, eps: float):
     return optax.identity()
 
 
-def freeze_non_float() -> optax.GradientTransformation:
-    """Zeroes the updates of integer and bool parameter leaves, which are not optimised.
+def apply_updates(params: Any, updates: Any) -> Any:
+    r""":func:`optax.apply_updates` that carries the leaves whose update is ``None``.
+
+    .. math:: x_{t+1} = x_t + u_t \quad\text{(leaves with } u_t = \text{None unchanged)}
+
+    The estimators return ``None`` for PRNG key leaves of the params (there is nothing to
+    add to a key), which :func:`optax.apply_updates` cannot take.
+
+    Args:
+      params: the parameters.
+      updates: updates shaped like ``params``, ``None`` on carried leaves.
 
     Returns:
-      A stateless :class:`optax.GradientTransformation`; floating-point leaves pass
-      unchanged.
+      The updated parameters, each leaf in its own dtype.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> tx = freeze_non_float()
-      >>> params = {"w": jnp.ones(2), "n": jnp.array([3, -2])}
-      >>> u, _ = tx.update({"w": jnp.ones(2), "n": jnp.array([1.5, 2.0])}, tx.init(params), params)
-      >>> u["n"].tolist()
-      [0, 0]
+      >>> import jax, jax.numpy as jnp, zoaq_jax
+      >>> params = {"w": jnp.ones(2), "rng": jax.random.key(0)}
+      >>> new = zoaq_jax.apply_updates(params, {"w": jnp.ones(2), "rng": None})
+      >>> new["w"].tolist(), new["rng"] is params["rng"]
+      ([2.0, 2.0], True)
+
+    References:
+      Optax, ``optax.apply_updates``.
     """
-
-    def update_fn(updates, state, params=None):
-        if params is None:
-            raise ValueError("freeze_non_float needs params to tell which leaves are frozen.")
-        frozen = jax.tree.map(
-            lambda u, p: u if dirs.optimised(p) else jnp.zeros(jnp.shape(p), jnp.result_type(p)),
-            updates, params)
-        return frozen, state
-
-    return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
+    return jax.tree.map(lambda p, u: p if u is None else optax.apply_updates(p, u),
+                        params, updates)
 
 
 def _chain(estimator, backbone, learning_rate: ScalarOrSchedule):
     checks.learning_rate(learning_rate)
-    return optax.chain(estimator, backbone, optax.scale_by_learning_rate(learning_rate),
-                       freeze_non_float())
+    return optax.chain(estimator, backbone, optax.scale_by_learning_rate(learning_rate))
 
 
 def zoaq(

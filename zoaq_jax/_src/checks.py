@@ -66,6 +66,20 @@ def positive(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
 
 
+def stability_term(name: str, value: Any) -> None:
+    """Raises unless the denominator's stability term ``value`` is finite and > 0 (when
+    concrete): with 0, an all-zero estimate (a step without a finite response, or a flat
+    objective) makes ``0 / (sqrt(0) + 0)`` and every parameter NaN."""
+    real_scalar(name, value)
+    v = concrete_value(value)
+    if v is not None and not (np.isfinite(v) and v > 0):
+        raise ValueError(
+            f"{name} must be a finite number > 0 (e.g. 1e-8), got {value!r}: with "
+            f"{name} = 0 the first all-zero estimate divides 0 by 0 and turns every "
+            "parameter into NaN."
+        )
+
+
 def non_negative(name: str, value: Any) -> None:
     """Raises unless ``value`` is a real scalar, finite and >= 0 when concrete."""
     real_scalar(name, value)

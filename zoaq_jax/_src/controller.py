@@ -27,7 +27,7 @@ import optax
 
 from zoaq_jax._src import checks
 from zoaq_jax._src import directions as dirs
-from zoaq_jax._src import expansion, history, ledger, oracle, retained
+from zoaq_jax._src import expansion, history, host, ledger, oracle, retained
 
 
 class Evidence(NamedTuple):
@@ -88,7 +88,7 @@ class AdaptiveState(NamedTuple):
     ledger: ledger.QueryLedger
     gate: Any  # the gate's state (e.g. the EMA and threshold)
     budget: Any  # the budget rule's state (e.g. next_k)
-    history: history.History  # retained records
+    history: history.History | None  # retained records (None without a buffer: n_hist=0)
     retained_sum: Any  # sum of r_i u_i over the retained records (None without a buffer)
     last_score: jax.Array  # float32
 
@@ -186,7 +186,7 @@ def adaptive_estimator(
             ledger=schedule.init(params),
             gate=gate.init(params),
             budget=budget.init(),
-            history=history.init(n_hist),
+            history=history.init(n_hist) if n_hist else None,
             retained_sum=dirs.zeros(params) if n_hist else None,
             last_score=jnp.asarray(jnp.nan, jnp.float32),
         )
@@ -245,10 +245,10 @@ def adaptive_estimator(
         g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)
         value_estimate = step.value_estimate(cand)
         keep = cand.ok & usable
-        records = history.push(state.history, jnp.arange(slots, dtype=jnp.int32),
-                               cand.responses, state.ledger.step, keep)
-        retained_sum = None
+        records, retained_sum = None, None
         if n_hist:
+            records = history.push(state.history, jnp.arange(slots, dtype=jnp.int32),
+                                   cand.responses, state.ledger.step, keep)
             (retired,) = retained.leaving_sums(
                 directions, schedule, state.ledger, params, state.history, keep,
                 cand.responses, lambda r: (r,), None if oldest is None else (drawn, oldest))
@@ -268,6 +268,6 @@ def adaptive_estimator(
             retained_sum=retained_sum,
             last_score=cand.score,
         )
-        return optax.tree.cast_like(g, params), new_state
+        return dirs.cast_like(g, params), new_state
 
-    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+    return optax.GradientTransformationExtraArgs(init_fn, host.host_errors()(update_fn))

@@ -4,9 +4,10 @@ A direction is a PyTree shaped like the parameters. Leaf ``i`` of the direction 
 from key ``k`` is ``normal(fold_in(k, i), leaf.shape)``, so a record needs only its key:
 the full direction is recomputed whenever it is needed, and no state array ever holds
 ``n_hist * d`` numbers. Directions are drawn in at least float32, whatever the leaf
-dtype, so that bf16 parameters still get well-resolved directions. Integer and bool
-leaves are not optimised: their direction component is zero, so they are passed to the
-objective unchanged and receive zero updates.
+dtype, so that bf16 parameters still get well-resolved directions. Only real
+floating-point leaves are optimised (Python floats included); PRNG key leaves are
+carried: their direction, estimate and update components are ``None`` (an empty
+subtree, which Optax's transformations skip), and the objective receives them unchanged.
 
 Two distributions are offered:
 
@@ -40,8 +41,13 @@ def compute_dtype(leaf: Any) -> jnp.dtype:
 
 
 def optimised(leaf: Any) -> bool:
-    """Whether a parameter leaf is optimised: floating point (integer and bool are not)."""
-    return bool(jnp.issubdtype(jnp.result_type(leaf), jnp.inexact))
+    """Whether a parameter leaf is optimised: real floating point (PRNG keys are carried)."""
+    return bool(jnp.issubdtype(jnp.result_type(leaf), jnp.floating))
+
+
+def is_key(leaf: Any) -> bool:
+    """Whether a parameter leaf is an array of typed PRNG keys (carried unchanged)."""
+    return bool(jnp.issubdtype(jnp.result_type(leaf), jax.dtypes.prng_key))
 
 
 def dimension(like: Any) -> int:
@@ -65,12 +71,12 @@ def sample(kind: str, key: jax.Array, like: Any) -> Any:
     leaves, treedef = jax.tree.flatten(like)
     z = [
         jax.random.normal(jax.random.fold_in(key, i), jnp.shape(x), compute_dtype(x))
-        if optimised(x) else jnp.zeros(jnp.shape(x), compute_dtype(x))
+        if optimised(x) else None
         for i, x in enumerate(leaves)
     ]
     if kind == "sphere":
-        norm = jnp.sqrt(sum(jnp.sum(jnp.square(zi)) for zi in z))
-        z = [zi / norm.astype(zi.dtype) for zi in z]
+        norm = jnp.sqrt(sum(jnp.sum(jnp.square(zi)) for zi in z if zi is not None))
+        z = [None if zi is None else zi / norm.astype(zi.dtype) for zi in z]
     return jax.tree.unflatten(treedef, z)
 
 
@@ -145,23 +151,45 @@ def perturb(params: Any, directions: Any, step: jax.Array) -> Any:
 
     The perturbed point is not rounded back to a low-precision leaf dtype: rounding
     ``x + mu u`` to bfloat16 (8 significant bits) loses every perturbation below half
-    the spacing at ``x`` (``|x| / 256``), so the differences would be zero. Leaves that
-    are not optimised (:func:`optimised`) are passed unchanged, in their own dtype.
+    the spacing at ``x`` (``|x| / 256``), so the differences would be zero. Carried
+    leaves (PRNG keys, whose direction is ``None``) are passed unchanged.
     ``directions`` may carry extra leading (batch) axes; ``step`` broadcasts against them.
     """
-    def one(p, u):
-        if not optimised(p):
-            return jnp.broadcast_to(p, u.shape[: u.ndim - jnp.ndim(p)] + jnp.shape(p))
-        return (p.astype(u.dtype) + step * u).astype(u.dtype)
-
-    return jax.tree.map(one, params, directions)
+    flat, treedef = jax.tree.flatten(params)
+    flat_u = treedef.flatten_up_to(directions)
+    batch = next((u.shape[: u.ndim - jnp.ndim(p)] for p, u in zip(flat, flat_u)
+                  if u is not None), ())
+    return jax.tree.unflatten(treedef, [
+        jnp.broadcast_to(p, batch + jnp.shape(p)) if u is None
+        else (jnp.asarray(p).astype(u.dtype) + step * u).astype(u.dtype)
+        for p, u in zip(flat, flat_u)])
 
 
 def promote(params: Any) -> Any:
     """``params`` with optimised leaves in their compute dtypes (the perturbed points' dtypes)."""
-    return jax.tree.map(lambda p: p.astype(compute_dtype(p)) if optimised(p) else p, params)
+    return jax.tree.map(
+        lambda p: jnp.asarray(p, compute_dtype(p)) if optimised(p) else p, params)
 
 
 def zeros(like: Any) -> Any:
-    """A zero estimate shaped like ``like`` in the compute dtypes."""
-    return jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), compute_dtype(x)), like)
+    """A zero estimate shaped like ``like`` in the compute dtypes (``None`` on carried leaves)."""
+    return jax.tree.map(
+        lambda x: jnp.zeros(jnp.shape(x), compute_dtype(x)) if optimised(x) else None, like)
+
+
+def cast_like(tree: Any, params: Any) -> Any:
+    """``tree`` (compute dtypes, ``None`` on carried leaves) cast to the params' dtypes.
+
+    A value beyond the range of a narrower dtype saturates at its largest finite value
+    instead of becoming ``inf`` (float16 tops out at 65504, while an estimate in float32
+    easily exceeds it); within range the cast is an ordinary rounding.
+    """
+    def one(p, t):
+        if t is None:
+            return None
+        dtype = jnp.result_type(p)
+        if jnp.finfo(dtype).max < jnp.finfo(t.dtype).max:
+            t = jnp.clip(t, jnp.finfo(dtype).min, jnp.finfo(dtype).max)
+        return t.astype(dtype)
+
+    return jax.tree.map(one, params, tree)

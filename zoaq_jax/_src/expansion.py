@@ -228,8 +228,8 @@ def accept_or_expand(
             sq_norm=sq_norm,
             value_sum=cand.value_sum + jnp.sum(jnp.where(ok, values, 0.0)),
             n_ok=cand.n_ok + jnp.sum(ok, dtype=jnp.int32),
-            responses=jax.lax.dynamic_update_slice(cand.responses, responses, (first,)),
-            ok=jax.lax.dynamic_update_slice(cand.ok, ok, (first,)),
+            responses=_update_slice(cand.responses, responses, first),
+            ok=_update_slice(cand.ok, ok, first),
         )
 
     def decide(cand: Candidate) -> Candidate:
@@ -331,6 +331,20 @@ def grid_cap(k_min: int, k_max: int, k_step: int, affordable: jax.Array) -> jax.
     skips the step)."""
     below = k_min + (jnp.maximum(affordable, k_min) - k_min) // k_step * k_step
     return jnp.where(affordable >= k_max, k_max, jnp.minimum(below, k_max)).astype(jnp.int32)
+
+
+def _update_slice(buffer: jax.Array, update: jax.Array, first: jax.Array) -> jax.Array:
+    """``dynamic_update_slice`` of a replicated buffer, whatever mesh ``update`` is on.
+
+    With explicit mesh axes (``jax.make_mesh``'s default) the objective's batched output
+    carries the params' mesh while the step's buffers, made by ``jnp.zeros``, carry none,
+    and ``dynamic_update_slice`` requires equal shardings: the buffer then joins the
+    update's mesh, replicated. With Auto axes both have no mesh and nothing changes.
+    """
+    sharding = jax.typeof(update).sharding
+    if jax.typeof(buffer).sharding.mesh != sharding.mesh:
+        buffer = jax.sharding.reshard(buffer, sharding.update(spec=jax.sharding.PartitionSpec()))
+    return jax.lax.dynamic_update_slice(buffer, update, (first,))
 
 
 def finish(total: Any, n: jax.Array, scale: float, n_fresh: jax.Array) -> tuple[Any, jax.Array]:

@@ -27,7 +27,8 @@ class History(NamedTuple):
 
 
 def init(capacity: int) -> History:
-    """An empty buffer of ``capacity`` slots."""
+    """An empty buffer of ``capacity >= 1`` slots (estimators without a buffer hold
+    ``None`` instead: zero-size arrays cannot be checkpointed by Orbax)."""
     return History(
         index=jnp.zeros((capacity,), jnp.int32),
         responses=jnp.zeros((capacity,), jnp.float32),
@@ -40,7 +41,7 @@ def init(capacity: int) -> History:
 def valid(history: History) -> jax.Array:
     """Boolean mask of the slots that hold a record."""
     capacity = history.responses.shape[0]
-    age = (history.head - 1 - jnp.arange(capacity, dtype=jnp.int32)) % max(capacity, 1)
+    age = (history.head - 1 - jnp.arange(capacity, dtype=jnp.int32)) % capacity
     return age < history.size
 
 
@@ -61,8 +62,6 @@ def push(history: History, index: jax.Array, responses: jax.Array, step: jax.Arr
       Every field keeps its dtype (int32 counters also under ``jax_enable_x64``).
     """
     capacity = history.responses.shape[0]
-    if capacity == 0:
-        return history
     keep = keep.astype(bool)
     rank = jnp.cumsum(keep, dtype=jnp.int32) - 1  # position among the kept records
     total = jnp.sum(keep, dtype=jnp.int32)

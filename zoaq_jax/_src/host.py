@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -39,6 +41,12 @@ def host_oracle(
     Returns:
       A JAX-traceable ``value_fn`` with ``fn``'s signature.
 
+    An exception raised by ``fn`` reaches the caller as JAX's ``JaxRuntimeError``
+    (whose message holds ``fn``'s traceback) wherever JAX dispatches the computation.
+    Inside :func:`host_errors` it is re-raised as ``fn``'s own exception (same object,
+    type, message and traceback, chained to the runtime error); an un-jitted
+    ``update`` of any estimator does this by itself.
+
     Example:
       >>> import jax, numpy as np, jax.numpy as jnp, optax, zoaq_jax
       >>> calls = []
@@ -69,6 +77,7 @@ def host_oracle(
     def value_fn(*args, **kwargs):
         shapes = [jnp.shape(x) for x in jax.tree.leaves((args, kwargs))]
 
+        @_recorded
         def on_host(*a, **kw):
             leaves, tree = jax.tree.flatten((a, kw))
             if not vectorized:
@@ -87,3 +96,55 @@ def host_oracle(
         return jax.pure_callback(on_host, result, *args, vmap_method=method, **kwargs)
 
     return value_fn
+
+
+_PENDING = threading.local()  # the last exception a host function raised, per thread
+
+
+def _recorded(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback`` noting the exception it raises for :func:`host_errors`."""
+
+    @functools.wraps(callback)
+    def wrapped(*args, **kwargs):
+        try:
+            return callback(*args, **kwargs)
+        except Exception as err:
+            _PENDING.error = err
+            raise
+
+    return wrapped
+
+
+@contextlib.contextmanager
+def host_errors() -> Iterator[None]:
+    """Re-raises, inside the block, a :func:`host_oracle` function's own exception.
+
+    A host function runs inside a JAX computation, so its exception reaches Python as
+    ``jax.errors.JaxRuntimeError``. Inside this block (also usable as a decorator) such
+    an error caused by a host function is replaced by the host function's exception
+    itself, with its type, message and traceback (the runtime error is its
+    ``__cause__``), so that ``except YourError:`` works.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, zoaq_jax
+      >>> def simulator(x):
+      ...     raise ValueError("simulator diverged")
+      >>> f = jax.jit(zoaq_jax.host_oracle(simulator))
+      >>> try:
+      ...     with zoaq_jax.host_errors():
+      ...         f(jnp.ones(2))
+      ... except ValueError as err:
+      ...     print(err)
+      simulator diverged
+
+    References:
+      JAX documentation, External callbacks (``jax.pure_callback``).
+    """
+    _PENDING.error = None
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as err:
+        pending, _PENDING.error = getattr(_PENDING, "error", None), None
+        if pending is None:
+            raise
+        raise pending from err

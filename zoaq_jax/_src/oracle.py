@@ -21,6 +21,7 @@ from zoaq_jax._src import directions as dirs
 DIFFERENCES = ("central", "forward")
 
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+RESERVED = frozenset({"value"})  # update()'s own keywords besides value_fn
 
 
 def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any]):
@@ -36,9 +37,11 @@ def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any
       A function of the params alone returning a scalar array.
 
     Raises:
-      TypeError: ``value_fn`` is not callable or cannot be called with the forwarded
-        keywords (for example a required data argument is missing).
-      ValueError: ``value_fn`` does not return a real scalar.
+      TypeError: ``value_fn`` is not callable, cannot be called with the forwarded
+        keywords (for example a required data argument is missing) or names a data
+        parameter ``value`` (update()'s own keyword).
+      ValueError: ``value_fn`` does not return a real scalar of at least float32
+        precision (a bfloat16 or float16 loss cannot resolve finite differences).
     """
     if not callable(value_fn):
         raise TypeError(f"value_fn must be callable, got {type(value_fn).__name__}.")
@@ -53,6 +56,14 @@ def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any
         kwargs = dict(extra_args)
     else:
         names = {p.name for p in list(signature.parameters.values())[1:] if p.kind in _NAMED}
+        if RESERVED & names:
+            raise TypeError(
+                f"value_fn{signature} has a data parameter named "
+                f"{sorted(RESERVED & names)[0]!r}, a keyword that update() keeps for "
+                "itself (value: f(params), which forward differences reuse). Rename that "
+                "parameter of value_fn (e.g. to 'target') and pass the data under the "
+                "new name."
+            )
         kwargs = {k: v for k, v in extra_args.items() if k in names}
     if signature is not None:
         try:
@@ -65,22 +76,32 @@ def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any
                 "parameters."
             ) from None
     fn = functools.partial(value_fn, **kwargs)
-    out = jax.eval_shape(fn, params)
+    out = jax.eval_shape(fn, dirs.promote(params))  # the points it is evaluated at
     shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
     if shape not in ((), (1,)) or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(
             "value_fn must return a real floating-point scalar (shape () or (1,)); got "
             f"{out!r}. Reduce the loss (e.g. take its mean) before returning it."
         )
+    if jnp.finfo(dtype).nmant < jnp.finfo(jnp.float32).nmant:
+        raise ValueError(
+            f"value_fn returns {dtype} ({jnp.finfo(dtype).nmant + 1} significant bits): "
+            "f(x + mu u) - f(x - mu u) is below its resolution for any useful mu, so the "
+            "responses would be rounding noise or zero. Return the loss in float32: "
+            "reduce it in float32 (e.g. jnp.mean(losses.astype(jnp.float32))); "
+            "low-precision parameters and model computations are fine."
+        )
     return lambda x: jnp.reshape(fn(x), ())
 
 
 def check_params(params: Any) -> None:
-    """Raises a clear error for parameter trees an estimator cannot work on.
+    """Raises a clear error, naming the leaf, for parameter trees an estimator cannot take.
 
-    Refused: trees without floating-point leaves (nothing to optimise) and trees with
+    Accepted leaves: real floating-point arrays and Python floats (optimised, zero-size
+    ones included) and typed PRNG key arrays (carried unchanged). Refused: complex,
+    integer and bool leaves and anything else that is not an array, trees with
     ``optax.MaskedNode`` (an estimator inside ``optax.masked`` or ``multi_transform``
-    would hand the objective a partial tree).
+    would hand the objective a partial tree) and trees without a single optimised scalar.
     """
     masked = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, optax.MaskedNode))
     if any(isinstance(x, optax.MaskedNode) for x in masked):
@@ -91,11 +112,33 @@ def check_params(params: Any) -> None:
             "objective) and pass frozen parameters to update() as data keywords of "
             "value_fn; mask the transformations after the estimator instead."
         )
-    if not any(dirs.optimised(x) for x in jax.tree.leaves(params)):
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        name = f"params{jax.tree_util.keystr(path)}"
+        try:
+            dtype = jnp.result_type(leaf)
+        except TypeError:
+            raise TypeError(
+                f"{name} is a {type(leaf).__name__}, not an array: params may hold "
+                "floating-point arrays, Python floats and PRNG keys only. Pass other "
+                "objects to update() as data keywords of value_fn."
+            ) from None
+        if jnp.issubdtype(dtype, jnp.complexfloating):
+            raise TypeError(
+                f"{name} is {dtype}: zeroth-order estimators optimise real parameters. "
+                "Store the real and imaginary parts as a real leaf (e.g. "
+                "jnp.stack([z.real, z.imag])) and rebuild the complex value in value_fn."
+            )
+        if not (dirs.optimised(leaf) or dirs.is_key(leaf)):
+            raise TypeError(
+                f"{name} is {dtype}: only floating-point leaves can be optimised (and "
+                "PRNG keys carried). Pass integer and bool arrays that are not trained to "
+                "update() as data keywords of value_fn, or cast the leaf to a float dtype."
+            )
+    if not dirs.dimension(params):
         raise ValueError(
-            "params has no floating-point leaves (got "
-            f"{jax.tree.structure(params)}): there is nothing to optimise. Integer and "
-            "bool leaves are passed to the objective unchanged and never updated."
+            "params has no floating-point scalar to optimise (got "
+            f"{jax.tree.structure(params)}, {dirs.dimension(params)} optimised scalars): "
+            "pass at least one non-empty floating-point array."
         )
 
 

@@ -46,7 +46,7 @@ def scale_by_radazo(
     Args:
       b1: first-moment decay :math:`\beta_1 \in [0, 1)`.
       b2: second-moment decay :math:`\beta_2 \in [0, 1)`.
-      eps: stability term :math:`\epsilon \ge 0`.
+      eps: stability term :math:`\epsilon > 0`.
       eps_in_sqrt: put :math:`\epsilon` inside the square root (paper form).
 
     Returns:
@@ -64,7 +64,7 @@ def scale_by_radazo(
     """
     checks.decay("b1", b1)
     checks.decay("b2", b2)
-    checks.non_negative("eps", eps)
+    checks.stability_term("eps", eps)
 
     def init_fn(params):
         # separate buffers for each moment, so that the state can be donated to jit

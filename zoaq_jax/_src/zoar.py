@@ -10,7 +10,7 @@ import optax
 
 from zoaq_jax._src import checks
 from zoaq_jax._src import directions as dirs
-from zoaq_jax._src import expansion, history, ledger, oracle, retained
+from zoaq_jax._src import expansion, history, host, ledger, oracle, retained
 
 
 class ZoARState(NamedTuple):
@@ -170,6 +170,6 @@ def zoar_estimator(
         new_state = ZoARState(
             ledger=new_ledger, history=records, retained_sum=sums[0],
             direction_sum=sums[1] if forward else None, baseline=baseline)
-        return optax.tree.cast_like(g, params), new_state
+        return dirs.cast_like(g, params), new_state
 
-    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+    return optax.GradientTransformationExtraArgs(init_fn, host.host_errors()(update_fn))
