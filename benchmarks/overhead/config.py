@@ -13,7 +13,7 @@ seconds (the tests run the ``gpu`` preset's code path at the ``tiny`` sizes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 SECTIONS = ("compare", "dims", "seeds")
 
@@ -41,12 +41,6 @@ class Preset:
             return table[d]
         nearest = min(self.dims, key=lambda x: abs(x - d))
         return max(200, table[nearest] * nearest // d)
-
-    def with_overrides(self, **kw) -> Preset:
-        preset = replace(self, **{k: v for k, v in kw.items() if v is not None})
-        if len(preset.dims_calls) != len(preset.dims):
-            raise ValueError("dims_calls needs one budget per dim.")
-        return preset
 
 
 ALL_METHODS = ("radazo", "zo_adamm", "open_es", "zoaq", "zoaq+eager", "zoaq+vectorized",

@@ -21,10 +21,6 @@ def _gap(values) -> str:
     return common.mean_std(values, "{:.3g}")
 
 
-def _by(records, *keys):
-    return {tuple(r[k] for k in keys): r for r in records}
-
-
 def compare_table(records: list[dict]) -> tuple[str, list[str]]:
     ref = next((r for r in records if r["method"] == REFERENCE), None)
     fixed = next((r for r in records if r["method"] == FIXED_REFERENCE), None)
