@@ -54,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_out(parser, Path("out"))
     flags.add_report(parser, "OUT/overhead.md")
     flags.add_render(parser)
+    flags.add_quiet(parser)
 
 
 def _counts(values: list[str] | None) -> tuple[int, ...] | None:

@@ -7,8 +7,8 @@
 * ``seeds``: the vmapped seed sweep at ``seeds_dim``: calls/s, lane use and memory.
 
 ``cpu`` is what the committed page was measured with (a few minutes on 2 shared cores);
-``gpu`` is the full sweep for a lent accelerator; ``tiny`` exercises every code path in
-seconds (the tests run the ``gpu`` preset's code path at the ``tiny`` sizes).
+``gpu`` is the full sweep for a lent accelerator; ``smoke`` exercises every code path in
+seconds (the tests run the ``gpu`` preset's code path at the ``smoke`` sizes).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ PRESETS = {
         "gpu", ALL_METHODS, compare_calls=1_200_000, dims=(100, 10_000, 1_000_000, 10_000_000),
         dims_calls=(400_000, 40_000, 2_000, 200), seeds=(5, 10, 100, 1000, 10_000),
         seeds_calls=200_000, repeats=3, pin=False),
-    "tiny": Preset(
-        "tiny", ALL_METHODS, compare_dim=8, compare_seeds=2, compare_calls=400, dims=(8, 64),
+    "smoke": Preset(
+        "smoke", ALL_METHODS, compare_dim=8, compare_seeds=2, compare_calls=400, dims=(8, 64),
         dims_calls=(200, 200), seeds=(2, 5), seeds_dim=8, seeds_calls=200, repeats=1,
         pin=False),
 }
