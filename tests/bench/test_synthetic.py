@@ -17,12 +17,17 @@ from benchmarks.synthetic.objectives import OBJECTIVES
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
 def test_objectives_vanish_at_their_minimiser_and_are_positive_elsewhere(name):
     obj = OBJECTIVES[name]
+
+    @jax.jit  # one compilation per d (op-by-op dispatch is 10x slower here)
+    def check(minimiser, xs):
+        return obj.fn(minimiser), jax.vmap(obj.fn)(xs), jax.grad(obj.fn)(minimiser + 1e-3)
+
     for d in (2, 10, 100):
-        assert abs(float(obj.fn(jnp.asarray(obj.minimiser(d))))) < 1e-5
         xs = jax.random.normal(jax.random.key(d), (50, d)) * 2.0
-        assert np.all(np.asarray(jax.vmap(obj.fn)(xs)) > 0)
-    grad = jax.grad(obj.fn)(jnp.asarray(obj.minimiser(10)) + 1e-3)
-    assert np.all(np.isfinite(grad))
+        at_min, values, grad = check(jnp.asarray(obj.minimiser(d)), xs)
+        assert abs(float(at_min)) < 1e-5
+        assert np.all(np.asarray(values) > 0)
+        assert np.all(np.isfinite(grad))
 
 
 def test_objective_values_at_known_points():
@@ -41,19 +46,25 @@ def test_objective_values_at_known_points():
 
 def test_runtime_objective_switch_matches_each_objective():
     x = jax.random.normal(jax.random.key(0), (7,))
+    switch = jax.jit(runner.objective)  # fid traced: one compilation for every objective
     for name, fid in runner.FUNCTION_IDS.items():
-        assert float(runner.objective(x, fid)) == pytest.approx(float(OBJECTIVES[name].fn(x)))
+        assert float(switch(x, fid)) == pytest.approx(float(jax.jit(OBJECTIVES[name].fn)(x)))
 
 
 def test_vmapped_unit_equals_per_seed_runs():
     p = protocol.restrict(protocol.main("smoke"), functions=["rosenbrock"], seeds=[0, 1])
     unit = runner.Unit(p, variant("zoaq"))
     (result,) = runner.run_unit(unit)
-    for i, seed in enumerate(p.seeds):
+
+    @jax.jit  # one unbatched program, the seed an argument: compiled once for both seeds
+    def one_seed(seed):
         x0 = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (p.dim,))
         opt = unit.variant.build(Settings(), jax.random.fold_in(jax.random.key(seed), 1))
-        _, _, trace = zoaq_jax.run(opt, OBJECTIVES["rosenbrock"].fn, x0, p.steps,
-                                   log_every=p.log_every)
+        return zoaq_jax.run(opt, OBJECTIVES["rosenbrock"].fn, x0, p.steps,
+                            log_every=p.log_every)[2]
+
+    for i, seed in enumerate(p.seeds):
+        trace = one_seed(seed)
         assert result["num_queries"][i] == int(trace.num_queries[-1])
         np.testing.assert_array_equal(result["trace"]["last_k"][i], trace.last_k)
         assert result["final_gap"][i] == pytest.approx(float(trace.value[-1]), rel=1e-3)
