@@ -2,7 +2,8 @@
 
 Each command lives in ``benchmarks/<command>/cli.py`` and exposes
 ``add_arguments(parser)`` and ``main(args) -> int``. Commands are imported only when
-chosen, so a command's optional dependencies never break the others.
+chosen, so a command's optional dependencies never break the others. Every command
+takes ``--quiet``: no progress bars, in its process and the workers it starts.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from benchmarks import common
 
 COMMANDS = {
     "synthetic": ("benchmarks.synthetic.cli", "synthetic objectives (the paper's Section 5.1)"),
@@ -33,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
                                       description=module.__doc__,
                                       formatter_class=argparse.RawDescriptionHelpFormatter)
     module.add_arguments(command)
-    return int(module.main(command.parse_args(argv[1:])) or 0)
+    args = command.parse_args(argv[1:])
+    with common.quiet_bars(args.quiet):
+        return int(module.main(args) or 0)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ flags :mod:`benchmarks.flags`, presets :mod:`benchmarks.presets` and the method 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,10 +24,27 @@ import numpy as np
 
 
 def progress(iterable: Iterable, *, total: int | None = None, desc: str = "") -> Iterable:
-    """A tqdm progress bar on stderr."""
+    """A tqdm progress bar on stderr; none within :func:`quiet_bars` (``TQDM_DISABLE`` set)."""
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, dynamic_ncols=True, leave=True)
+    return tqdm(iterable, total=total, desc=desc, dynamic_ncols=True, leave=True,
+                disable=bool(os.environ.get("TQDM_DISABLE")))
+
+
+@contextlib.contextmanager
+def quiet_bars(quiet: bool):
+    """Within the block, no progress bars when ``quiet`` (``--quiet``), through tqdm's
+    ``TQDM_DISABLE``: the worker processes started inside it show none either."""
+    previous = os.environ.get("TQDM_DISABLE")
+    if quiet:
+        os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if quiet and previous is None:
+            del os.environ["TQDM_DISABLE"]
+        elif quiet:
+            os.environ["TQDM_DISABLE"] = previous
 
 
 def cache_dir(*parts: str) -> Path:

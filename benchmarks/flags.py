@@ -7,6 +7,8 @@
 ``--workers``  processes, one pinned core each (1: in this process)
 ``--seeds``    seeds as a list: ``0 1 2``, ``0,1,2`` or ranges ``0-999``
 ``--methods``  method specs of :mod:`benchmarks.methods` (``zoaq``, ``radazo:k=4``)
+``--preset``   sizes: ``smoke`` (seconds, for tests) and the command's larger ones
+``--quiet``    no progress bars
 =============  ==============================================================
 
 Errors a user can fix end the command through :func:`fail`: ``error: ...`` on stderr
@@ -132,6 +134,10 @@ def add_workers(parser: argparse.ArgumentParser, default: int | None = None) -> 
     parser.add_argument("--workers", type=positive_int, default=default,
                         help=f"processes, one pinned core each; 1: in this process "
                              f"(default {default})")
+
+
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def add_seeds(parser: argparse.ArgumentParser, default: str = "the preset's") -> None:

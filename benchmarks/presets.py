@@ -1,7 +1,7 @@
 """Presets as typed frozen dataclasses, with generic overrides from the command line.
 
 A benchmark declares its configuration as a frozen dataclass and its presets as
-instances (``tiny`` for tests, ``quick``/``cpu`` for a small real run, ``paper`` for
+instances (``smoke`` for tests, ``quick``/``cpu`` for a small real run, ``paper`` for
 the paper's protocol, ``gpu`` where an accelerator is meant). A command-line option whose
 destination is named like a field overrides that field (``--steps 100`` sets ``steps``);
 :func:`from_args` applies every such option at once, so no command keeps its own list.

@@ -34,10 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from benchmarks.attack.protocol import PROTOCOLS
 
     parser.add_argument("--dataset", choices=DATASETS, default="mnist")
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="paper",
+    parser.add_argument("--protocol", "--preset", dest="protocol", choices=PROTOCOLS,
+                        default="paper",
                         help="the preset: paper (test image 1, all methods, width 32, traces "
-                             "of 2,000 iterations) or extended (100 images, the paper's five "
-                             "methods, width 16, no traces)")
+                             "of 2,000 iterations), extended (100 images, the paper's five "
+                             "methods, width 16, no traces) or smoke (test image 1, one seed, "
+                             "zoaq and radazo, 200 iterations)")
     parser.add_argument("--goal", nargs="+", choices=GOALS, default=list(GOALS),
                         help="targeted (the ZoAR code's attack) and/or untargeted "
                              "(default: both)")
@@ -71,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_report(parser, "OUT/attack.md; the figures it draws go to OUT if the report "
                              "is in OUT, else to a folder named like the report next to it")
     flags.add_render(parser)
+    flags.add_quiet(parser)
 
 
 def preset_of(args: argparse.Namespace):

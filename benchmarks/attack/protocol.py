@@ -4,6 +4,8 @@
   test index 1; the ZoAQ paper reports mean and std over those five seeds).
 * ``extended``: the first ``num_images`` (default 100) correctly classified test images,
   each with the same five seeds (500 attacks).
+* ``smoke``: the paper's attack at seconds' size (one seed, ZoAQ and R-AdaZO, 200
+  iterations), for tests and a first look.
 
 Attacks are ordered image-major (all seeds of an image together). The same seed gives
 the same :math:`x_0` and direction stream to every method (matched seeds).
@@ -21,7 +23,7 @@ from benchmarks.attack import objective
 from benchmarks.attack.data import Dataset
 from benchmarks.attack.runner import AttackConfig, Tasks
 
-PROTOCOLS = ("paper", "extended")
+PROTOCOLS = ("paper", "extended", "smoke")
 PAPER_IMAGE = 1
 SEEDS = (101, 202, 303, 404, 505)
 
@@ -31,7 +33,7 @@ class Preset:
     """The settings of a protocol; every field is a command-line option of the same name
     (``--trace-len`` sets ``trace_len``, see :func:`benchmarks.presets.from_args`)."""
 
-    protocol: str  # "paper" or "extended"
+    protocol: str  # one of PROTOCOLS
     methods: tuple[str, ...]  # method specs
     width: int  # lanes per vmapped batch
     trace_len: int  # iterations of loss/consistency traces kept per attack
@@ -51,6 +53,9 @@ PRESETS = {
     "paper": Preset("paper", methods_lib.ALL_METHODS, width=32, trace_len=2000),
     # The paper's five methods on 100 images x 5 seeds, no traces.
     "extended": Preset("extended", methods_lib.PAPER_METHODS, width=16, trace_len=0),
+    # The paper's attack (test image 1) with one seed, two methods and 200 iterations.
+    "smoke": Preset("smoke", ("zoaq", "radazo"), width=2, trace_len=50, seeds=SEEDS[:1],
+                    max_steps=200),
 }
 
 
@@ -71,7 +76,7 @@ def select(protocol: str, dataset: Dataset, predictions: np.ndarray,
     """The attacks of ``protocol`` on ``dataset``'s test split.
 
     Args:
-      protocol: ``"paper"`` or ``"extended"``.
+      protocol: one of :data:`PROTOCOLS` (``"smoke"`` attacks the paper's image).
       dataset: the data.
       predictions: the target model's predicted class of every test image.
       seeds: the seeds each image is attacked with.
@@ -87,7 +92,7 @@ def select(protocol: str, dataset: Dataset, predictions: np.ndarray,
     labels = dataset.test_labels
     if predictions.shape != labels.shape:
         raise ValueError(f"predictions must be shaped {labels.shape}, got {predictions.shape}.")
-    if protocol == "paper":
+    if protocol in ("paper", "smoke"):
         if len(labels) <= PAPER_IMAGE:
             raise ValueError(f"The paper protocol attacks test image {PAPER_IMAGE}; the test "
                              f"split has only {len(labels)} images.")

@@ -7,7 +7,7 @@ Three sections, in one process (one core pinned on CPU), compilation excluded:
   seeds, the same oracle budget per seed: useful calls/s, ratios, final gaps;
 * dims: per-call cost against the dimension (one seed), against R-AdaZO K=10, with the
   cost of the parts of a step (drawing directions, evaluating, the loop);
-* seeds: the vmapped seed sweep (``--seeds 5 10 100 1000``): calls/s, lane use (the share
+* seeds: the vmapped seed sweep (``--lanes 5 10 100 1000``): calls/s, lane use (the share
   of executed objective evaluations that were counted queries) and memory.
 
 Examples:
@@ -37,9 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"methods (default: the preset's); from {list(methods_mod.METHODS)}")
     parser.add_argument("--dims", type=flags.positive_int, nargs="+", default=None,
                         help="dimensions of the dims section")
-    parser.add_argument("--seeds", nargs="+", default=None, metavar="N",
+    flags.add_seeds(parser, "0-4, vmapped in the compare section")
+    parser.add_argument("--lanes", nargs="+", default=None, metavar="N",
                         help="vmapped seed counts of the seed sweep: 5 10 100 1000 or "
-                             "5,10,100,1000 (not seed values: each count n runs seeds 0..n-1)")
+                             "5,10,100,1000 (each count n runs seeds 0..n-1)")
     parser.add_argument("--compare-calls", type=flags.positive_int, default=None,
                         help="oracle calls per seed in the compare section")
     parser.add_argument("--dims-calls", type=flags.positive_int, default=None,
@@ -54,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_out(parser, Path("out"))
     flags.add_report(parser, "OUT/overhead.md")
     flags.add_render(parser)
+    flags.add_quiet(parser)
 
 
 def _counts(values: list[str] | None) -> tuple[int, ...] | None:
@@ -64,7 +66,7 @@ def _counts(values: list[str] | None) -> tuple[int, ...] | None:
         try:
             out.append(flags.positive_int(item))
         except argparse.ArgumentTypeError as err:
-            flags.fail(f"--seeds takes seed counts: {err}")
+            flags.fail(f"--lanes takes seed counts: {err}")
     return tuple(out)
 
 
@@ -84,7 +86,8 @@ def _preset(args: argparse.Namespace) -> config.Preset:
     elif dims:
         dims_calls = tuple(preset.calls_for_dim(d) for d in dims)
     return presets.override(
-        preset, methods=methods, dims=dims, dims_calls=dims_calls, seeds=_counts(args.seeds),
+        preset, methods=methods, dims=dims, dims_calls=dims_calls, seeds=_counts(args.lanes),
+        compare_seeds=tuple(flags.seeds(args.seeds)) if args.seeds else None,
         compare_calls=args.compare_calls, seeds_calls=args.seeds_calls, repeats=args.repeats,
         pin=args.pin, sections=args.sections)
 

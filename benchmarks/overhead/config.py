@@ -1,19 +1,20 @@
 """Presets of the speed benchmark: sizes of its three sections, as frozen dataclasses.
 
 * ``compare``: every method and evosax's ``Open_ES`` on the quadratic at ``compare_dim``
-  with ``compare_seeds`` vmapped seeds and the same oracle budget per seed, in one
+  with the ``compare_seeds`` vmapped and the same oracle budget per seed, in one
   process: useful calls/s, the ratio to ``Open_ES`` and the final gaps.
 * ``dims``: per-call cost against the dimension (one seed), against R-AdaZO K=10.
-* ``seeds``: the vmapped seed sweep at ``seeds_dim``: calls/s, lane use and memory.
+* ``seeds``: the vmapped seed sweep at ``seeds_dim`` over the lane counts ``seeds``
+  (seeds ``0 .. n-1`` each): calls/s, lane use and memory.
 
 ``cpu`` is what the committed page was measured with (a few minutes on 2 shared cores);
-``gpu`` is the full sweep for a lent accelerator; ``tiny`` exercises every code path in
-seconds (the tests run the ``gpu`` preset's code path at the ``tiny`` sizes).
+``gpu`` is the full sweep for a lent accelerator; ``smoke`` exercises every code path in
+seconds (the tests run the ``gpu`` preset's code path at the ``smoke`` sizes).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 SECTIONS = ("compare", "dims", "seeds")
 
@@ -23,11 +24,11 @@ class Preset:
     name: str
     methods: tuple[str, ...]
     compare_dim: int = 100
-    compare_seeds: int = 5
+    compare_seeds: int | tuple[int, ...] = 5  # a count n (seeds 0 .. n-1) or the seeds
     compare_calls: int = 600_000  # oracle calls per seed (30,000 Open_ES generations of 20)
     dims: tuple[int, ...] = (100, 10_000, 1_000_000)
     dims_calls: tuple[int, ...] = (40_000, 4_000, 200)  # calls per seed, one per dim
-    seeds: tuple[int, ...] = (5, 10, 100, 1000)
+    seeds: tuple[int, ...] = (5, 10, 100, 1000)  # lane counts of the seed sweep (--lanes)
     seeds_dim: int = 100
     seeds_calls: int = 4_000  # calls per seed in the seed sweep
     repeats: int = 3  # timings per configuration, interleaved; the median is reported
@@ -42,12 +43,6 @@ class Preset:
         nearest = min(self.dims, key=lambda x: abs(x - d))
         return max(200, table[nearest] * nearest // d)
 
-    def with_overrides(self, **kw) -> Preset:
-        preset = replace(self, **{k: v for k, v in kw.items() if v is not None})
-        if len(preset.dims_calls) != len(preset.dims):
-            raise ValueError("dims_calls needs one budget per dim.")
-        return preset
-
 
 ALL_METHODS = ("radazo", "zo_adamm", "open_es", "zoaq", "zoaq+eager", "zoaq+vectorized",
                "auto_k", "zoar", "statzo")
@@ -58,8 +53,8 @@ PRESETS = {
         "gpu", ALL_METHODS, compare_calls=1_200_000, dims=(100, 10_000, 1_000_000, 10_000_000),
         dims_calls=(400_000, 40_000, 2_000, 200), seeds=(5, 10, 100, 1000, 10_000),
         seeds_calls=200_000, repeats=3, pin=False),
-    "tiny": Preset(
-        "tiny", ALL_METHODS, compare_dim=8, compare_seeds=2, compare_calls=400, dims=(8, 64),
+    "smoke": Preset(
+        "smoke", ALL_METHODS, compare_dim=8, compare_seeds=2, compare_calls=400, dims=(8, 64),
         dims_calls=(200, 200), seeds=(2, 5), seeds_dim=8, seeds_calls=200, repeats=1,
         pin=False),
 }

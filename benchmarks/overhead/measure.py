@@ -111,15 +111,17 @@ def _memory(compiled) -> dict[str, Any]:
 
 
 class Case:
-    """One compiled (method, d, lanes, budget) configuration, timed ``repeats`` times."""
+    """One compiled (method, d, seeds, budget) configuration, timed ``repeats`` times;
+    ``seeds`` a count ``n`` (the seeds ``0 .. n-1``) or the seeds, one vmapped lane each."""
 
-    def __init__(self, name: str, d: int, lanes: int, budget: int):
+    def __init__(self, name: str, d: int, seeds: int | tuple[int, ...], budget: int):
         import jax
         import jax.numpy as jnp
 
-        self.name, self.d, self.lanes, self.budget = name, d, lanes, budget
-        fn, algo = program(name, d, lanes, budget)
-        self.seeds = jnp.arange(lanes, dtype=jnp.int32)
+        self.seeds = jnp.asarray(tuple(range(seeds)) if isinstance(seeds, int) else seeds,
+                                 jnp.int32)
+        self.name, self.d, self.lanes, self.budget = name, d, len(self.seeds), budget
+        fn, algo = program(name, d, self.lanes, budget)
         start = time.perf_counter()
         self.compiled = fn.lower(self.seeds).compile()
         self.compile_seconds = time.perf_counter() - start
@@ -156,8 +158,8 @@ class Case:
         }
 
 
-def measure(configs: list[tuple[str, int, int, int]], repeats: int, progress) -> list[dict]:
-    """Compiles every ``(method, d, lanes, budget)``, then times them round-robin."""
+def measure(configs: list[tuple], repeats: int, progress) -> list[dict]:
+    """Compiles every ``(method, d, seeds, budget)``, then times them round-robin."""
     cases = [Case(*c) for c in progress(configs, desc="compile")]
     for _ in progress(range(repeats), desc="timing rounds"):
         for case in cases:

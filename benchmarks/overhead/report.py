@@ -21,8 +21,8 @@ def _gap(values) -> str:
     return common.mean_std(values, "{:.3g}")
 
 
-def _by(records, *keys):
-    return {tuple(r[k] for k in keys): r for r in records}
+def _count(seeds: int | list[int]) -> int:
+    return seeds if isinstance(seeds, int) else len(seeds)
 
 
 def compare_table(records: list[dict]) -> tuple[str, list[str]]:
@@ -149,7 +149,7 @@ def render(record: dict, path: Path, folder: Path) -> Path:
     if s.get("compare"):
         table, verdicts = compare_table(s["compare"])
         parts += [
-            (f"## Compare: quadratic, d = {p['compare_dim']:,}, {p['compare_seeds']} vmapped "
+            (f"## Compare: quadratic, d = {p['compare_dim']:,}, {_count(p['compare_seeds'])} vmapped "
              f"seeds, {p['compare_calls']:,} oracle calls per seed"), table,
             "\n".join(f"- {v}" for v in verdicts)]
     if s.get("dims"):

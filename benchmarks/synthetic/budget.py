@@ -66,11 +66,11 @@ class BudgetProtocol:
 
 
 _SCALE = {  # preset -> (dim, budget, seeds, log_every)
-    "tiny": (10, 4000, 2, 10),
+    "smoke": (10, 4000, 2, 10),
     "quick": (100, 120_000, 3, 20),
     "paper": (100, 1_200_000, 5, 50),
 }
-_TINY = ("radazo:k=1", "radazo:k=2", "zoaq", "auto_k")
+_SMOKE = ("radazo:k=1", "radazo:k=2", "zoaq", "auto_k")
 SENSITIVITY = (
     ("window", (250, 4000)), ("r", (0.003, 0.03)), ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)),
 )
@@ -84,8 +84,8 @@ def protocol(name: str, preset: str) -> BudgetProtocol:
     dim, budget, seeds, log_every = _SCALE[preset]
     fixed_radazo = tuple(m for m in FIXED if m.startswith("radazo"))
     if name == "budget":
-        functions = FUNCTIONS if preset != "tiny" else ("quadratic", "least_squares")
-        variants = _variants(_TINY if preset == "tiny" else FIXED + ADAPTIVE)
+        functions = FUNCTIONS if preset != "smoke" else ("quadratic", "least_squares")
+        variants = _variants(_SMOKE if preset == "smoke" else FIXED + ADAPTIVE)
     elif name == "budget_switch":
         functions = (SWITCH,)
         variants = _variants(fixed_radazo + ("zoaq", "auto_k"))

@@ -36,7 +36,7 @@ from benchmarks.synthetic.methods import REGISTRY, parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=("tiny", "quick", "paper"), default="quick",
+    parser.add_argument("--preset", choices=("smoke", "quick", "paper"), default="quick",
                         help="quick: ~1 min on 2 cores; paper: the paper's protocol")
     parser.add_argument("--mode", choices=("steps", "budget"), default="steps",
                         help="steps: equal steps (the paper's protocol); budget: equal calls")
@@ -54,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_out(parser, Path("out"))
     flags.add_report(parser, "OUT/synthetic*.md")
     flags.add_render(parser)
+    flags.add_quiet(parser)
     flags.add_workers(parser)
 
 

@@ -56,7 +56,4 @@ CONTROLLER = {
     ("rosenbrock", "fresh_on_expand"): (71.21, 615_656),
 }
 
-# Appendix "Trigger Metric Ablation" (Rosenbrock, d = 10,000).
-TRIGGER = {"extra_queries_norm_pct": 28.1, "drop_per_1k_cosine": 1.9, "drop_per_1k_norm": 1.3}
-
 TABLES = {"reset": RESET, "tau0": TAU0, "controller": CONTROLLER}

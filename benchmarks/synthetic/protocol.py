@@ -2,7 +2,7 @@
 
 ``paper`` is the paper's protocol (d = 100, T = 60,000, 5 seeds, lr 1e-3, betas
 (0.9, 0.99), mu 5e-3, eps 1e-8, central differences). ``quick`` keeps the structure at
-a fraction of the cost (about a minute on 2 cores); ``tiny`` is for tests.
+a fraction of the cost (about a minute on 2 cores); ``smoke`` is for tests.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Protocol:
 
 
 _SCALE = {  # preset -> (dim, steps, seeds, log_every)
-    "tiny": (10, 40, 2, 10),
+    "smoke": (10, 40, 2, 10),
     "quick": (100, 4000, 3, 40),
     "paper": (100, 60000, 5, 100),
 }
@@ -44,7 +44,7 @@ _QUICK_METHODS = ("zoaq", "radazo:k=2", "radazo", "statzo", "zoar")
 
 def main(preset: str) -> Protocol:
     dim, steps, seeds, log_every = _SCALE[preset]
-    methods = {"tiny": ("zoaq", "radazo"), "quick": _QUICK_METHODS}.get(preset, MAIN_METHODS)
+    methods = {"smoke": ("zoaq", "radazo"), "quick": _QUICK_METHODS}.get(preset, MAIN_METHODS)
     return Protocol("main", preset, dim, steps, tuple(range(seeds)), log_every,
                     tuple(OBJECTIVES), tuple(variant(m) for m in methods))
 
@@ -75,7 +75,7 @@ ABLATIONS = {
 }
 
 _ABLATION_SCALE = {  # preset -> ablation -> (dim, steps, seeds, log_every) overrides
-    "tiny": {"trigger": (50, 40, 2, 10)},
+    "smoke": {"trigger": (50, 40, 2, 10)},
     "quick": {"trigger": (10000, 1000, 2, 20), "switch": (100, 2000, 3, 20)},
     "paper": {"trigger": (10000, 10000, 3, 100), "switch": (100, 15000, 5, 100)},
 }

@@ -141,6 +141,9 @@ def test_presets_are_dataclasses_with_overrides():
     assert (extended.width, extended.trace_len, extended.images) == (8, 0, 100)
     assert extended.seeds == (1, 2, 3) and extended.methods == ("zoaq", "radazo")
     assert extended.attack_config.width == 8
+    smoke = attack_cli.preset_of(parser.parse_args(["--preset", "smoke"]))  # --protocol's alias
+    assert (smoke.protocol, smoke.methods, smoke.seeds) == ("smoke", ("zoaq", "radazo"), (101,))
+    assert (smoke.width, smoke.attack_config.max_steps) == (2, 200)
 
 
 def test_a_killed_worker_ends_the_run_instead_of_hanging(tmp_path):
@@ -203,6 +206,8 @@ def test_protocol_selection():
     paper = protocol.select("paper", ds, predictions)
     np.testing.assert_array_equal(paper.image, [1] * 5)
     np.testing.assert_array_equal(paper.seed, protocol.SEEDS)
+    smoke = protocol.select("smoke", ds, predictions, seeds=(101,))
+    np.testing.assert_array_equal(smoke.image, [protocol.PAPER_IMAGE])
     ext = protocol.select("extended", ds, predictions, seeds=(7, 8), num_images=3)
     np.testing.assert_array_equal(ext.image, [1, 1, 3, 3, 4, 4])  # correctly classified only
     np.testing.assert_array_equal(ext.seed, [7, 8] * 3)

@@ -50,3 +50,24 @@ def test_overhead_rejects_counts_below_one(args, tmp_path, capsys):
         cli(["overhead", "--out", str(tmp_path), *args])
     assert exit_info.value.code == 2
     assert "expected an integer >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["synthetic", "attack", "llm", "overhead"])
+def test_every_command_takes_smoke_preset_and_quiet(command, capsys):
+    with pytest.raises(SystemExit):
+        cli([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--quiet" in text and "no progress bars" in text
+    if command != "llm":  # llm's presets are its own (benchmarks/llm)
+        assert "smoke" in text
+
+
+def test_quiet_bars_silence_progress_and_restore_the_environment(capsys, monkeypatch):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    with common.quiet_bars(True):
+        list(common.progress(range(3), desc="hidden"))
+    assert "hidden" not in capsys.readouterr().err
+    assert "TQDM_DISABLE" not in __import__("os").environ
+    with common.quiet_bars(False):
+        list(common.progress(range(3), desc="shown"))
+    assert "shown" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """The speed benchmark (``python -m benchmarks overhead``): its GPU preset's code path on
-CPU at tiny sizes, its accounting, its errors, and the eager evaluation it measures.
+CPU at smoke sizes, its accounting, its errors, and the eager evaluation it measures.
 
 No timings are asserted: speed is reported as ratios measured in one run.
 """
@@ -17,13 +17,14 @@ import pytest
 
 import zoaq_jax
 from benchmarks.__main__ import main as bench_main
-from benchmarks.overhead import config, measure
+from benchmarks.overhead import measure
 
 
-def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
+def test_gpu_preset_runs_on_cpu_at_smoke_sizes(tmp_path):
     out = tmp_path / "res"
     argv = ["overhead", "--preset", "gpu", "--methods", "statzo+vectorized", "open_es",
-            "--dims", "8", "--dims-calls", "40", "--seeds", "3", "--compare-calls", "40",
+            "--dims", "8", "--dims-calls", "40", "--lanes", "3", "--seeds", "7,9",
+            "--compare-calls", "40",
             "--seeds-calls", "40", "--repeats", "1", "--no-pin", "--out", str(out),
             "--report", str(out / "overhead_gpu.md")]
     assert bench_main(argv) == 0
@@ -33,7 +34,7 @@ def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
     sections = record["sections"]
     compare = {r["method"]: r for r in sections["compare"]}
     assert set(compare) == {"statzo+vectorized", "open_es"}
-    assert compare["open_es"]["seeds"] == config.PRESETS["gpu"].compare_seeds
+    assert record["preset"]["compare_seeds"] == [7, 9] and compare["open_es"]["seeds"] == 2
     assert compare["open_es"]["useful_calls"] == 40 * compare["open_es"]["seeds"]
     assert compare["open_es"]["lane_use"] == 1.0
     assert all(r["useful_calls"] >= 40 * r["seeds"] for r in sections["compare"])
@@ -44,6 +45,7 @@ def test_gpu_preset_runs_on_cpu_at_tiny_sizes(tmp_path):
         assert r["state_bytes_per_seed"] > 0
     report = (out / "overhead_gpu.md").read_text()
     assert "calls/s vs Open_ES" in report and "lane use" in report
+    assert "d = 100, 2 vmapped seeds" in report
     assert (out / "overhead_gpu" / "seeds.png").exists()
     # --render rebuilds the generated block from the JSON alone, keeping hand-written text
     path = out / "overhead_gpu.md"

@@ -17,12 +17,17 @@ from benchmarks.synthetic.objectives import OBJECTIVES
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
 def test_objectives_vanish_at_their_minimiser_and_are_positive_elsewhere(name):
     obj = OBJECTIVES[name]
+
+    @jax.jit  # one compilation per d (op-by-op dispatch is 10x slower here)
+    def check(minimiser, xs):
+        return obj.fn(minimiser), jax.vmap(obj.fn)(xs), jax.grad(obj.fn)(minimiser + 1e-3)
+
     for d in (2, 10, 100):
-        assert abs(float(obj.fn(jnp.asarray(obj.minimiser(d))))) < 1e-5
         xs = jax.random.normal(jax.random.key(d), (50, d)) * 2.0
-        assert np.all(np.asarray(jax.vmap(obj.fn)(xs)) > 0)
-    grad = jax.grad(obj.fn)(jnp.asarray(obj.minimiser(10)) + 1e-3)
-    assert np.all(np.isfinite(grad))
+        at_min, values, grad = check(jnp.asarray(obj.minimiser(d)), xs)
+        assert abs(float(at_min)) < 1e-5
+        assert np.all(np.asarray(values) > 0)
+        assert np.all(np.isfinite(grad))
 
 
 def test_objective_values_at_known_points():
@@ -41,26 +46,32 @@ def test_objective_values_at_known_points():
 
 def test_runtime_objective_switch_matches_each_objective():
     x = jax.random.normal(jax.random.key(0), (7,))
+    switch = jax.jit(runner.objective)  # fid traced: one compilation for every objective
     for name, fid in runner.FUNCTION_IDS.items():
-        assert float(runner.objective(x, fid)) == pytest.approx(float(OBJECTIVES[name].fn(x)))
+        assert float(switch(x, fid)) == pytest.approx(float(jax.jit(OBJECTIVES[name].fn)(x)))
 
 
 def test_vmapped_unit_equals_per_seed_runs():
-    p = protocol.restrict(protocol.main("tiny"), functions=["rosenbrock"], seeds=[0, 1])
+    p = protocol.restrict(protocol.main("smoke"), functions=["rosenbrock"], seeds=[0, 1])
     unit = runner.Unit(p, variant("zoaq"))
     (result,) = runner.run_unit(unit)
-    for i, seed in enumerate(p.seeds):
+
+    @jax.jit  # one unbatched program, the seed an argument: compiled once for both seeds
+    def one_seed(seed):
         x0 = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (p.dim,))
         opt = unit.variant.build(Settings(), jax.random.fold_in(jax.random.key(seed), 1))
-        _, _, trace = zoaq_jax.run(opt, OBJECTIVES["rosenbrock"].fn, x0, p.steps,
-                                   log_every=p.log_every)
+        return zoaq_jax.run(opt, OBJECTIVES["rosenbrock"].fn, x0, p.steps,
+                            log_every=p.log_every)[2]
+
+    for i, seed in enumerate(p.seeds):
+        trace = one_seed(seed)
         assert result["num_queries"][i] == int(trace.num_queries[-1])
         np.testing.assert_array_equal(result["trace"]["last_k"][i], trace.last_k)
         assert result["final_gap"][i] == pytest.approx(float(trace.value[-1]), rel=1e-3)
 
 
 def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
-    code = cli(["synthetic", "--preset", "tiny", "--functions", "quadratic", "levy",
+    code = cli(["synthetic", "--preset", "smoke", "--functions", "quadratic", "levy",
                 "--seeds", "1-2", "--out", str(tmp_path), "--workers", "1"])
     assert code == 0
     data = json.loads((tmp_path / "synthetic.json").read_text())
@@ -81,7 +92,7 @@ def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
     text = (tmp_path / "synthetic.md").read_text()
     assert "### Levy" in text and "saving vs R-AdaZO K=10" in text
     assert "Savings are against R-AdaZO K=10. " in text
-    assert "--workers 1" in text and "--preset tiny" in text  # the command as run
+    assert "--workers 1" in text and "--preset smoke" in text  # the command as run
     assert f"- Run: started {record['started']}" in text and "- Machine: " in text
     # the report re-renders from its JSON alone, bit for bit
     assert cli(["synthetic", "--render", str(tmp_path / "synthetic.json"),
@@ -89,14 +100,14 @@ def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
     assert (tmp_path / "again" / "synthetic.md").read_text() == text
     # the report keeps hand-written text outside the generated block
     (tmp_path / "synthetic.md").write_text("intro\n" + text + "\n## Discussion\n\nkeep me\n")
-    cli(["synthetic", "--preset", "tiny", "--functions", "quadratic", "--methods", "zoaq",
+    cli(["synthetic", "--preset", "smoke", "--functions", "quadratic", "--methods", "zoaq",
          "radazo", "--seeds", "0", "--out", str(tmp_path), "--workers", "1"])
     again = (tmp_path / "synthetic.md").read_text()
     assert "keep me" in again and "### Levy" not in again and again.startswith("intro\n")
 
 
 def test_objective_switch_ablation_continues_the_run(tmp_path):
-    assert cli(["synthetic", "--ablation", "switch", "--preset", "tiny", "--seeds", "0",
+    assert cli(["synthetic", "--ablation", "switch", "--preset", "smoke", "--seeds", "0",
                 "--out", str(tmp_path), "--workers", "1"]) == 0
     data = json.loads((tmp_path / "synthetic_switch.json").read_text())
     for r in data["records"]:
@@ -113,7 +124,7 @@ def test_objective_switch_ablation_continues_the_run(tmp_path):
 def test_cli_rejects_bad_method_specs_before_any_work(spec, message, tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "execute", lambda *a, **k: pytest.fail("ran"))
     with pytest.raises(SystemExit, match=message):
-        cli(["synthetic", "--preset", "tiny", "--methods", "zoaq", spec, "--out", str(tmp_path)])
+        cli(["synthetic", "--preset", "smoke", "--methods", "zoaq", spec, "--out", str(tmp_path)])
     assert not any(tmp_path.iterdir())
 
 
@@ -135,7 +146,7 @@ def test_seeds_are_a_list_with_ranges_and_methods_canonical_specs():
                                             "radazo:k=2"]
     assert [v.display for v in p.variants] == ["ZoAQ K∈[1,10] (ZO-AdaMM)", "R-AdaZO K=10",
                                                "ZO-AdaMM K=4", "R-AdaZO K=2"]
-    (p,) = parse(["--mode", "budget", "--seeds", "0-999", "--preset", "tiny"])
+    (p,) = parse(["--mode", "budget", "--seeds", "0-999", "--preset", "smoke"])
     assert p.seeds == tuple(range(1000))
     assert report.seed_list(p.seeds) == "0-999 (1,000 seeds)"
     assert REGISTRY.parse("radazo").fixed_k == 10  # the paper's K=10 is the default
@@ -144,13 +155,13 @@ def test_seeds_are_a_list_with_ranges_and_methods_canonical_specs():
 @pytest.mark.parametrize("seeds", ["-1", "two", "3-1"])
 def test_cli_rejects_bad_seeds(seeds, tmp_path):
     with pytest.raises(SystemExit, match="error: .*seed"):
-        cli(["synthetic", "--preset", "tiny", "--seeds", seeds, "--out", str(tmp_path)])
+        cli(["synthetic", "--preset", "smoke", "--seeds", seeds, "--out", str(tmp_path)])
 
 
 @pytest.mark.parametrize("args", [["--steps", "0"], ["--workers", "0"], ["--budget", "-2"]])
 def test_cli_rejects_counts_below_one(args, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        cli(["synthetic", "--preset", "tiny", "--out", str(tmp_path), *args])
+        cli(["synthetic", "--preset", "smoke", "--out", str(tmp_path), *args])
     assert exit_info.value.code == 2
     assert "expected an integer >= 1" in capsys.readouterr().err
 
@@ -159,7 +170,7 @@ def test_cli_rejects_counts_below_one(args, tmp_path, capsys):
 def test_cli_refuses_functions_that_would_drop_the_objective_switch(ablation, tmp_path):
     with pytest.raises(SystemExit, match="objective switch"):
         cli(["synthetic", "--ablation", ablation, "--functions", "quadratic", "--preset",
-             "tiny", "--out", str(tmp_path)])
+             "smoke", "--out", str(tmp_path)])
 
 
 def test_trigger_metrics_are_per_function():
@@ -177,7 +188,7 @@ def test_trigger_metrics_are_per_function():
 
 
 def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_path):
-    assert cli(["synthetic", "--mode", "budget", "--preset", "tiny", "--functions", "quadratic",
+    assert cli(["synthetic", "--mode", "budget", "--preset", "smoke", "--functions", "quadratic",
                 "least_squares", "--seeds", "0,1", "--workers", "1", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "synthetic_budget.json").read_text())
     budget = data["protocol"]["budget"]
@@ -200,7 +211,7 @@ def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_pat
 def test_budget_runs_match_plain_runs_of_the_same_optimizer():
     from benchmarks.synthetic import budget
 
-    p = budget.restrict(budget.protocol("budget", "tiny"), functions=["quadratic"], seeds=[0],
+    p = budget.restrict(budget.protocol("budget", "smoke"), functions=["quadratic"], seeds=[0],
                         variants=[variant("radazo:k=2")], budget=400)
     (result,) = budget.run_unit((p, p.variants[0]))
     x0 = jax.random.normal(jax.random.fold_in(jax.random.key(0), 0), (p.dim,))

@@ -32,10 +32,12 @@ def _estimates(make, steps=1, x=X):
 
     def one(seed):
         est = make(seed)
-        state = est.init(x)
-        for _ in range(steps):
+
+        def step(state, _):  # a scan: one compiled update whatever ``steps``
             g, state = est.update(None, state, x, value_fn=quad)
-        return g
+            return state, g
+
+        return jax.lax.scan(step, est.init(x), None, length=steps)[1][-1]
 
     return np.asarray(jax.jit(jax.vmap(one))(jnp.arange(N)), np.float64)
 

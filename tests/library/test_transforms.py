@@ -226,16 +226,19 @@ def test_wrappers_around_a_whole_optimizer_work_with_params_shaped_updates():
     f = lambda p: jnp.sum(p ** 2)  # noqa: E731
     x = jnp.ones(3)
     zeros = jnp.zeros_like(x)
+    def step(opt):  # compiled once per wrapper (op-by-op dispatch is several times slower)
+        return jax.jit(lambda u, s, p: opt.update(u, s, p, value_fn=f))
+
     plain = zoaq_jax.zoaq(1e-2, k_max=3, n_hist=2, key=0)
-    u_plain, _ = plain.update(None, plain.init(x), x, value_fn=f)
+    u_plain, _ = step(plain)(None, plain.init(x), x)
     guarded = optax.apply_if_finite(plain, 3)
-    u, state = guarded.update(zeros, guarded.init(x), x, value_fn=f)
+    u, state = step(guarded)(zeros, guarded.init(x), x)
     chex.assert_trees_all_equal(u, u_plain)
     assert int(optax.tree.get(state, "num_queries")) == 2 * int(optax.tree.get(state, "last_k"))
     multi = optax.MultiSteps(plain, 2)
-    state = multi.init(x)
-    u1, state = multi.update(zeros, state, x, value_fn=f)
-    u2, state = multi.update(zeros, state, x, value_fn=f)
+    state, multi_step = multi.init(x), step(multi)
+    u1, state = multi_step(zeros, state, x)
+    u2, state = multi_step(zeros, state, x)
     chex.assert_trees_all_equal(u1, zeros)  # the first micro-step only accumulates
     assert np.all(np.asarray(u2) != 0)
 
@@ -248,18 +251,21 @@ def test_estimator_first_composes_with_multisteps_and_apply_if_finite():
     """
     f = lambda p: jnp.sum(p["a"] ** 2) + jnp.sum(p["b"] ** 2)  # noqa: E731
     params = {"a": jnp.ones(3), "b": jnp.ones(2)}
+    def step(opt):  # compiled once per chain
+        return jax.jit(lambda s, p: opt.update(None, s, p, value_fn=f))
+
     est = zoaq_jax.fixed_estimator(k=2, key=0)
     opt = optax.chain(est, optax.MultiSteps(optax.sgd(0.1), 2).gradient_transformation())
-    state = opt.init(params)
-    u1, state = opt.update(None, state, params, value_fn=f)
-    u2, state = opt.update(None, state, params, value_fn=f)
-    s = est.init(params)
-    g1, s = est.update(None, s, params, value_fn=f)
-    g2, s = est.update(None, s, params, value_fn=f)
+    state, opt_step = opt.init(params), step(opt)
+    u1, state = opt_step(state, params)
+    u2, state = opt_step(state, params)
+    s, est_step = est.init(params), step(est)
+    g1, s = est_step(s, params)
+    g2, s = est_step(s, params)
     chex.assert_trees_all_equal(u1, jax.tree.map(jnp.zeros_like, params))
     chex.assert_trees_all_close(u2, jax.tree.map(lambda a, b: -0.05 * (a + b), g1, g2),
                                 rtol=1e-6)
     guarded = optax.chain(est, optax.apply_if_finite(optax.sgd(0.1), 3))
-    u, state = guarded.update(None, guarded.init(params), params, value_fn=f)
+    u, state = step(guarded)(guarded.init(params), params)
     chex.assert_trees_all_close(u, jax.tree.map(lambda g: -0.1 * g, g1), rtol=1e-6)
     assert int(optax.tree.get(state, "num_queries")) == 4

@@ -179,7 +179,7 @@ def adaptive_estimator(
     checks.choice("difference", difference, oracle.DIFFERENCES)
     checks.choice("directions", directions, dirs.KINDS)
     checks.choice("evaluation", evaluation, expansion.EVALUATIONS)
-    slots = expansion.capacity(k_min, k_max, k_step)
+    slots = k_max  # fresh records of one step: every K grid ends exactly at k_max
 
     def init_fn(params):
         return AdaptiveState(

@@ -43,12 +43,6 @@ class Candidate(NamedTuple):
     accepted: jax.Array  # bool
 
 
-def capacity(k_min: int, k_max: int, k_step: int) -> int:
-    """Slots needed for the fresh records of one step: ``k_max`` (chunks end exactly there)."""
-    del k_min, k_step  # every grid ends at k_max, whatever its spacing
-    return k_max
-
-
 def draw_step(
     kind: str, key: jax.Array, slots: int, like: Any, retained_keys: jax.Array | None = None,
 ) -> tuple[Any, Any]:
@@ -208,7 +202,7 @@ def accept_or_expand(
     Returns:
       The accepted :class:`Candidate`.
     """
-    slots = capacity(k_min, k_max, k_step)
+    slots = k_max  # fresh records of one step: every K grid ends exactly at k_max
 
     def absorb(cand: Candidate, first: jax.Array, size: int) -> Candidate:
         responses, values, directions = acquire(first, size)
