@@ -405,7 +405,8 @@ def auto_k(
     k_min: int = 1,
     k_max: int = 16,
     mu: float = 5e-3,
-    window: int = 1000,
+    window: int = 8,
+    growth: float = 0.25,
     r: float = 0.01,
     r_up: float = 0.05,
     z: float = 2.0,
@@ -425,7 +426,7 @@ def auto_k(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, mu, window, r, r_up, z, floor, difference, directions, key: see
+      k_min, k_max, mu, window, growth, r, r_up, z, floor, difference, directions, key: see
         :func:`auto_k_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
@@ -445,7 +446,7 @@ def auto_k(
       machine learning, Math. Program. 2012.
     """
     estimator = auto_k_estimator(
-        k_min=k_min, k_max=k_max, mu=mu, window=window, r=r, r_up=r_up, z=z, floor=floor,
+        k_min=k_min, k_max=k_max, mu=mu, window=window, growth=growth, r=r, r_up=r_up, z=z, floor=floor,
         difference=difference, directions=directions, key=key,
     )
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)

@@ -14,7 +14,8 @@ def auto_k_estimator(
     k_min: int = 1,
     k_max: int = 16,
     mu: float = 5e-3,
-    window: int = 1000,
+    window: int = 8,
+    growth: float = 0.25,
     r: float = 0.01,
     r_up: float = 0.05,
     z: float = 2.0,
@@ -29,7 +30,10 @@ def auto_k_estimator(
     does. :math:`K_t` starts at :math:`K_{\min}` and follows :func:`budgets.progress`:
     the steps' own free estimates of :math:`f(x_t)` (the midpoints
     :math:`(f(x + \mu u) + f(x - \mu u))/2` of the central pairs, or the forward centre
-    value) are averaged over windows of ``window`` steps, and
+    value) are averaged over consecutive windows that grow with the run (the window
+    opening after :math:`t_j` steps is :math:`n_j = \max(w, \lfloor g\, t_j \rfloor)`
+    steps long, so decisions are evenly spaced in :math:`\log t` whatever the run's
+    length), and
 
     .. math::
 
@@ -53,7 +57,9 @@ def auto_k_estimator(
       k_min: first and smallest budget.
       k_max: largest budget.
       mu: smoothing radius :math:`\mu > 0`.
-      window: steps a progress window.
+      window: steps of the first (shortest) progress window, :math:`w \ge 2`.
+      growth: window length as a fraction of the steps elapsed, :math:`0 \le g \le 1`
+        (0: fixed windows of ``window`` steps).
       r: relative gain a window below which the budget doubles.
       r_up: relative gain a window above which (by ``z`` standard errors, twice in a
         row) the budget halves.
@@ -87,7 +93,7 @@ def auto_k_estimator(
       is compared with).
     """
     k_min, k_max, _ = checks.budget_grid(k_min, k_max, 1)
-    rule = budgets.progress(k_min, k_max, window=window, r=r, r_up=r_up, z=z, floor=floor)
+    rule = budgets.progress(k_min, k_max, window=window, growth=growth, r=r, r_up=r_up, z=z, floor=floor)
     return adaptive_estimator(
         gates.accept(), rule, k_min=1, k_max=k_max, mu=mu, difference=difference,
         directions=directions, predraw=False, key=key,
