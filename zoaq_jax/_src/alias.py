@@ -406,7 +406,7 @@ def auto_k(
     k_max: int = 16,
     mu: float = 5e-3,
     window: int = 8,
-    growth: float = 0.25,
+    growth: float = 0.125,
     r: float = 0.01,
     r_up: float = 0.05,
     z: float = 2.0,

@@ -102,18 +102,23 @@ def window_statistics(total: jax.Array, sq_diff: jax.Array, n: jax.Array):
 def progress_decision(prev_mean, prev_se2, mean, se2, *, r, r_up, z):
     r"""Whether a window stalled or improved fast against the one before.
 
-    With :math:`\Delta = \bar v_{prev} - \bar v` and level :math:`L = |\bar v_{prev}|`:
-    stalled when :math:`\Delta < r L`; fast when
-    :math:`\Delta > r_{up} L + z \sqrt{SE_{prev}^2 + SE^2}` (significantly fast, so that
-    noise alone does not lower the budget).
+    With :math:`\Delta = \bar v_{prev} - \bar v`, level :math:`L = |\bar v_{prev}|` and
+    :math:`SE = \sqrt{SE_{prev}^2 + SE^2}`: stalled when the gain is not significant
+    *and* significantly below :math:`r L`,
+    :math:`\Delta \le \min(z\, SE,\ r L - z\, SE)` (a slow but steady gain, or a
+    window too noisy to tell, is not a stall); fast when
+    :math:`\Delta > r_{up} L + z\, SE` (significantly fast, so that noise alone does not
+    lower the budget). Both tests compare a gain with its own noise, so they mean the same
+    whatever the window's length.
 
     Returns:
       ``(stalled, fast)`` booleans.
     """
     level = jnp.maximum(jnp.abs(prev_mean), jnp.finfo(jnp.float32).tiny)
     gain = prev_mean - mean
-    stalled = gain < r * level
-    fast = gain > r_up * level + z * jnp.sqrt(prev_se2 + se2)
+    noise = z * jnp.sqrt(prev_se2 + se2)
+    stalled = gain <= jnp.minimum(noise, r * level - noise)
+    fast = gain > r_up * level + noise
     return stalled, fast
 
 
@@ -129,7 +134,7 @@ def progress(
     k_max: int,
     *,
     window: int = 8,
-    growth: float = 0.25,
+    growth: float = 0.125,
     r: float = 0.01,
     r_up: float = 0.05,
     z: float = 2.0,
