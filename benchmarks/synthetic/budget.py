@@ -72,7 +72,8 @@ _SCALE = {  # preset -> (dim, budget, seeds, log_every)
 }
 _TINY = ("radazo:k=1", "radazo:k=2", "zoaq", "auto_k")
 SENSITIVITY = (
-    ("window", (250, 4000)), ("r", (0.003, 0.03)), ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)),
+    ("window", (4, 32)), ("growth", (0.0625, 0.25)), ("r", (0.003, 0.03)),
+    ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)), ("z_stall", (0.0, 2.0)),
 )
 
 

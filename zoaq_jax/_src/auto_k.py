@@ -19,6 +19,7 @@ def auto_k_estimator(
     r: float = 0.01,
     r_up: float = 0.05,
     z: float = 2.0,
+    z_stall: float = 1.0,
     floor: float = 0.0,
     difference: str = "central",
     directions: str = "gaussian",
@@ -38,11 +39,15 @@ def auto_k_estimator(
     .. math::
 
       K_{t+1} = \begin{cases}
-        \min(2K_t, K_{\max}) & \bar v_{prev} - \bar v < r\, |\bar v_{prev}| \\
+        \min(2K_t, K_{\max}) & \Delta < r\, |\bar v_{prev}| \text{ and }
+            \Delta \le z_{stall} SE \\
         \max(K_t / 2, K_{\min}) & \text{two windows with }
-            \bar v_{prev} - \bar v > r_{up} |\bar v_{prev}| + z\, SE \\
-        K_t & \text{otherwise.}
+            \Delta > r_{up} |\bar v_{prev}| + z\, SE \\
+        K_t & \text{otherwise,}
       \end{cases}
+
+    with :math:`\Delta = \bar v_{prev} - \bar v` the gain of a window's mean value over
+    the previous window's and :math:`SE` its standard error (from successive differences).
 
     Why progress and not a ratio test: for a deterministic objective the relative noise
     of a Gaussian-direction estimate does not depend on where one is, so a gate like
@@ -64,6 +69,8 @@ def auto_k_estimator(
       r_up: relative gain a window above which (by ``z`` standard errors, twice in a
         row) the budget halves.
       z: standard errors the fast-progress test must clear.
+      z_stall: standard errors a window's gain must exceed not to count as a stall (a
+        slow but significant gain keeps the budget).
       floor: a lower bound of the objective (gains are relative to ``f - floor``; 0 suits
         non-negative losses).
       difference: ``"central"`` (2 calls a direction) or ``"forward"``.
@@ -93,7 +100,8 @@ def auto_k_estimator(
       is compared with).
     """
     k_min, k_max, _ = checks.budget_grid(k_min, k_max, 1)
-    rule = budgets.progress(k_min, k_max, window=window, growth=growth, r=r, r_up=r_up, z=z, floor=floor)
+    rule = budgets.progress(k_min, k_max, window=window, growth=growth, r=r, r_up=r_up, z=z,
+                            z_stall=z_stall, floor=floor)
     return adaptive_estimator(
         gates.accept(), rule, k_min=1, k_max=k_max, mu=mu, difference=difference,
         directions=directions, predraw=False, key=key,

@@ -99,26 +99,25 @@ def window_statistics(total: jax.Array, sq_diff: jax.Array, n: jax.Array):
     return total / n, sq_diff / (2.0 * jnp.maximum(n - 1.0, 1.0)) / n
 
 
-def progress_decision(prev_mean, prev_se2, mean, se2, *, r, r_up, z):
+def progress_decision(prev_mean, prev_se2, mean, se2, *, r, r_up, z, z_stall=1.0):
     r"""Whether a window stalled or improved fast against the one before.
 
     With :math:`\Delta = \bar v_{prev} - \bar v`, level :math:`L = |\bar v_{prev}|` and
-    :math:`SE = \sqrt{SE_{prev}^2 + SE^2}`: stalled when the gain is not significant
-    *and* significantly below :math:`r L`,
-    :math:`\Delta \le \min(z\, SE,\ r L - z\, SE)` (a slow but steady gain, or a
-    window too noisy to tell, is not a stall); fast when
-    :math:`\Delta > r_{up} L + z\, SE` (significantly fast, so that noise alone does not
-    lower the budget). Both tests compare a gain with its own noise, so they mean the same
-    whatever the window's length.
+    :math:`SE = \sqrt{SE_{prev}^2 + SE^2}`: stalled when the gain is small and not
+    significant, :math:`\Delta < r L` and :math:`\Delta \le z_{stall} SE`, in windows
+    precise enough to see a gain of :math:`r L`, :math:`SE \le r L` (slow but steady
+    progress is not a stall, nor is a window too noisy to tell); fast when :math:`\Delta > r_{up} L + z\, SE`
+    (significantly fast, so that noise alone does not lower the budget). Both compare the
+    gain with its own noise, so they mean the same whatever the window's length.
 
     Returns:
       ``(stalled, fast)`` booleans.
     """
     level = jnp.maximum(jnp.abs(prev_mean), jnp.finfo(jnp.float32).tiny)
     gain = prev_mean - mean
-    noise = z * jnp.sqrt(prev_se2 + se2)
-    stalled = gain <= jnp.minimum(noise, r * level - noise)
-    fast = gain > r_up * level + noise
+    se = jnp.sqrt(prev_se2 + se2)
+    stalled = (gain < r * level) & (gain <= z_stall * se) & (se <= r * level)
+    fast = gain > r_up * level + z * se
     return stalled, fast
 
 
@@ -138,6 +137,7 @@ def progress(
     r: float = 0.01,
     r_up: float = 0.05,
     z: float = 2.0,
+    z_stall: float = 1.0,
     floor: float = 0.0,
 ) -> BudgetRule:
     r"""``auto_k``'s budget rule: more directions only when progress stalls, in log-time.
@@ -162,6 +162,7 @@ def progress(
       r: relative gain a window below which progress has stalled.
       r_up: relative gain a window above which (significantly) progress is fast.
       z: standard errors the fast test must clear.
+      z_stall: standard errors a gain must exceed not to be a stall.
       floor: a lower bound of the objective; gains are relative to ``v - floor``.
 
     Returns:
@@ -175,6 +176,7 @@ def progress(
         if float(r_up) < float(r):
             raise ValueError(f"r_up must be >= r, got r_up={r_up} < r={r}.")
     checks.non_negative("z", z)
+    checks.non_negative("z_stall", z_stall)
 
     def init():
         def f0():  # one buffer each, so that the state can be donated to jit
@@ -194,7 +196,7 @@ def progress(
         total, sq_diff = state.window_sum + value, state.window_sq_diff + step_diff**2
         mean, se2 = window_statistics(total, sq_diff, n)
         stalled, fast = progress_decision(state.prev_mean, state.prev_se2, mean, se2,
-                                          r=r, r_up=r_up, z=z)
+                                          r=r, r_up=r_up, z=z, z_stall=z_stall)
         stalled, fast = stalled & state.have_prev, fast & state.have_prev
         k = state.next_k
         up = jnp.minimum(2 * k, k_max)
