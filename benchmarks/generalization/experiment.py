@@ -24,7 +24,7 @@ import numpy as np
 from benchmarks import anytime, common, pool
 from benchmarks.generalization.objectives import SETS, Problem
 from benchmarks.synthetic import budget as budget_mode
-from benchmarks.synthetic.methods import Settings, Variant, variant
+from benchmarks.synthetic.methods import Settings, variant
 
 FIXED = tuple(f"radazo:k={k}" for k in (1, 2, 4, 8, 16))
 ADAPTIVE = ("auto_k",)
