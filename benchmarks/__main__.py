@@ -1,4 +1,4 @@
-"""One CLI for all benchmarks: ``python -m benchmarks {synthetic,attack,llm,overhead} ...``.
+"""One CLI for all benchmarks: ``python -m benchmarks {synthetic,generalization,attack,llm,overhead} ...``.
 
 Each command lives in ``benchmarks/<command>/cli.py`` and exposes
 ``add_arguments(parser)`` and ``main(args) -> int``. Commands are imported only when
@@ -17,6 +17,8 @@ from benchmarks import common
 COMMANDS = {
     "synthetic": ("benchmarks.synthetic.cli", "synthetic objectives (the paper's Section 5.1)"),
     "attack": ("benchmarks.attack.cli", "black-box adversarial attacks on MNIST / CIFAR-10"),
+    "generalization": ("benchmarks.generalization.cli",
+                       "auto_k against the best fixed K on held-out objectives"),
     "llm": ("benchmarks.llm.cli", "forward-only LoRA fine-tuning of language models"),
     "overhead": ("benchmarks.overhead.cli", "speed: calls/s against evosax Open_ES"),
 }

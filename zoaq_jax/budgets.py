@@ -9,6 +9,7 @@ from zoaq_jax._src.budgets import (
     progress,
     progress_decision,
     reset,
+    window_length,
     window_statistics,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
     "progress",
     "progress_decision",
     "reset",
+    "window_length",
     "window_statistics",
 ]

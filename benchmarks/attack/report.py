@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import common
+from benchmarks import anytime, common
 from benchmarks import record as run_record
 from benchmarks.attack import methods as methods_lib
 
@@ -232,7 +232,8 @@ def anytime_regret(by_method: dict[str, list[dict]],
     family (base method); ``family_oracle`` is the mean over the counted attacks of each
     family's fewest queries on that attack (its best K chosen per attack after the fact, a
     bound no fixed K of the family beats). An adaptive method's regret is its mean
-    queries over the best fixed method's; its per-attack regrets are its queries over the
+    queries over the best fixed method's (:func:`benchmarks.anytime.ratio`, the project's
+    one query regret; the target, success, is yes or no, so no near-tie tolerance applies); its per-attack regrets are its queries over the
     best fixed method's on the same attack (median given). Means and regrets are NaN, and
     no best is chosen, when no attack counts.
 
@@ -271,14 +272,14 @@ def anytime_regret(by_method: dict[str, list[dict]],
         entry = {"success_rate": s["success_rate"], "mean": mean[spec],
                  "calls_per_step": s["calls_per_step"]}
         if spec in adaptive:
-            per_attack = ([solved[spec][a] / solved[best_fixed][a] for a in common]
-                          if common else [])
+            per_attack = ([anytime.ratio(solved[spec][a], solved[best_fixed][a])
+                           for a in common] if common else [])
             entry.update(
-                regret=mean[spec] / mean[best_fixed] if common else float("nan"),
+                regret=anytime.ratio(mean[spec], mean[best_fixed]) if common else float("nan"),
                 median_regret=float(np.median(per_attack)) if common else float("nan"),
                 per_attack_regret=per_attack,
-                family_regret={base: mean[spec] / mean[b] if common else float("nan")
-                               for base, b in family_best.items()})
+                family_regret={base: anytime.ratio(mean[spec], mean[b]) if common
+                               else float("nan") for base, b in family_best.items()})
         methods[spec] = entry
     return {"attacks": len(attacks), "common_attacks": len(common),
             "excluded": [list(a) for a in attacks if a not in common],

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import common, record
+from benchmarks import anytime, common, record
 from benchmarks.common import markdown_table, mean_std, write_json
 from benchmarks.llm.methods import is_fixed
 
@@ -185,14 +185,16 @@ def best_within(curve: list[dict], budget: float) -> float:
     return min(values)
 
 
-def regret(results: list[dict], budget: int, every: int) -> dict:
+def regret(results: list[dict], budget: int, every: int,
+           tolerance: float = anytime.TOLERANCE) -> dict:
     """Query regret of every method at the budgets ``every, 2 every, ..., budget`` FE.
 
     The envelope E(B) is the lowest mean dev loss (:func:`mean_curve`) that any fixed-K
     method of the run reached within B FE (:func:`best_within`). A method's regret at B
-    is the FE its mean curve needed to first reach E(B) (:func:`fe_to_reach`: linear
-    interpolation between evaluations, so FE beyond B count) divided by B; ``inf`` if
-    it never did. The best fixed K at B has regret <= 1 (< 1 if its curve rose again).
+    is the FE its mean curve needed to first reach E(B) within the near-tie tolerance
+    (:func:`benchmarks.anytime.target`; :func:`fe_to_reach`: linear interpolation between
+    evaluations, so FE beyond B count) divided by B (:func:`benchmarks.anytime.ratio`;
+    ``inf`` if it never did). The best fixed K at B has regret <= 1.
     """
     curves = {name: mean_curve(runs) for name, runs in by_method(results).items()}
     fixed = [name for name in curves if is_fixed(name)]
@@ -209,8 +211,8 @@ def regret(results: list[dict], budget: int, every: int) -> dict:
     for name, curve in curves.items():
         values = []
         for env in envelope:
-            need = fe_to_reach(curve, env["dev_loss"])
-            values.append(np.inf if need is None else need / env["budget"])
+            need = fe_to_reach(curve, anytime.target(env["dev_loss"], tolerance))
+            values.append(anytime.ratio(need, env["budget"]))
         methods[name] = {
             "regret": values,
             "median": float(np.median(values)),
@@ -458,7 +460,8 @@ def _regret_section(payload: dict[str, Any]) -> list[str]:
         "E(B) = lowest mean dev loss any fixed-K method reached within B FE (linear "
         "interpolation between evaluations); a method's regret at B = the FE its mean "
         "curve needed to first reach E(B), divided by B (∞: never reached within its "
-        "run). Regret <= 1 means the method was at least as good as the best fixed K "
+        f"run; within {anytime.TOLERANCE:.0%} of E(B) counts as reached, the near-tie "
+        "tolerance of `benchmarks/anytime.py`). Regret <= 1 means the method was at least as good as the best fixed K "
         "chosen in hindsight for that budget.",
         "",
         f"Envelope (B: E(B), from): {env}.",

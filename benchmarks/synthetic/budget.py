@@ -72,7 +72,8 @@ _SCALE = {  # preset -> (dim, budget, seeds, log_every)
 }
 _SMOKE = ("radazo:k=1", "radazo:k=2", "zoaq", "auto_k")
 SENSITIVITY = (
-    ("window", (250, 4000)), ("r", (0.003, 0.03)), ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)),
+    ("window", (4, 32)), ("growth", (0.0625, 0.25)), ("r", (0.003, 0.03)),
+    ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)), ("z_stall", (0.0, 2.0)),
 )
 
 
@@ -150,15 +151,39 @@ def gap(x, fid):
 def _program(p: BudgetProtocol, variant: Variant):
     """A jit-compiled function of (seeds, objective ids before/after the switch)."""
     import jax
+
+    return anytime_program(lambda key: variant.build(p.settings, key), objective, gap,
+                           lambda key: jax.random.normal(key, (p.dim,)), p.budget,
+                           p.log_every, p.switch_at)
+
+
+def anytime_program(build, objective, gap, start, budget: int, log_every: int,
+                    switch_at: int | None = None):
+    """A jit-compiled run until ``budget`` calls, logged every ``log_every`` steps.
+
+    Args:
+      build: key -> the optimizer.
+      objective: ``(x, batch, fid) -> f``, the objective ``fid`` on the data key ``batch``.
+      gap: ``(x, fid) -> gap``.
+      start: key -> ``x0``.
+      budget: oracle calls a run.
+      log_every: steps between log rows.
+      switch_at: calls after which the objective id changes (``None``: never).
+
+    Returns:
+      ``(seeds, fids) -> (calls, gaps, ks)`` log rows (``int32`` max where unused), vmapped
+      over the seeds; ``fids`` are the objective ids before and after the switch.
+    """
+    import jax
     import jax.numpy as jnp
     import optax
 
-    rows = p.budget // (2 * p.log_every) + 2  # every method spends >= 2 calls a step
-    switch_at = p.budget + 1 if p.switch_at is None else p.switch_at
+    rows = budget // (2 * log_every) + 2  # every method spends >= 2 calls a step
+    switch_at = budget + 1 if switch_at is None else switch_at
 
     def one(seed, fids):
-        opt = variant.build(p.settings, jax.random.fold_in(jax.random.key(seed), 1))
-        x0 = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (p.dim,))
+        opt = build(jax.random.fold_in(jax.random.key(seed), 1))
+        x0 = start(jax.random.fold_in(jax.random.key(seed), 0))
         data_key = jax.random.fold_in(jax.random.key(seed), 2)
 
         def calls(state):
@@ -175,7 +200,7 @@ def _program(p: BudgetProtocol, variant: Variant):
 
         def period(carry):
             x, state, t, row, log = carry
-            (x, state, t), _ = jax.lax.scan(step, (x, state, t), None, length=p.log_every)
+            (x, state, t), _ = jax.lax.scan(step, (x, state, t), None, length=log_every)
             entry = (calls(state), gap(x, fid(state)), optax.tree.get(state, "last_k"))
             log = tuple(a.at[row].set(v) for a, v in zip(log, entry))
             return x, state, t, row + 1, log
@@ -185,10 +210,24 @@ def _program(p: BudgetProtocol, variant: Variant):
                jnp.full(rows, gap(x0, fids[0]), jnp.float32), jnp.zeros(rows, jnp.int32))
         carry = (x0, state, jnp.int32(0), jnp.int32(1), log)
         *_, log = jax.lax.while_loop(
-            lambda c: (calls(c[1]) < p.budget) & (c[3] < rows), period, carry)
+            lambda c: (calls(c[1]) < budget) & (c[3] < rows), period, carry)
         return log
 
     return jax.jit(jax.vmap(one, in_axes=(0, None)))
+
+
+def logged_curves(calls, gaps, ks, grid) -> dict[str, Any]:
+    """The log rows of :func:`anytime_program` as a record's per-seed fields: the calls
+    and gap of the last row, the gap and K curves sampled on ``grid``."""
+    rows = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
+    return {
+        "num_queries": [int(c[r[-1]]) for c, r in zip(calls, rows)],
+        "final_gap": [float(g[r[-1]]) for g, r in zip(gaps, rows)],
+        "curves": [anytime.sample_curve(c[r], g[r], grid).tolist()
+                   for c, g, r in zip(calls, gaps, rows)],
+        "k_curves": [anytime.sample_curve(c[r], k[r], grid).tolist()
+                     for c, k, r in zip(calls, ks, rows)],
+    }
 
 
 def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
@@ -206,16 +245,10 @@ def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
         fids = jnp.asarray([_fid(names[0]), _fid(names[-1])], jnp.int32)
         with common.Stopwatch() as run_time:
             calls, gaps, ks = (np.asarray(a) for a in jax.block_until_ready(compiled(seeds, fids)))
-        rows = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
         out.append({
             "function": function, "method": variant.name, "label": variant.display,
             "backbone": variant.backbone, "fixed_k": variant.fixed_k, "seeds": list(p.seeds),
-            "num_queries": [int(c[r[-1]]) for c, r in zip(calls, rows)],
-            "final_gap": [float(g[r[-1]]) for g, r in zip(gaps, rows)],
-            "curves": [anytime.sample_curve(c[r], g[r], p.grid).tolist()
-                       for c, g, r in zip(calls, gaps, rows)],
-            "k_curves": [anytime.sample_curve(c[r], k[r], p.grid).tolist()
-                         for c, k, r in zip(calls, ks, rows)],
+            **logged_curves(calls, gaps, ks, p.grid),
             "compile_seconds": compile_time.seconds, "run_seconds": run_time.seconds,
         })
     return out

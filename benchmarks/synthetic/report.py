@@ -312,9 +312,8 @@ def budget_regret_table(p, rows) -> str:
                       *(anytime.fmt(x) for x in row["regret"]), anytime.fmt(row["median"]),
                       anytime.fmt(row["max"])])
     span = "after the switch" if p.switch_at else "of the run"
-    return (f"Budgets are fractions of the {p.budget - p.origin:,} calls {span}. Regret = "
-            "calls the method needed to reach the best fixed K's mean gap at that budget, "
-            "divided by the budget (∞: not reached within the run).\n\n"
+    return (f"Budgets are fractions of the {p.budget - p.origin:,} calls {span}. "
+            f"{anytime.rule()}\n\n"
             + common.markdown_table(["function", "backbone", "method", *fractions, "median",
                                      "max"], table))
 

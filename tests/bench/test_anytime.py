@@ -31,6 +31,18 @@ def test_regret_is_calls_to_reach_the_envelope_over_the_budget():
     assert anytime.regret(grid, fast, env, [40.0], origin=10.0) == [pytest.approx(1 / 3)]
 
 
+def test_a_near_tie_within_the_tolerance_counts_as_reached():
+    grid = np.array([10.0, 20.0, 40.0])
+    env = np.array([2.0, 1.0, 1.0])
+    close = np.array([2.0, 1.009, 1.009])  # within 1% of the envelope from 20 calls on
+    assert anytime.regret(grid, close, env, [20.0, 40.0]) == [1.0, 0.5]
+    assert anytime.regret(grid, close, env, [40.0], tolerance=0.0) == [float("inf")]
+    assert anytime.regret(grid, np.array([2.0, 1.011, 1.011]), env, [40.0]) == [float("inf")]
+    assert anytime.target(-2.0) == pytest.approx(-1.98)  # a negative quality: 1% above it
+    assert anytime.ratio(None, 10.0) == float("inf") and anytime.ratio(5.0, 10.0) == 0.5
+    assert "1%" in anytime.rule()
+
+
 def test_call_grid_contains_the_budgets():
     grid = anytime.call_grid(1000.0, [1000 / 64, 1000 / 3, 1000.0])
     assert {1000 / 64, 1000 / 3, 1000.0} <= set(grid.tolist())

@@ -29,7 +29,7 @@ def test_auto_k_spec_uses_the_library_defaults():
     params = dict(auto_k.params)
     assert params.pop("difference") == "forward" and params.pop("backbone") == "radazo"
     assert params == {name: defaults[name].default for name in params}
-    assert params["window"] == 1000 and params["k_max"] == 16
+    assert params["window"] == 8 and params["growth"] == 0.125 and params["k_max"] == 16
     assert methods.label("auto_k:window=50") == "auto_k K∈[1,16], window=50"
 
 

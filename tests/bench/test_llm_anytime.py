@@ -70,7 +70,7 @@ def test_regret_on_hand_made_curves():
         _run("zoaq:k_max=2", [0, 12, 22, 34, 44], [1.0, 0.9, 0.85, 0.65, 0.6]),
         _run("auto_k", grid, [1.0, 0.85, 0.8, 0.8, 0.8]),  # stalls above the envelope
     ]
-    out = regret(results, 40, 10)
+    out = regret(results, 40, 10, tolerance=0.0)  # exact hand numbers; near ties below
     assert out["budgets"] == [10, 20, 30, 40]
     assert [e["dev_loss"] for e in out["envelope"]] == pytest.approx([0.9, 0.7, 0.6, 0.6])
     assert [e["method"] for e in out["envelope"]] == ["radazo:k=1"] + ["radazo"] * 3
@@ -88,6 +88,15 @@ def test_regret_on_hand_made_curves():
     assert math.isinf(m["auto_k"]["median"]) and math.isinf(m["auto_k"]["max"])
     # a budget that is not a multiple of the period is the last budget
     assert regret(results, 35, 10)["budgets"] == [10, 20, 30, 35]
+
+
+def test_regret_counts_a_near_tie_as_reached():
+    results = [_run("radazo:k=1", [0, 10, 20], [1.0, 0.9, 0.8]),
+               _run("auto_k", [0, 10, 20], [1.0, 0.85, 0.805])]  # ends 0.6% above
+    assert math.isinf(regret(results, 20, 20, tolerance=0.0)["methods"]["auto_k"]["regret"][0])
+    # 0.808 = E(20) + 1% is reached between 10 and 20 FE (linear interpolation)
+    assert regret(results, 20, 20)["methods"]["auto_k"]["regret"][0] == pytest.approx(
+        (10 + 10 * 0.042 / 0.045) / 20)
 
 
 def test_regret_needs_a_fixed_k_method():

@@ -98,9 +98,12 @@ def test_non_finite_responses_are_counted_and_leave_the_budget_state_alone():
     (dict(k_min=5, k_max=2), "k_min must be <= k_max"),
     (dict(k_max=0), "k_max must be >= 1"),
     (dict(window=1), "window must be >= 2"),
+    (dict(growth=-0.1), "growth must lie in"),
+    (dict(growth=1.5), "growth must lie in"),
     (dict(r=0.0), "r must be a finite number > 0"),
     (dict(r=0.1, r_up=0.05), "r_up must be >= r"),
     (dict(z=-1.0), "z must be a finite number >= 0"),
+    (dict(z_stall=-0.5), "z_stall must be a finite number >= 0"),
     (dict(mu=0.0), "mu must be a finite number > 0"),
     (dict(difference="backward"), "difference must be one of"),
 ])

@@ -85,7 +85,16 @@ def test_window_statistics_use_successive_differences():
 
 def test_progress_decision_stall_and_significant_fast_progress():
     kw = dict(r=0.01, r_up=0.05, z=2.0)
-    stalled, fast = budgets.progress_decision(10.0, 0.0, 9.95, 0.0, **kw)  # 0.5% gain
+    # a 0.1% gain within its noise (SE 0.01 each): not significant, and surely below r
+    stalled, fast = budgets.progress_decision(10.0, 1e-4, 9.99, 1e-4, **kw)
+    assert bool(stalled) and not bool(fast)
+    # a 0.5% gain without noise: slow but steady progress is not a stall
+    stalled, fast = budgets.progress_decision(10.0, 0.0, 9.95, 0.0, **kw)
+    assert not bool(stalled) and not bool(fast)
+    # the same gain in noise too large to bound it below r L: undecided, not a stall
+    stalled, fast = budgets.progress_decision(10.0, 0.25, 9.95, 0.25, **kw)
+    assert not bool(stalled) and not bool(fast)
+    stalled, fast = budgets.progress_decision(10.0, 0.0, 10.0, 0.0, **kw)  # no gain at all
     assert bool(stalled) and not bool(fast)
     stalled, fast = budgets.progress_decision(10.0, 0.0, 9.0, 0.0, **kw)  # 10% gain
     assert not bool(stalled) and bool(fast)
@@ -127,6 +136,59 @@ def test_progress_rule_ignores_unusable_steps_and_non_finite_values():
     chex.assert_trees_all_equal(same, state)
     nan, _ = _drive(resumed, [np.nan] * 4)
     chex.assert_trees_all_equal(nan, state)
+
+
+def test_progress_windows_grow_with_the_run():
+    """Windows are max(w, floor(g t)) steps: decisions evenly spaced in log-time."""
+    lengths = [int(budgets.window_length(jnp.int32(t), 8, 0.25)) for t in (0, 8, 40, 400, 10**6)]
+    assert lengths == [8, 8, 10, 100, 250_000]
+    assert int(budgets.window_length(jnp.int32(10**6), 8, 0.0)) == 8  # growth 0: fixed
+
+
+def _scan_rule(rule, values, k_values=None):
+    """Feeds ``values`` (or ``k_values(k, t)``) to ``rule.update`` under lax.scan; returns
+    the start budget after every step."""
+    def step(state, inputs):
+        t, v = inputs
+        k = rule.start(state)
+        v = v if k_values is None else k_values(k, t, v)
+        state = rule.update(state, zoaq_jax.Outcome(k, jnp.bool_(True), v, jnp.float32(0)))
+        return state, rule.start(state)
+
+    steps = jnp.arange(len(values))
+    _, ks = jax.jit(lambda vs: jax.lax.scan(step, rule.init(), (steps, vs)))(values)
+    return np.asarray(ks)
+
+
+def test_progress_defaults_double_within_tens_of_steps_on_a_stall():
+    ks = _scan_rule(budgets.progress(1, 16), jnp.full(300, 5.0, jnp.float32))
+    # windows close at 8, 16, 24, 32, 40 steps: K doubles at each close after the first
+    changes = np.flatnonzero(np.diff(ks)) + 1
+    np.testing.assert_array_equal(changes, [15, 23, 31, 39])
+    assert ks[-1] == 16
+
+
+def test_progress_defaults_hold_at_moderate_progress_and_halve_on_fast_progress():
+    t = jnp.arange(1, 3001, dtype=jnp.float32)
+    # v = t^-0.1: a window of 25% of the run gains about 2%, between r = 1% and r_up = 5%
+    rule = budgets.progress(1, 16)
+    start = rule.init()._replace(next_k=jnp.int32(4))
+    held = _scan_rule(rule._replace(init=lambda: start), t**-0.1)
+    assert set(held.tolist()) == {4}
+    # v = exp(-t / 50): every window gains far more than r_up: K halves to k_min and stays
+    fast = _scan_rule(rule._replace(init=lambda: start), jnp.exp(-t[:300] / 50.0))
+    assert fast[-1] == 1 and np.all(np.diff(fast) <= 0)
+
+
+def test_progress_defaults_are_stable_at_a_noise_floor_for_1e5_steps():
+    """At a noise floor (i.i.d. values whose spread shrinks as 1/sqrt(K), no trend), K
+    climbs to k_max and changes at most 10 times in 10^5 steps."""
+    n = 100_000
+    noise = jax.random.normal(jax.random.key(0), (n,))
+    ks = _scan_rule(budgets.progress(1, 16), noise,
+                    lambda k, t, e: 1.0 + 0.3 * e / jnp.sqrt(k.astype(jnp.float32)))
+    assert np.count_nonzero(np.diff(ks)) <= 10
+    assert ks[-1] > 1  # the stall was detected
 
 
 def test_accept_gate_with_a_constant_budget_is_the_fixed_estimator_bit_for_bit():

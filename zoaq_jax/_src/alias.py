@@ -407,10 +407,12 @@ def auto_k(
     k_min: int = 1,
     k_max: int = 16,
     mu: float = 5e-3,
-    window: int = 1000,
+    window: int = 8,
+    growth: float = 0.125,
     r: float = 0.01,
     r_up: float = 0.05,
     z: float = 2.0,
+    z_stall: float = 1.0,
     floor: float = 0.0,
     difference: str = "central",
     directions: str = "gaussian",
@@ -427,7 +429,8 @@ def auto_k(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, mu, window, r, r_up, z, floor, difference, directions, key: see
+      k_min, k_max, mu, window, growth, r, r_up, z, z_stall, floor, difference, directions,
+        key: see
         :func:`auto_k_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
@@ -437,17 +440,19 @@ def auto_k(
 
     Example:
       >>> import jax.numpy as jnp, zoaq_jax
-      >>> opt = zoaq_jax.auto_k(learning_rate=1e-2, k_max=8, window=20)
-      >>> _, _, trace = zoaq_jax.run(opt, lambda x: x @ x, jnp.ones(4), 400, log_every=100)
+      >>> opt = zoaq_jax.auto_k(learning_rate=1e-2, k_max=8)
+      >>> f = lambda x: x @ x + 1.0  # minimum 1
+      >>> _, _, trace = zoaq_jax.run(opt, f, jnp.ones(4), 400, log_every=100)
       >>> [int(k) for k in trace.last_k]  # K doubles once progress stalls at the floor
-      [0, 1, 2, 8, 8]
+      [0, 1, 4, 8, 8]
 
     References:
       Byrd, Chin, Nocedal and Wu, Sample size selection in optimization methods for
       machine learning, Math. Program. 2012.
     """
     estimator = auto_k_estimator(
-        k_min=k_min, k_max=k_max, mu=mu, window=window, r=r, r_up=r_up, z=z, floor=floor,
+        k_min=k_min, k_max=k_max, mu=mu, window=window, growth=growth, r=r, r_up=r_up, z=z,
+        z_stall=z_stall, floor=floor,
         difference=difference, directions=directions, key=key,
     )
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)

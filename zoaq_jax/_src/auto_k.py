@@ -14,10 +14,12 @@ def auto_k_estimator(
     k_min: int = 1,
     k_max: int = 16,
     mu: float = 5e-3,
-    window: int = 1000,
+    window: int = 8,
+    growth: float = 0.125,
     r: float = 0.01,
     r_up: float = 0.05,
     z: float = 2.0,
+    z_stall: float = 1.0,
     floor: float = 0.0,
     difference: str = "central",
     directions: str = "gaussian",
@@ -29,16 +31,23 @@ def auto_k_estimator(
     does. :math:`K_t` starts at :math:`K_{\min}` and follows :func:`budgets.progress`:
     the steps' own free estimates of :math:`f(x_t)` (the midpoints
     :math:`(f(x + \mu u) + f(x - \mu u))/2` of the central pairs, or the forward centre
-    value) are averaged over windows of ``window`` steps, and
+    value) are averaged over consecutive windows that grow with the run (the window
+    opening after :math:`t_j` steps is :math:`n_j = \max(w, \lfloor g\, t_j \rfloor)`
+    steps long, so decisions are evenly spaced in :math:`\log t` whatever the run's
+    length), and
 
     .. math::
 
       K_{t+1} = \begin{cases}
-        \min(2K_t, K_{\max}) & \bar v_{prev} - \bar v < r\, |\bar v_{prev}| \\
+        \min(2K_t, K_{\max}) & \Delta < r\, |\bar v_{prev}| \text{ and }
+            \Delta \le z_{stall} SE \\
         \max(K_t / 2, K_{\min}) & \text{two windows with }
-            \bar v_{prev} - \bar v > r_{up} |\bar v_{prev}| + z\, SE \\
-        K_t & \text{otherwise.}
+            \Delta > r_{up} |\bar v_{prev}| + z\, SE \\
+        K_t & \text{otherwise,}
       \end{cases}
+
+    with :math:`\Delta = \bar v_{prev} - \bar v` the gain of a window's mean value over
+    the previous window's and :math:`SE` its standard error (from successive differences).
 
     Why progress and not a ratio test: for a deterministic objective the relative noise
     of a Gaussian-direction estimate does not depend on where one is, so a gate like
@@ -53,11 +62,15 @@ def auto_k_estimator(
       k_min: first and smallest budget.
       k_max: largest budget.
       mu: smoothing radius :math:`\mu > 0`.
-      window: steps a progress window.
+      window: steps of the first (shortest) progress window, :math:`w \ge 2`.
+      growth: window length as a fraction of the steps elapsed, :math:`0 \le g \le 1`
+        (0: fixed windows of ``window`` steps).
       r: relative gain a window below which the budget doubles.
       r_up: relative gain a window above which (by ``z`` standard errors, twice in a
         row) the budget halves.
       z: standard errors the fast-progress test must clear.
+      z_stall: standard errors a window's gain must exceed not to count as a stall (a
+        slow but significant gain keeps the budget).
       floor: a lower bound of the objective (gains are relative to ``f - floor``; 0 suits
         non-negative losses).
       difference: ``"central"`` (2 calls a direction) or ``"forward"``.
@@ -87,7 +100,8 @@ def auto_k_estimator(
       is compared with).
     """
     k_min, k_max, _ = checks.budget_grid(k_min, k_max, 1)
-    rule = budgets.progress(k_min, k_max, window=window, r=r, r_up=r_up, z=z, floor=floor)
+    rule = budgets.progress(k_min, k_max, window=window, growth=growth, r=r, r_up=r_up, z=z,
+                            z_stall=z_stall, floor=floor)
     return adaptive_estimator(
         gates.accept(), rule, k_min=1, k_max=k_max, mu=mu, difference=difference,
         directions=directions, predraw=False, key=key,

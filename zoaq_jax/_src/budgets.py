@@ -4,8 +4,9 @@
 * :func:`reset`: ZoAQ's reset policies after an accepted budget (``min``, ``half``,
   ``linear``; :func:`next_budget` is the pure rule);
 * :func:`progress`: ``auto_k``'s rule: double the budget when the objective stops
-  improving, halve it when it improves fast again (:func:`window_statistics` and
-  :func:`progress_decision` are the pure pieces).
+  improving, halve it when it improves fast again, over windows that grow with the run
+  (:func:`window_length`, :func:`window_statistics` and :func:`progress_decision` are
+  the pure pieces).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class ProgressState(NamedTuple):
     """
 
     next_k: jax.Array  # int32, the budget of the next step
+    steps: jax.Array  # int32, usable steps seen (the run's elapsed time)
+    window_len: jax.Array  # int32, steps the current window closes at
     window_n: jax.Array  # int32, steps in the current window
     window_sum: jax.Array  # float32, sum of value estimates
     window_sq_diff: jax.Array  # float32, sum of squared successive differences
@@ -96,69 +99,92 @@ def window_statistics(total: jax.Array, sq_diff: jax.Array, n: jax.Array):
     return total / n, sq_diff / (2.0 * jnp.maximum(n - 1.0, 1.0)) / n
 
 
-def progress_decision(prev_mean, prev_se2, mean, se2, *, r, r_up, z):
+def progress_decision(prev_mean, prev_se2, mean, se2, *, r, r_up, z, z_stall=1.0):
     r"""Whether a window stalled or improved fast against the one before.
 
-    With :math:`\Delta = \bar v_{prev} - \bar v` and level :math:`L = |\bar v_{prev}|`:
-    stalled when :math:`\Delta < r L`; fast when
-    :math:`\Delta > r_{up} L + z \sqrt{SE_{prev}^2 + SE^2}` (significantly fast, so that
-    noise alone does not lower the budget).
+    With :math:`\Delta = \bar v_{prev} - \bar v`, level :math:`L = |\bar v_{prev}|` and
+    :math:`SE = \sqrt{SE_{prev}^2 + SE^2}`: stalled when the gain is small and not
+    significant, :math:`\Delta < r L` and :math:`\Delta \le z_{stall} SE`, in windows
+    precise enough to see a gain of :math:`r L`, :math:`SE \le r L` (slow but steady
+    progress is not a stall, nor is a window too noisy to tell); fast when :math:`\Delta > r_{up} L + z\, SE`
+    (significantly fast, so that noise alone does not lower the budget). Both compare the
+    gain with its own noise, so they mean the same whatever the window's length.
 
     Returns:
       ``(stalled, fast)`` booleans.
     """
     level = jnp.maximum(jnp.abs(prev_mean), jnp.finfo(jnp.float32).tiny)
     gain = prev_mean - mean
-    stalled = gain < r * level
-    fast = gain > r_up * level + z * jnp.sqrt(prev_se2 + se2)
+    se = jnp.sqrt(prev_se2 + se2)
+    stalled = (gain < r * level) & (gain <= z_stall * se) & (se <= r * level)
+    fast = gain > r_up * level + z * se
     return stalled, fast
+
+
+def window_length(steps: jax.Array, window: int, growth: float) -> jax.Array:
+    r"""Steps of the window that opens after ``steps`` usable steps:
+    :math:`n_j = \max(w, \lfloor g\, t_j \rfloor)` (``window`` :math:`w`, ``growth`` :math:`g`)."""
+    grown = jnp.floor(growth * steps.astype(jnp.float32)).astype(jnp.int32)
+    return jnp.maximum(window, grown)
 
 
 def progress(
     k_min: int,
     k_max: int,
     *,
-    window: int = 1000,
+    window: int = 8,
+    growth: float = 0.125,
     r: float = 0.01,
     r_up: float = 0.05,
     z: float = 2.0,
+    z_stall: float = 1.0,
     floor: float = 0.0,
 ) -> BudgetRule:
-    r"""``auto_k``'s budget rule: more directions only when progress stalls.
+    r"""``auto_k``'s budget rule: more directions only when progress stalls, in log-time.
 
     The steps' own value estimates :math:`v_t` (``Outcome.value``, minus ``floor``) are
-    averaged over windows of ``window`` usable steps. At the end of a window,
-    :func:`progress_decision` against the previous window doubles the budget (up to
-    :math:`K_{\max}`) when it stalled, and halves it (down to :math:`K_{\min}`) after two
-    consecutive significantly fast windows at the same budget (for example after the
-    objective changed). Unusable steps and non-finite values leave the state unchanged.
+    averaged over consecutive windows; the window that opens after :math:`t_j` usable
+    steps is :math:`n_j = \max(w, \lfloor g\, t_j \rfloor)` steps long
+    (:func:`window_length`), so windows grow with the run and decisions are evenly spaced
+    in :math:`\log t` (about :math:`\log(T / w) / \log(1 + g)` of them in :math:`T`
+    steps, the same relative resolution on a run of 300 steps as on one of
+    :math:`10^6`). At the end of a window, :func:`progress_decision` against the previous
+    window doubles the budget (up to :math:`K_{\max}`) when it stalled, and halves it
+    (down to :math:`K_{\min}`) after two consecutive significantly fast windows at the
+    same budget (for example after the objective changed). Unusable steps and non-finite
+    values leave the state unchanged. ``growth=0`` gives fixed windows of ``window`` steps.
 
     Args:
       k_min: the first budget and the smallest.
       k_max: the largest budget.
-      window: steps a window.
+      window: steps of the shortest (first) window, :math:`w \ge 2`.
+      growth: window length as a fraction of the usable steps elapsed, :math:`0 \le g \le 1`.
       r: relative gain a window below which progress has stalled.
       r_up: relative gain a window above which (significantly) progress is fast.
       z: standard errors the fast test must clear.
+      z_stall: standard errors a gain must exceed not to be a stall.
       floor: a lower bound of the objective; gains are relative to ``v - floor``.
 
     Returns:
       A :class:`BudgetRule` with state :class:`ProgressState`.
     """
     checks.count("window", window, 2)
+    checks.in_closed_interval("growth", growth, 0.0, 1.0)
     for name, value in (("r", r), ("r_up", r_up)):
         checks.positive(name, value)
     if checks.concrete_value(r) is not None and checks.concrete_value(r_up) is not None:
         if float(r_up) < float(r):
             raise ValueError(f"r_up must be >= r, got r_up={r_up} < r={r}.")
     checks.non_negative("z", z)
+    checks.non_negative("z_stall", z_stall)
 
     def init():
         def f0():  # one buffer each, so that the state can be donated to jit
             return jnp.zeros((), jnp.float32)
 
         return ProgressState(
-            next_k=jnp.asarray(k_min, jnp.int32), window_n=jnp.zeros((), jnp.int32),
+            next_k=jnp.asarray(k_min, jnp.int32), steps=jnp.zeros((), jnp.int32),
+            window_len=jnp.asarray(window, jnp.int32), window_n=jnp.zeros((), jnp.int32),
             window_sum=f0(), window_sq_diff=f0(), last_value=f0(), prev_mean=f0(),
             prev_se2=f0(), have_prev=jnp.zeros((), bool), fast=jnp.zeros((), bool))
 
@@ -166,11 +192,11 @@ def progress(
         value = outcome.value.astype(jnp.float32) - floor
         ok = outcome.usable & jnp.isfinite(value)
         step_diff = jnp.where(state.window_n > 0, value - state.last_value, 0.0)
-        n = state.window_n + 1
+        n, steps = state.window_n + 1, state.steps + 1
         total, sq_diff = state.window_sum + value, state.window_sq_diff + step_diff**2
         mean, se2 = window_statistics(total, sq_diff, n)
         stalled, fast = progress_decision(state.prev_mean, state.prev_se2, mean, se2,
-                                          r=r, r_up=r_up, z=z)
+                                          r=r, r_up=r_up, z=z, z_stall=z_stall)
         stalled, fast = stalled & state.have_prev, fast & state.have_prev
         k = state.next_k
         up = jnp.minimum(2 * k, k_max)
@@ -179,6 +205,8 @@ def progress(
         new_k = jnp.where(stalled, up, jnp.where(halve, down, k))
         closed = ProgressState(
             next_k=jnp.asarray(new_k, jnp.int32),
+            steps=steps,
+            window_len=window_length(steps, window, growth),
             window_n=jnp.zeros((), jnp.int32),
             window_sum=jnp.zeros((), jnp.float32),
             window_sq_diff=jnp.zeros((), jnp.float32),
@@ -188,9 +216,9 @@ def progress(
             have_prev=jnp.ones((), bool),
             fast=fast & ~halve & (new_k == k),
         )
-        running = state._replace(window_n=n, window_sum=total, window_sq_diff=sq_diff,
-                                 last_value=value)
-        new = jax.tree.map(lambda a, b: jnp.where(n >= window, a, b), closed, running)
+        running = state._replace(steps=steps, window_n=n, window_sum=total,
+                                 window_sq_diff=sq_diff, last_value=value)
+        new = jax.tree.map(lambda a, b: jnp.where(n >= state.window_len, a, b), closed, running)
         return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state)
 
     return BudgetRule(init=init, start=lambda state: state.next_k, update=update)

@@ -1,0 +1,91 @@
+"""Generalization: auto_k's query regret against the best fixed K in hindsight, on a
+held-out set of objectives never used to choose a default (and on the tuning set).
+
+Presets: ``smoke`` (4 held-out problems, 10^4 calls, 2 seeds: about 3 min on 2 cores),
+``full`` (the 10 held-out problems, 10^3 to 10^6 calls, 3 seeds), ``tuning`` (the tuning
+set at the same scale). See :mod:`benchmarks.generalization.objectives` for both sets.
+
+Examples:
+  python -m benchmarks generalization --preset smoke
+  python -m benchmarks generalization --preset full --out docs/results --workers 2
+  python -m benchmarks generalization --preset tuning --budget 100000 --methods auto_k:growth=0.5
+  python -m benchmarks generalization --render docs/results/generalization_heldout.json
+
+Writes OUT/generalization_<set>.json, PNG figures under OUT/generalization/ and the
+Markdown report OUT/generalization_<set>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from benchmarks import common, flags, presets
+from benchmarks.generalization import experiment, report
+from benchmarks.generalization.objectives import SETS
+from benchmarks.record import Recorder, RunRecord
+from benchmarks.synthetic.methods import REGISTRY, parse_methods
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", choices=tuple(experiment.PRESETS), default="smoke",
+                        help="smoke: ~3 min on 2 cores; full: the held-out report")
+    parser.add_argument("--set", choices=tuple(SETS), help="problem set (default: the preset's)")
+    parser.add_argument("--problems", nargs="+", metavar="NAME",
+                        help="problems of the set (default: the preset's)")
+    flags.add_methods(parser, REGISTRY.bases)
+    flags.add_seeds(parser)
+    parser.add_argument("--budget", type=flags.positive_int,
+                        help="cap on every problem's largest budget, in calls")
+    flags.add_out(parser, Path("out"))
+    flags.add_report(parser, "OUT/generalization_<set>.md")
+    flags.add_render(parser)
+    flags.add_workers(parser)
+
+
+def config_of(args: argparse.Namespace) -> experiment.Config:
+    config = experiment.preset(args.preset, args.set)
+    if args.problems:
+        unknown = sorted(set(args.problems) - set(SETS[config.set]))
+        if unknown:
+            flags.fail(f"--problems: {', '.join(unknown)} not in the {config.set} set "
+                       f"({', '.join(SETS[config.set])})")
+    methods = [v.name for v in parse_methods(args.methods)] if args.methods else None
+    if methods and not any(experiment.variant(m).fixed_k for m in methods):
+        flags.fail("--methods needs at least one fixed-K method (radazo:k=K), the envelope")
+    if args.budget and args.budget < experiment.FIRST_BUDGET:
+        flags.fail(f"--budget must be >= {experiment.FIRST_BUDGET} (the smallest budget scored)")
+    fields = argparse.Namespace(problems=args.problems, methods=methods,
+                                seeds=flags.seeds(args.seeds), budget=args.budget)
+    return presets.from_args(config, fields)
+
+
+def write(config, results, record: RunRecord, args) -> Path:
+    rows = experiment.regret_rows(results)
+    summary = experiment.overall(rows)
+    stem = f"generalization_{config.set}"
+    if not args.render:
+        common.write_json(args.out / f"{stem}.json", {
+            "record": record.as_dict(), "config": presets.as_dict(config), "regret": rows,
+            "summary": summary, "results": results})
+    md = report.page(config, results, rows, summary, record, args.out,
+                     args.report or args.out / f"{stem}.md")
+    print(f"\n{config.set} -> {md}")
+    print(report.summary_table(summary))
+    return md
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.render:
+        if not args.render.is_file():
+            flags.fail(f"--render {args.render} does not exist")
+        data = json.loads(args.render.read_text())
+        config = presets.from_dict(experiment.Config, data["config"])
+        write(config, data["results"], RunRecord.from_dict(data["record"]), args)
+        return 0
+    config = config_of(args)
+    with Recorder(flags.command_line("generalization", args, skip=("render",))) as run:
+        results = experiment.execute(config, args.workers, desc=f"generalization {config.set}")
+    write(config, results, run.record, args)
+    return 0

@@ -1,0 +1,178 @@
+"""The generalization protocol: configuration, runs and query regret.
+
+Each (problem, method) is compiled once and run for every seed (``vmap``) until the
+problem's largest budget; the anytime curve of that one run gives every smaller budget.
+The budgets are half-decades from 10^3 calls up to the problem's largest
+(:func:`budgets_of`). The fixed-K comparators (R-AdaZO, K in {1, 2, 4, 8, 16}) define the
+envelope of the best fixed K in hindsight, and every other method is scored by its query
+regret against it (:mod:`benchmarks.anytime`).
+
+One rule gives every problem its learning rate and smoothing radius (:func:`settings_of`),
+chosen on the tuning set: the tuning set starts at ``x0 ~ N(0, I)`` with the synthetic
+benchmark's lr 1e-3 and mu 5e-3; a problem started at scale ``s`` (the RMS of its start
+distribution, ``a / sqrt 3`` for ``U[-a, a]``) gets lr ``1e-3 s`` and mu ``5e-3 s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from benchmarks import anytime, common, pool
+from benchmarks.generalization.objectives import SETS, Problem
+from benchmarks.synthetic import budget as budget_mode
+from benchmarks.synthetic.methods import Settings, variant
+
+FIXED = tuple(f"radazo:k={k}" for k in (1, 2, 4, 8, 16))
+ADAPTIVE = ("auto_k",)
+FIRST_BUDGET = 1000  # calls: the smallest budget scored
+
+
+@dataclass(frozen=True)
+class Config:
+    """A generalization run: a problem set, methods, seeds and a budget cap."""
+
+    preset: str
+    set: str  # "heldout" or "tuning"
+    problems: tuple[str, ...]
+    methods: tuple[str, ...]  # method specs of the synthetic registry
+    seeds: tuple[int, ...]
+    budget: int  # cap on every problem's largest budget (calls)
+    log_every: int = 4  # steps between log rows
+
+    def problem(self, name: str) -> Problem:
+        p = SETS[self.set][name]
+        return p._replace(budget=min(p.budget, self.budget))
+
+
+PRESETS = {
+    "smoke": Config("smoke", "heldout", ("ellipsoid_1e6", "sum_powers", "rastrigin",
+                                         "noisy_ellipsoid"),
+                    ("radazo:k=1", "radazo:k=4", "radazo:k=16", "auto_k"), (0, 1), 10_000),
+    "full": Config("full", "heldout", tuple(SETS["heldout"]), FIXED + ADAPTIVE, (0, 1, 2),
+                   1_000_000),
+    "tuning": Config("tuning", "tuning", tuple(SETS["tuning"]), FIXED + ADAPTIVE, (0, 1, 2),
+                     1_000_000),
+}
+
+
+def preset(name: str, set_name: str | None = None) -> Config:
+    """The preset ``name``, on the problem set ``set_name`` if given (all its problems)."""
+    config = PRESETS[name]
+    if set_name and set_name != config.set:
+        config = replace(config, set=set_name, problems=tuple(SETS[set_name]))
+    return config
+
+
+def budgets_of(budget: int) -> tuple[float, ...]:
+    """Half-decades from :data:`FIRST_BUDGET` calls to ``budget`` (``budget`` included)."""
+    steps = math.floor(2 * math.log10(budget / FIRST_BUDGET) + 1e-9)
+    out = [FIRST_BUDGET * 10 ** (i / 2) for i in range(steps + 1)]
+    return tuple(sorted(set(round(b) for b in out) | {budget}))
+
+
+def grid_of(budget: int) -> np.ndarray:
+    """The call grid the curves are sampled on (fine below the first budget, too)."""
+    return anytime.call_grid(budget, budgets_of(budget), points=600, low=FIRST_BUDGET / 64)
+
+
+def start_scale(p: Problem) -> float:
+    """RMS of the start distribution: ``a / sqrt 3`` for ``U[-a, a]``, 1 for ``N(0, 1)``."""
+    return p.box / math.sqrt(3.0) if p.box else 1.0
+
+
+def settings_of(p: Problem) -> Settings:
+    """The one learning-rate and smoothing rule: lr ``1e-3 s``, mu ``5e-3 s``."""
+    base, s = Settings(), start_scale(p)
+    return replace(base, lr=base.lr * s, mu=base.mu * s)
+
+
+def _start(p: Problem):
+    import jax
+
+    if not p.box:
+        return lambda key: jax.random.normal(key, (p.dim,))
+    return lambda key: jax.random.uniform(key, (p.dim,), minval=-p.box, maxval=p.box)
+
+
+def run_unit(unit: tuple[Config, str, str]) -> list[dict[str, Any]]:
+    """One (problem, method) of ``config``: compiled once, run for every seed."""
+    import jax
+    import jax.numpy as jnp
+
+    config, name, spec = unit
+    p, v = config.problem(name), variant(spec)
+    settings = settings_of(p)
+    program = budget_mode.anytime_program(
+        lambda key: v.build(settings, key), lambda x, batch, fid: p.fn(x, batch),
+        lambda x, fid: p.gap(x), _start(p), p.budget, config.log_every)
+    seeds, fids = jnp.asarray(config.seeds, jnp.int32), jnp.zeros(2, jnp.int32)
+    with common.Stopwatch() as compile_time:
+        compiled = program.lower(seeds, fids).compile()
+    with common.Stopwatch() as run_time:
+        calls, gaps, ks = (np.asarray(a) for a in jax.block_until_ready(compiled(seeds, fids)))
+    used = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
+    return [{
+        "problem": name, "method": v.name, "label": v.display, "fixed_k": v.fixed_k,
+        "seeds": list(config.seeds), "budget": p.budget, "lr": settings.lr, "mu": settings.mu,
+        **budget_mode.logged_curves(calls, gaps, ks, grid_of(p.budget)),
+        "k_changes": [int(np.count_nonzero(np.diff(k[r][1:]))) for k, r in zip(ks, used)],
+        "compile_seconds": compile_time.seconds, "run_seconds": run_time.seconds,
+    }]
+
+
+def _cost(unit) -> float:
+    config, name, spec = unit
+    k = variant(spec).fixed_k or 2
+    return -config.problem(name).budget * SETS[config.set][name].dim ** 0.5 / k
+
+
+def execute(config: Config, workers: int, desc: str) -> list[dict[str, Any]]:
+    """Every (problem, method) of ``config``, longest first, in the config's order."""
+    units = sorted(((config, n, m) for n in config.problems for m in config.methods), key=_cost)
+    results = pool.pinned_map(run_unit, units, workers, desc)
+    order = {(n, variant(m).name): i for i, (n, m) in enumerate(
+        (n, m) for n in config.problems for m in config.methods)}
+    return sorted(results, key=lambda r: order[(r["problem"], r["method"])])
+
+
+def regret_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per problem and adaptive method: the query regret at each budget, the envelope's
+    K there, and the method's mean K at each budget."""
+    out = []
+    for name in dict.fromkeys(r["problem"] for r in results):
+        rs = [r for r in results if r["problem"] == name]
+        budget = rs[0]["budget"]
+        grid, budgets = grid_of(budget), budgets_of(budget)
+        fixed = {r["label"]: np.mean(r["curves"], axis=0) for r in rs if r["fixed_k"]}
+        if not fixed:
+            continue
+        env, best = anytime.envelope(fixed)
+        at = [int(np.searchsorted(grid, b)) for b in budgets]
+        for r in rs:
+            if r["fixed_k"]:
+                continue
+            regrets = anytime.regret(grid, np.mean(r["curves"], axis=0), env, budgets)
+            k_mean = np.mean(r["k_curves"], axis=0)
+            out.append({"problem": name, "method": r["method"], "label": r["label"],
+                        "budgets": list(budgets), "regret": regrets,
+                        "best_fixed": [best[i] for i in at],
+                        "k_at": [float(k_mean[i]) for i in at],
+                        "k_changes": r["k_changes"], **anytime.summarize(regrets)})
+    return out
+
+
+def overall(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per adaptive method, over every (problem, budget): median and worst regret, and the
+    problems whose worst regret exceeds 1."""
+    out = {}
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == method]
+        cells = np.concatenate([r["regret"] for r in mine])
+        out[method] = {"median": float(np.median(cells)), "max": float(np.max(cells)),
+                       "cells": int(cells.size),
+                       "above_1": [r["problem"] for r in mine if r["max"] > 1.0]}
+    return out

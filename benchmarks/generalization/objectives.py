@@ -1,0 +1,175 @@
+"""The tuning set and the held-out set of the generalization protocol, fixed before tuning.
+
+Every default of ``auto_k`` (and the learning-rate and smoothing rule of
+:func:`scaled_settings`) is chosen on :data:`TUNING` only: the synthetic benchmark's
+objectives at d = 100 (Quadratic, Cubic, Levy, Rosenbrock, Ackley and least squares on a
+fresh minibatch). :data:`HELD_OUT` is never used for a choice; it was written into this
+file, and committed, before any tuning. Each problem has its own dimension, call budget
+(10^6 calls at d <= 100, capped at large d), and start box ``x0 ~ U[-a, a]^d``; the gap
+is ``f(x) - f*`` (the noise-free, full-data loss for the noisy problems).
+
+Held-out (ill-conditioning 1e2-1e6, multimodal, plateaus, noise, d = 10 to 10^4):
+
+* ``ellipsoid_1e6`` (d = 20): ``0.5 sum 10^(6 i/(d-1)) x_i^2``, condition 1e6.
+* ``rotated_ellipsoid_1e3`` (d = 100): the same with condition 1e3 in a fixed random
+  orthonormal basis (not separable).
+* ``sum_powers`` (d = 10): ``sum |x_i|^(2 + 4 i/(d-1))``: flat near its minimiser.
+* ``dixon_price`` (d = 30): ``(x_1 - 1)^2 + sum_i i (2 x_i^2 - x_{i-1})^2``.
+* ``rastrigin`` (d = 10): ``10 d + sum (x_i^2 - 10 cos 2 pi x_i)``, multimodal.
+* ``griewank`` (d = 100): ``1 + sum x_i^2 / 4000 - prod cos(x_i / sqrt i)``, multimodal.
+* ``plateau`` (d = 50): ``sum (1 - exp(-x_i^2 / 2))``, started on its flat shoulders.
+* ``logistic_minibatch`` (d = 100, noisy): L2-regularised logistic regression on
+  2,000 fixed rows with feature scales spanning 1e2, a fresh minibatch of 32 rows a step.
+* ``noisy_ellipsoid`` (d = 50, noisy): ``0.5 sum 10^(2 i/(d-1)) x_i^2`` plus independent
+  Gaussian noise (sigma 0.01) on every call.
+* ``ellipsoid_1e2_d10k`` (d = 10^4): condition 1e2, budget capped at 10^5 calls.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks.synthetic import objectives as synthetic
+
+MAX_BUDGET = 1_000_000  # calls at d <= 100
+
+
+class Problem(NamedTuple):
+    name: str
+    label: str
+    dim: int
+    budget: int  # the largest call budget (the run's length)
+    box: float  # x0 ~ U[-box, box]^d (N(0, 1) for the tuning set: box 0)
+    fn: Callable  # (x, data key) -> value
+    gap: Callable  # x -> f(x) - f*, noise-free
+
+
+def _powers(d: int, decades: float) -> jnp.ndarray:
+    return jnp.asarray(10.0 ** (decades * np.arange(d) / (d - 1)), jnp.float32)
+
+
+def ellipsoid(x, decades: float):
+    return 0.5 * jnp.sum(_powers(x.shape[-1], decades) * x**2)
+
+
+@functools.lru_cache(maxsize=None)
+def _rotation(d: int) -> np.ndarray:
+    q, _ = np.linalg.qr(np.random.default_rng(20).standard_normal((d, d)))
+    return q.astype(np.float32)
+
+
+def rotated_ellipsoid(x):
+    return ellipsoid(jnp.asarray(_rotation(x.shape[-1])) @ x, 3.0)
+
+
+def sum_powers(x):
+    d = x.shape[-1]
+    return jnp.sum(jnp.abs(x) ** (2.0 + 4.0 * jnp.arange(d) / (d - 1)))
+
+
+def dixon_price(x):
+    i = jnp.arange(2, x.shape[-1] + 1, dtype=jnp.float32)
+    return (x[0] - 1.0) ** 2 + jnp.sum(i * (2.0 * x[1:] ** 2 - x[:-1]) ** 2)
+
+
+def rastrigin(x):
+    return 10.0 * x.shape[-1] + jnp.sum(x**2 - 10.0 * jnp.cos(2.0 * jnp.pi * x))
+
+
+def griewank(x):
+    i = jnp.arange(1, x.shape[-1] + 1, dtype=jnp.float32)
+    return 1.0 + jnp.sum(x**2) / 4000.0 - jnp.prod(jnp.cos(x / jnp.sqrt(i)))
+
+
+def plateau(x):
+    return jnp.sum(1.0 - jnp.exp(-0.5 * x**2))
+
+
+@functools.lru_cache(maxsize=None)
+def _logistic_data(d: int, rows: int = 2000, l2: float = 1e-3):
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal((rows, d)) * 10.0 ** rng.uniform(-1.0, 1.0, d)
+    y = np.sign(a @ rng.standard_normal(d) / np.sqrt(d) + 0.5 * rng.standard_normal(rows))
+    w = np.zeros(d)
+    for _ in range(50):  # Newton's method on the strongly convex full-data loss
+        p = 1.0 / (1.0 + np.exp(y * (a @ w)))
+        grad = -(a * (y * p)[:, None]).mean(0) + l2 * w
+        hess = (a * (p * (1 - p))[:, None]).T @ a / rows + l2 * np.eye(d)
+        w -= np.linalg.solve(hess, grad)
+    f_min = np.mean(np.logaddexp(0.0, -y * (a @ w))) + 0.5 * l2 * w @ w
+    return a.astype(np.float32), y.astype(np.float32), np.float32(f_min), l2
+
+
+def _logistic(x, rows):
+    a, y, _, l2 = _logistic_data(x.shape[-1])
+    a, y = jnp.asarray(a), jnp.asarray(y)
+    if rows is not None:
+        a, y = a[rows], y[rows]
+    return jnp.mean(jnp.logaddexp(0.0, -y * (a @ x))) + 0.5 * l2 * x @ x
+
+
+def logistic_minibatch(x, batch, size: int = 32):
+    rows = jax.random.randint(batch, (size,), 0, _logistic_data(x.shape[-1])[0].shape[0])
+    return _logistic(x, rows)
+
+
+def logistic_gap(x):
+    return _logistic(x, None) - _logistic_data(x.shape[-1])[2]
+
+
+def noisy_ellipsoid(x, batch, sigma: float = 0.01):
+    """Fresh noise on every call: the key mixes the step's data key with the point."""
+    bits = jax.lax.bitcast_convert_type(x, jnp.int32)
+    key = jax.random.fold_in(batch, jnp.sum(bits * (jnp.arange(x.shape[-1]) * 2 + 1)))
+    return ellipsoid(x, 2.0) + sigma * jax.random.normal(key, ())
+
+
+def _deterministic(fn):
+    return lambda x, batch: fn(x)
+
+
+def _held_out() -> dict[str, Problem]:
+    e6 = functools.partial(ellipsoid, decades=6.0)
+    e2 = functools.partial(ellipsoid, decades=2.0)
+    problems = [
+        Problem("ellipsoid_1e6", "Ellipsoid cond 1e6 (d=20)", 20, MAX_BUDGET, 1.0,
+                _deterministic(e6), e6),
+        Problem("rotated_ellipsoid_1e3", "Rotated ellipsoid cond 1e3 (d=100)", 100, MAX_BUDGET,
+                1.0, _deterministic(rotated_ellipsoid), rotated_ellipsoid),
+        Problem("sum_powers", "Sum of different powers (d=10)", 10, MAX_BUDGET, 1.0,
+                _deterministic(sum_powers), sum_powers),
+        Problem("dixon_price", "Dixon-Price (d=30)", 30, MAX_BUDGET, 2.0,
+                _deterministic(dixon_price), dixon_price),
+        Problem("rastrigin", "Rastrigin (d=10)", 10, MAX_BUDGET, 5.12,
+                _deterministic(rastrigin), rastrigin),
+        Problem("griewank", "Griewank (d=100)", 100, MAX_BUDGET, 50.0,
+                _deterministic(griewank), griewank),
+        Problem("plateau", "Gaussian plateaus (d=50)", 50, MAX_BUDGET, 4.0,
+                _deterministic(plateau), plateau),
+        Problem("logistic_minibatch", "Logistic regression, minibatch (d=100)", 100, MAX_BUDGET,
+                1.0, logistic_minibatch, logistic_gap),
+        Problem("noisy_ellipsoid", "Ellipsoid cond 1e2 + call noise (d=50)", 50, MAX_BUDGET, 1.0,
+                noisy_ellipsoid, e2),
+        Problem("ellipsoid_1e2_d10k", "Ellipsoid cond 1e2 (d=10^4)", 10_000, 100_000, 1.0,
+                _deterministic(e2), e2),
+    ]
+    return {p.name: p for p in problems}
+
+
+def _tuning(dim: int = 100) -> dict[str, Problem]:
+    problems = [Problem(o.name, o.label, dim, MAX_BUDGET, 0.0, _deterministic(o.fn), o.fn)
+                for o in synthetic.OBJECTIVES.values()]
+    problems += [Problem(o.name, o.label, dim, MAX_BUDGET, 0.0, o.fn, o.gap)
+                 for o in synthetic.NOISY.values()]
+    return {p.name: p for p in problems}
+
+
+HELD_OUT: dict[str, Problem] = _held_out()
+TUNING: dict[str, Problem] = _tuning()
+SETS = {"heldout": HELD_OUT, "tuning": TUNING}
