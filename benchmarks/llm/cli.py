@@ -70,6 +70,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"],
                         help="storage dtype of the frozen base weights; LoRA is float32 "
                         "(default float32)")
+    from benchmarks.llm.tasks import PROMPTS
+
+    parser.add_argument("--prompt", choices=list(PROMPTS),
+                        help="sst2 prompt (template and options; default it_was, MeZO's)")
+    parser.add_argument("--lora-layers", type=flags.positive_int,
+                        help="LoRA on the top N layers only; the layers below are computed "
+                        "once per example and cached (default: every layer)")
+    parser.add_argument("--sequential", action="store_const", const=True,
+                        help="evaluate a step's 2K perturbed forward passes one after "
+                        "another (lax.map) instead of in one vmapped call: memory does "
+                        "not grow with K")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
                         help="score single-token options with one sequence per candidate")
     parser.add_argument(

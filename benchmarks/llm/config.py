@@ -56,6 +56,9 @@ class Config:
     data_seed: int = 0  # seed of the split permutation
     dtype: str = "float32"  # storage dtype of the frozen base weights (LoRA is float32)
     fast_path: bool = True  # score single-token options from one sequence
+    prompt: str = "it_was"  # sst2 prompt (tasks.PROMPTS); MeZO's by default
+    lora_layers: int | None = None  # LoRA on the top n layers, the rest cached; None: all
+    sequential: bool = False  # evaluate the 2K perturbations one by one (lax.map)
 
 
 SMOKE = Config(model="tiny-llama", steps=12, eval_every=6, batch_size=4, n_train=32,

@@ -30,6 +30,8 @@ class Setup:
     model: dict[str, Any]  # name, architecture, dtype, ...
     lora_params: int
     data: dict[str, Any]  # source, sizes, max_length, option_length, fast_path
+    splits: data.Splits | None = None  # the raw examples (prompt baselines re-encode them)
+    tokenizer: Any = None
 
 
 def select_data(cfg: Config, task: tasks.Task):
@@ -46,10 +48,13 @@ def select_data(cfg: Config, task: tasks.Task):
                      "(train.jsonl, val.jsonl).")
 
 
-def _movie_review_splits(cfg: Config, task, tokenizer, source: Path) -> data.Splits:
+def _movie_review_splits(cfg: Config, tokenizer, source: Path) -> data.Splits:
+    """Snippets that fit ``max_length`` with MeZO's prompt (the same splits whatever the
+    prompt; the sequence length then fits the prompt used)."""
     pool = data.load_movie_reviews(source)
     dropped = 0
     if cfg.max_length is not None:
+        task = tasks.get_task("sst2")
         keep = [ex for ex in pool if _fits(task, tokenizer, ex, cfg.max_length)]
         dropped, pool = len(pool) - len(keep), keep
     note = f"; {dropped} snippets longer than {cfg.max_length} tokens dropped)" if dropped else ")"
@@ -66,31 +71,41 @@ def _fits(task, tokenizer, ex, max_length: int) -> bool:
 def prepare(cfg: Config) -> Setup:
     """Loads the data (first: the tiny models' vocabulary comes from it) and the model,
     encodes the splits and adds the LoRA adapters."""
-    task = tasks.get_task(cfg.task)
-    splits, reviews = select_data(cfg, task)
+    splits, reviews = select_data(cfg, tasks.get_task(cfg.task))
     tiny = cfg.model.startswith("tiny-")
     words = data.vocabulary(splits) if splits is not None and tiny else ()
     if tiny and not words:
         raise ValueError("Tiny random models are for synthetic data (--data synthetic).")
     model, tokenizer, info = models.load_model(cfg.model, dtype=cfg.dtype, words=words)
     if splits is None:
-        splits = _movie_review_splits(cfg, task, tokenizer, reviews)
+        splits = _movie_review_splits(cfg, tokenizer, reviews)
+    first = lora.first_tuned(model, cfg.lora_layers)
+    layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt, cfg.fast_path)
+    lora.apply_lora(model, key=0, first=first)
+    graphdef, adapters, base = lora.split(model)
+    bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
+                          loss_kind=tasks.get_task(cfg.task).loss_kind, first=first,
+                          sequential=cfg.sequential, **encoded)
+    return Setup(bundle=bundle, model=info, lora_params=lora.num_params(adapters),
+                 data={"source": splits.source, "sizes": splits.sizes(),
+                       "max_length": layout.max_length, "option_length": layout.option_length,
+                       "fast_path": layout.single_token and cfg.fast_path},
+                 splits=splits, tokenizer=tokenizer)
+
+
+def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str, fast_path: bool):
+    """``(layout, {train, dev, test: encoded})`` of ``splits`` with ``prompt``. The length
+    fits the prompt when the embedded reviews were filtered by length, else ``max_length``."""
+    task = tasks.get_task(cfg.task, prompt if cfg.task == "sst2" else None, splits.train)
+    filtered = cfg.data is None and cfg.task == "sst2"
     layout = tasks.measure(task, tokenizer, splits.train + splits.dev + splits.test,
-                           max_length=cfg.max_length)
-    fast = layout.single_token and cfg.fast_path
-    encoded = {
+                           max_length=None if filtered else cfg.max_length)
+    fast = layout.single_token and fast_path
+    return layout, {
         name: tasks.encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
                            only_correct=name == "train" and task.loss_kind == "option_lm")
         for name in ("train", "dev", "test")
     }
-    lora.apply_lora(model, key=0)
-    graphdef, adapters, base = lora.split(model)
-    bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
-                          loss_kind=task.loss_kind, **encoded)
-    return Setup(bundle=bundle, model=info, lora_params=lora.num_params(adapters),
-                 data={"source": splits.source, "sizes": splits.sizes(),
-                       "max_length": layout.max_length, "option_length": layout.option_length,
-                       "fast_path": fast})
 
 
 def train_config(cfg: Config) -> train.TrainConfig:

@@ -24,7 +24,6 @@ from benchmarks.llm.layers import (
     RMSNorm,
     as_param,
     causal_attention,
-    check_context,
     module_list,
 )
 
@@ -142,12 +141,14 @@ class Llama(CausalLM):
         tied = cfg.tie_word_embeddings or head is None
         self.lm_head = None if tied else as_param(np.asarray(head).T, dtype)
 
-    def hidden(self, tokens: jax.Array) -> jax.Array:
-        t = check_context(tokens, self.config.max_position_embeddings)
-        cos, sin = rotary(jnp.arange(t), self.config.head_dim, self.config.rope_theta)
-        x = self.embed_tokens(tokens)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
+    def embed(self, tokens: jax.Array) -> jax.Array:
+        return self.embed_tokens(tokens)
+
+    def block(self, layer: LlamaBlock, x: jax.Array) -> jax.Array:
+        cos, sin = rotary(jnp.arange(x.shape[1]), self.config.head_dim, self.config.rope_theta)
+        return layer(x, cos, sin)
+
+    def final(self, x: jax.Array) -> jax.Array:
         return self.norm(x)
 
 

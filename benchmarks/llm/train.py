@@ -81,15 +81,31 @@ class Bundle:
     train: dict  # encoded training examples (NumPy)
     dev: dict
     test: dict
+    first: int = 0  # first layer with adapters; > 0: the layers below are cached per example
+    sequential: bool = False  # vmapped calls of the objective run one after another
 
     def __post_init__(self):
-        graphdef, kind = self.graphdef, self.loss_kind
+        graphdef, kind, first = self.graphdef, self.loss_kind, self.first
+
+        def plain(lora, base, batch):
+            return tasks.batch_loss(lora_lib.merge(graphdef, lora, base), batch, kind, first)
+
+        # Sequential: under the estimator's vmap over perturbations the objective runs as a
+        # lax.map, so a step holds one forward pass's activations whatever K is.
+        one = jax.custom_batching.sequential_vmap(plain) if self.sequential else plain
 
         def loss(lora, base, batch):
-            return tasks.batch_loss(lora_lib.merge(graphdef, lora, base), batch, kind)
+            return one(lora, base, batch)
 
         def metrics(lora, base, batch):
-            return tasks.batch_metrics(lora_lib.merge(graphdef, lora, base), batch, kind)
+            return tasks.batch_metrics(lora_lib.merge(graphdef, lora, base), batch, kind, first)
+
+        if first:
+            below = jax.jit(lambda tokens, first: lora_lib.merge(
+                graphdef, self.lora, self.base).hidden_below(tokens, first), static_argnums=1)
+            for name in ("train", "dev", "test"):
+                if "states" not in getattr(self, name):
+                    setattr(self, name, tasks.cache_states(below, getattr(self, name), first))
 
         def batched_loss(stacked, base, batch):
             return jax.vmap(lambda one: loss(one, base, batch))(stacked)
@@ -108,6 +124,14 @@ def evaluate(bundle: Bundle, lora: Any, split: dict, batch_size: int) -> dict[st
         for k in sums:
             sums[k] += float(out[k])
     return {"loss": sums["loss"] / sums["count"], "accuracy": sums["correct"] / sums["count"]}
+
+
+def margins(bundle: Bundle, lora: Any, split: dict, batch_size: int) -> np.ndarray:
+    """Per-example score difference (candidate 1 minus candidate 0) over a split."""
+    n = len(split["label"])
+    out = [np.asarray(bundle.metrics(lora, bundle.base, b)["margin"])
+           for b in tasks.eval_batches(split, batch_size)]
+    return np.concatenate(out)[:n]
 
 
 def batches(encoded: dict, batch_size: int, seed: int):
