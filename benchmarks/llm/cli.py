@@ -81,6 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluate a step's 2K perturbed forward passes one after "
                         "another (lax.map) instead of in one vmapped call: memory does "
                         "not grow with K")
+    parser.add_argument("--baselines", action="store_const", const=True,
+                        help="also run the baselines (zero-shot per prompt, linear probe, "
+                        "first-order reference) and the compiled-memory table")
+    parser.add_argument("--first-order-lr", type=float,
+                        help="Adam's learning rate of the first-order reference (1e-3)")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
                         help="score single-token options with one sequence per candidate")
     parser.add_argument(
@@ -144,7 +149,10 @@ def _run(args: argparse.Namespace, cfg, chosen) -> dict:
               f"{jax.default_backend()}", file=sys.stderr)
         zero = experiment.zero_shot(cfg, setup)
         results = experiment.run(cfg, setup, chosen, show=not args.quiet)
-    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict())
+        extra = (experiment.run_baselines(cfg, setup, results, show=not args.quiet)
+                 if cfg.baselines else None)
+    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
+                                 extra)
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
 
 

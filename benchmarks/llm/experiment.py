@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dataclasses
+
+import numpy as np
+
 from benchmarks import presets
 from benchmarks.llm import data, fetch, lora, models, tasks, train
 from benchmarks.llm.config import Config
@@ -132,12 +136,41 @@ def run(cfg: Config, setup: Setup, methods: list[Method], *, show: bool = True,
     return results
 
 
+def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
+                  show: bool = True) -> dict[str, Any]:
+    """The baselines of the same table and the memory table (:mod:`baselines`,
+    :mod:`memory`); the first-order reference gets the median wall time (training and
+    evaluation) of the zeroth-order runs."""
+    from benchmarks.llm import baselines, memory
+    from benchmarks.llm import methods as methods_lib
+
+    wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"]
+                            for r in results]))
+    tc = dataclasses.replace(train_config(cfg), steps=100_000,
+                             eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))
+    first_order = [baselines.first_order(setup.bundle, seed, tc, cfg.first_order_lr,
+                                         wall_s=wall, show=show) for seed in cfg.seeds]
+    batch = tasks.take(setup.bundle.train, np.arange(cfg.batch_size))
+    optimizers = {m.label: methods_lib.build(m, cfg.lr, cfg.mu, 0)
+                  for m in methods_lib.parse(MEMORY_METHODS)}
+    return {
+        "prompts": baselines.prompt_table(cfg, setup, show=show),
+        "linear_probe": baselines.linear_probe(setup.bundle, cfg.eval_batch_size),
+        "first_order": first_order,
+        "first_order_wall_s": wall,
+        "memory": memory.memory_rows(setup.bundle, optimizers, batch, cfg.first_order_lr),
+    }
+
+
+MEMORY_METHODS = ("mezo:k=1", "mezo:k=4", "mezo:k=16")
+
+
 def zero_shot(cfg: Config, setup: Setup) -> dict[str, float]:
     return train.zero_shot(setup.bundle, train_config(cfg))
 
 
 def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[dict],
-            record: dict) -> dict[str, Any]:
+            record: dict, extra: dict | None = None) -> dict[str, Any]:
     """The results JSON: the run record, the configuration, model, data and results (and
     the query regret in anytime mode)."""
     from benchmarks.llm import report
@@ -153,4 +186,6 @@ def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[di
     }
     if cfg.budget is not None:
         out["regret"] = report.regret(results, cfg.budget, cfg.eval_every_fe)
+    if extra:
+        out["baselines"] = extra
     return out

@@ -144,6 +144,11 @@ class CausalLM(nnx.Module):
             x = self.block(layer, x)
         return self.final(x)
 
+    def hidden_at(self, x: jax.Array, first: int, index: jax.Array) -> jax.Array:
+        """The final hidden state ``[N, D]`` at position ``index[n]`` of each sequence, from
+        the stream entering ``first`` (decoders may skip the last layer's other positions)."""
+        return self.hidden_from(x, first)[jnp.arange(x.shape[0]), index]
+
     def hidden(self, tokens: jax.Array) -> jax.Array:
         """The final (normed) hidden states ``[N, T, D]`` of ``tokens`` ``[N, T]``."""
         return self.hidden_from(self.hidden_below(tokens, 0), 0)

@@ -346,6 +346,8 @@ TITLE = "Forward-only LoRA fine-tuning (MeZO protocol)"
 
 
 def markdown(payload: dict[str, Any], figure: str) -> str:
+    from benchmarks.llm import tables
+
     """The generated part of the results page: setup, our table, timing, the paper's
     table, how the run differs from the paper."""
     cfg, results = payload["config"], payload["results"]
@@ -409,6 +411,7 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
     ]
     if payload.get("regret"):
         lines += _regret_section(payload)
+    lines += tables.sections(payload)
     lines += [
         "## Speed",
         "",

@@ -259,12 +259,21 @@ def option_scores(model, batch: dict[str, jax.Array], first: int = 0) -> jax.Arr
     """
     tokens = batch["tokens"]
     b, r, length = tokens.shape
+    if first and r == 1 and batch["pos"].shape[-1] == 1:
+        # One sequence scored at one position (the fast path): the last layer runs there only.
+        hs = model.hidden_at(batch["states"][:, 0], first, batch["pos"][:, 0, 0])
+        hs = jnp.broadcast_to(hs[:, None, None, :], (*batch["pos"].shape, hs.shape[-1]))
+        return _mean_logp(model, hs, batch)
     if first:
         h = model.hidden_from(batch["states"].reshape(b * r, length, -1), first)
     else:
         h = model.hidden(tokens.reshape(b * r, length))  # [B*R, L, D]
     seq = jnp.arange(b)[:, None, None] * r + batch["row"][:, :, None]  # [B, C, 1]
-    hs = h[seq, batch["pos"]]  # [B, C, O, D]
+    return _mean_logp(model, h[seq, batch["pos"]], batch)  # [B, C, O, D]
+
+
+def _mean_logp(model, hs: jax.Array, batch: dict[str, jax.Array]) -> jax.Array:
+    """Mean log-probability of the option tokens from their hidden states ``[B, C, O, D]``."""
     logp = jax.nn.log_softmax(model.logits(hs).astype(jnp.float32), axis=-1)
     tok = jnp.take_along_axis(logp, batch["tgt"][..., None], axis=-1)[..., 0]
     mask = batch["mask"]
