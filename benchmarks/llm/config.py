@@ -80,7 +80,7 @@ MEZO_CPU = Config(model="smollm2", steps=100, eval_every=20, batch_size=16, n_tr
                   methods=("radazo", "statzo", "zoaq", "zoaq:k_max=2"))
 CPU_BUDGET = 6000  # FE per method and seed
 CPU = dataclasses.replace(
-    MEZO_CPU, seeds=(0, 1, 2), prompt="review", lora_layers=1, lr=3e-3, budget=CPU_BUDGET,
+    MEZO_CPU, seeds=(0, 1, 2), prompt="review", lora_layers=1, lr=1e-3, budget=CPU_BUDGET,
     eval_every_fe=CPU_BUDGET // 8, timing_reps=1, baselines=True,
     methods=("radazo:k=1", "radazo:k=2", "radazo", "zoaq", "auto_k"))
 PAPER = Config(model="smollm2", steps=5000, eval_every=250, batch_size=16, n_train=1000,
