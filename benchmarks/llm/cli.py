@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluate a step's 2K perturbed forward passes one after "
                         "another (lax.map) instead of in one vmapped call: memory does "
                         "not grow with K")
-    parser.add_argument("--baselines", action="store_const", const=True,
+    parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=None,
                         help="also run the baselines (zero-shot per prompt, linear probe, "
                         "first-order reference) and the compiled-memory table")
     parser.add_argument("--first-order-lr", type=float,

@@ -445,9 +445,26 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
         "",
         "## How this run differs from the paper",
         "",
-        NOTES,
+        _run_notes(cfg) + NOTES,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _run_notes(cfg: dict[str, Any]) -> str:
+    """The notes that depend on the run: prompt, adapted layers, length and learning rate."""
+    prompt = cfg.get("prompt", "it_was")
+    layers = cfg.get("lora_layers")
+    where = ("every layer" if layers is None else
+             f"the top {layers} layer(s) only, the layers below computed once per example "
+             "and cached")
+    length = (f"{cfg['budget']:,} FE per method and seed" if cfg.get("budget")
+              else f"{cfg['steps']:,} steps")
+    return (
+        f"- Prompt and adapters: prompt `{prompt}` (MeZO's is `it_was`, `<s> It was` "
+        f"terrible/great); LoRA on q/v of {where} (the paper: every layer).\n"
+        f"- Length of the run: {length}, {len(cfg['seeds'])} seed(s), learning rate "
+        f"{cfg['lr']:g} (the paper: 5,000 steps of K = 4, 3 seeds, 5e-5).\n"
+    )
 
 
 def _regret_section(payload: dict[str, Any]) -> list[str]:
@@ -482,13 +499,6 @@ NOTES = """\
   (same Rotten Tomatoes source as SST-2, labels = sign of the human rating), keeping
   snippets that fit in 32 tokens with MeZO's prompt so that every batch has one short
   fixed shape; GLUE SST-2 and SuperGLUE COPA folders are read with `--data`.
-- Prompt and adapters: the `cpu` preset uses the prompt with the best zero-shot dev
-  accuracy of the list (`review`; MeZO's `<s> It was` terrible/great starts below chance
-  on this model) and LoRA on the last layer only, whose input is cached once per example;
-  the paper adapts q/v of every layer with MeZO's prompt (`--preset paper`).
-- Length of the run: the `cpu` preset spends 6,000 FE per method and seed (the paper:
-  40,000 for K = 4), 3 seeds, at a learning rate chosen by a small dev sweep (1e-3; the
-  paper's 5e-5 moves the adapters too little in a CPU run).
 - StatZO: `statzo` is the classical norm test (Bollapragada et al.) as `zoaq_jax`
   implements it: forward differences with one centre forward pass a step, so a step costs
   K_t + 1 FE, and its "FE savings" include that cheaper difference scheme. The paper
