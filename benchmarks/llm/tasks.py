@@ -1,8 +1,10 @@
 """Task templates (MeZO's), fixed-shape encoding, option scoring and losses.
 
-* SST-2: ``"<sentence> It was"`` + ``" terrible"`` / ``" great"``; training loss =
-  cross-entropy over the two candidates, each scored by the mean log-probability of its
-  option tokens ("classification").
+* SST-2: one prompt of :data:`PROMPTS`, by default MeZO's ``"<sentence> It was"`` +
+  ``" terrible"`` / ``" great"`` (others: bad/good, ``"Review: <sentence>\nSentiment:"``
+  negative/positive, either with 4 demonstrations); training loss = cross-entropy over
+  the two candidates, each scored by the mean log-probability of its option tokens
+  ("classification").
 * COPA: the premise without its final period, ``" because"`` (cause) or ``" so"``
   (effect), then the choice with its first letter lower-cased unless it is "I"; training
   loss = mean negative log-probability of the correct option's tokens ("option_lm").

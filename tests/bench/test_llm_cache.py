@@ -54,7 +54,7 @@ def test_sequential_step_equals_vectorized_step(bundles):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)
 
 
-def test_sequential_zo_step_memory_stays_within_forward_pass(bundles):
+def test_sequential_zo_step_memory_does_not_grow_with_k(bundles):
     plain, _ = bundles  # uncached: every pass runs the whole model, activations dominate
     batch = tasks.take(plain.train, np.arange(32))
     rows = {r["what"]: r["bytes"]
