@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks.llm import baselines, lora, memory, methods, tasks, train
-from tests.bench.llm_helpers import tiny_bundle
+from llm_helpers import tiny_bundle
 
 
 @pytest.fixture(scope="module")
