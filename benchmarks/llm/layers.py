@@ -112,16 +112,46 @@ def module_list(items):
 class CausalLM(nnx.Module):
     """What the decoders share: the LM head, the LoRA targets and the call.
 
-    Subclasses set ``layers`` (each with a ``self_attn`` holding ``q_proj`` and
-    ``v_proj``), ``embed_tokens`` and ``lm_head`` (``None`` when tied to the embedding)
-    and define ``hidden(tokens)``.
+    Subclasses set ``config`` (with ``max_position_embeddings``), ``layers`` (each with a
+    ``self_attn`` holding ``q_proj`` and ``v_proj``), ``embed_tokens`` and ``lm_head``
+    (``None`` when tied to the embedding) and define ``embed(tokens)`` (the residual
+    stream entering layer 0), ``block(layer, x)`` and ``final(x)`` (the output norm).
+
+    The forward pass splits at any layer ``first``: ``hidden(tokens) ==
+    hidden_from(hidden_below(tokens, first), first)``. When only layers ``>= first`` carry
+    trainable adapters, ``hidden_below`` is a fixed function of the example, computed
+    once and cached, and every perturbed forward pass costs only the layers above it.
     """
 
-    def lora_targets(self):
-        """The (attention module, attribute) pairs LoRA adapts: q and v of every layer."""
-        for layer in self.layers:
+    def lora_targets(self, first: int = 0):
+        """The (attention module, attribute) pairs LoRA adapts: q and v of every layer
+        from ``first`` on."""
+        for layer in list(self.layers)[first:]:
             yield layer.self_attn, "q_proj"
             yield layer.self_attn, "v_proj"
+
+    def hidden_below(self, tokens: jax.Array, first: int) -> jax.Array:
+        """The residual stream ``[N, T, D]`` entering layer ``first`` (0: the embeddings)."""
+        check_context(tokens, self.config.max_position_embeddings)
+        x = self.embed(tokens)
+        for layer in list(self.layers)[:first]:
+            x = self.block(layer, x)
+        return x
+
+    def hidden_from(self, x: jax.Array, first: int) -> jax.Array:
+        """The final (normed) hidden states ``[N, T, D]`` from the stream entering ``first``."""
+        for layer in list(self.layers)[first:]:
+            x = self.block(layer, x)
+        return self.final(x)
+
+    def hidden_at(self, x: jax.Array, first: int, index: jax.Array) -> jax.Array:
+        """The final hidden state ``[N, D]`` at position ``index[n]`` of each sequence, from
+        the stream entering ``first`` (decoders may skip the last layer's other positions)."""
+        return self.hidden_from(x, first)[jnp.arange(x.shape[0]), index]
+
+    def hidden(self, tokens: jax.Array) -> jax.Array:
+        """The final (normed) hidden states ``[N, T, D]`` of ``tokens`` ``[N, T]``."""
+        return self.hidden_from(self.hidden_below(tokens, 0), 0)
 
     def logits(self, h: jax.Array) -> jax.Array:
         if self.lm_head is None:

@@ -24,7 +24,6 @@ from benchmarks.llm.layers import (
     RMSNorm,
     as_param,
     causal_attention,
-    check_context,
     module_list,
 )
 
@@ -82,6 +81,23 @@ class LlamaAttention(nnx.Module):
             cfg.num_kv_heads,
             cfg.head_dim,
         )
+
+    def attend_at(self, x, index, cos, sin):
+        """Attention output ``[N, D]`` of the query at ``index[n]`` only (keys: all)."""
+        n, t, _ = x.shape
+        q = self.q_proj(x[jnp.arange(n), index]).reshape(n, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(n, t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(n, t, self.num_kv_heads, self.head_dim)
+        q, k = apply_rotary(q, cos[index], sin[index]), apply_rotary(k, cos, sin)
+        g = self.num_heads // self.num_kv_heads
+        q = q.reshape(n, self.num_kv_heads, g, self.head_dim)
+        scores = jnp.einsum("nkgd,nskd->nkgs", q, k, preferred_element_type=jnp.float32)
+        scores = scores * self.head_dim**-0.5
+        mask = jnp.arange(t)[None, :] <= index[:, None]  # [N, T]
+        scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("nkgs,nskd->nkgd", probs, v).reshape(n, -1)
+        return self.o_proj(out)
 
     def __call__(self, x, cos, sin):
         b, t, _ = x.shape
@@ -142,13 +158,28 @@ class Llama(CausalLM):
         tied = cfg.tie_word_embeddings or head is None
         self.lm_head = None if tied else as_param(np.asarray(head).T, dtype)
 
-    def hidden(self, tokens: jax.Array) -> jax.Array:
-        t = check_context(tokens, self.config.max_position_embeddings)
-        cos, sin = rotary(jnp.arange(t), self.config.head_dim, self.config.rope_theta)
-        x = self.embed_tokens(tokens)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
+    def embed(self, tokens: jax.Array) -> jax.Array:
+        return self.embed_tokens(tokens)
+
+    def block(self, layer: LlamaBlock, x: jax.Array) -> jax.Array:
+        cos, sin = rotary(jnp.arange(x.shape[1]), self.config.head_dim, self.config.rope_theta)
+        return layer(x, cos, sin)
+
+    def final(self, x: jax.Array) -> jax.Array:
         return self.norm(x)
+
+    def hidden_at(self, x: jax.Array, first: int, index: jax.Array) -> jax.Array:
+        """As :meth:`CausalLM.hidden_at`; the last layer computes only the ``index`` rows
+        (their attention reads every key), so a pass costs little more than the keys and
+        values of the last layer when only that layer is tuned."""
+        layers = list(self.layers)
+        for layer in layers[first:-1]:
+            x = self.block(layer, x)
+        last = layers[-1]
+        cos, sin = rotary(jnp.arange(x.shape[1]), self.config.head_dim, self.config.rope_theta)
+        h = x[jnp.arange(x.shape[0]), index]
+        h = h + last.self_attn.attend_at(last.input_layernorm(x), index, cos, sin)
+        return self.norm(h + last.mlp(last.post_attention_layernorm(h)))
 
 
 def weight_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:

@@ -49,15 +49,28 @@ class LoRALinear(nnx.Module):
         return self.base(x) + self.scale * ((x @ a) @ b)
 
 
+def first_tuned(model: nnx.Module, layers: int | None) -> int:
+    """The first layer with adapters when the top ``layers`` layers are tuned (None: all)."""
+    n = len(list(model.layers))
+    if layers is None:
+        return 0
+    if not 1 <= layers <= n:
+        raise ValueError(f"lora_layers must be in [1, {n}] (the model's layers), got {layers}; "
+                         "omit it to adapt every layer.")
+    return n - layers
+
+
 def apply_lora(
-    model: nnx.Module, *, rank: int = RANK, alpha: float = ALPHA, key: jax.Array | int = 0
+    model: nnx.Module, *, rank: int = RANK, alpha: float = ALPHA, key: jax.Array | int = 0,
+    first: int = 0,
 ) -> nnx.Module:
-    """Wraps the projections named by ``model.lora_targets()`` (q and v) in place.
+    """Wraps the projections named by ``model.lora_targets(first)`` (q and v of the layers
+    from ``first`` on) in place.
 
     Returns the model. Each adapter draws ``A`` from its own key folded from ``key``.
     """
     key = jax.random.key(key) if isinstance(key, int) else key
-    for i, (owner, name) in enumerate(model.lora_targets()):
+    for i, (owner, name) in enumerate(model.lora_targets(first)):
         base = getattr(owner, name)
         if isinstance(base, LoRALinear):
             raise ValueError("apply_lora was already applied to this model.")  # noqa: TRY004

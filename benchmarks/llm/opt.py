@@ -25,7 +25,6 @@ from benchmarks.llm.layers import (
     Linear,
     as_param,
     causal_attention,
-    check_context,
     module_list,
 )
 
@@ -160,14 +159,16 @@ class OPT(CausalLM):
         )
         self.lm_head = None if tied else as_param(np.asarray(head).T, dtype)
 
-    def hidden(self, tokens: jax.Array) -> jax.Array:
-        t = check_context(tokens, self.config.max_position_embeddings)
+    def embed(self, tokens: jax.Array) -> jax.Array:
         x = self.embed_tokens(tokens)
         if self.project_in is not None:
             x = self.project_in(x)
-        x = x + self.embed_positions(jnp.arange(t) + POSITION_OFFSET)
-        for layer in self.layers:
-            x = layer(x)
+        return x + self.embed_positions(jnp.arange(tokens.shape[-1]) + POSITION_OFFSET)
+
+    def block(self, layer: OPTBlock, x: jax.Array) -> jax.Array:
+        return layer(x)
+
+    def final(self, x: jax.Array) -> jax.Array:
         if self.final_layer_norm is not None:
             x = self.final_layer_norm(x)
         if self.project_out is not None:

@@ -348,6 +348,8 @@ TITLE = "Forward-only LoRA fine-tuning (MeZO protocol)"
 
 
 def markdown(payload: dict[str, Any], figure: str) -> str:
+    from benchmarks.llm import tables
+
     """The generated part of the results page: setup, our table, timing, the paper's
     table, how the run differs from the paper."""
     cfg, results = payload["config"], payload["results"]
@@ -411,6 +413,7 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
     ]
     if payload.get("regret"):
         lines += _regret_section(payload)
+    lines += tables.sections(payload)
     lines += [
         "## Speed",
         "",
@@ -444,9 +447,26 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
         "",
         "## How this run differs from the paper",
         "",
-        NOTES,
+        _run_notes(cfg) + NOTES,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _run_notes(cfg: dict[str, Any]) -> str:
+    """The notes that depend on the run: prompt, adapted layers, length and learning rate."""
+    prompt = cfg.get("prompt", "it_was")
+    layers = cfg.get("lora_layers")
+    where = ("every layer" if layers is None else
+             f"the top {layers} layer(s) only, the layers below computed once per example "
+             "and cached")
+    length = (f"{cfg['budget']:,} FE per method and seed" if cfg.get("budget")
+              else f"{cfg['steps']:,} steps")
+    return (
+        f"- Prompt and adapters: prompt `{prompt}` (MeZO's is `it_was`, `<s> It was` "
+        f"terrible/great); LoRA on q/v of {where} (the paper: every layer).\n"
+        f"- Length of the run: {length}, {len(cfg['seeds'])} seed(s), learning rate "
+        f"{cfg['lr']:g} (the paper: 5,000 steps of K = 4, 3 seeds, 5e-5).\n"
+    )
 
 
 def _regret_section(payload: dict[str, Any]) -> list[str]:
@@ -480,12 +500,8 @@ NOTES = """\
   float32) in float32 on CPU. `--model opt:PATH` runs OPT checkpoints with the same code.
 - Data: the `cpu` preset uses the movie-review snippets that ship with vaderSentiment
   (same Rotten Tomatoes source as SST-2, labels = sign of the human rating), keeping
-  snippets that fit in 32 tokens so that every batch has one short fixed shape; GLUE
-  SST-2 and SuperGLUE COPA folders are read with `--data`.
-- Length of the run: the `cpu` preset's steps are a small fraction of the paper's 5,000,
-  with one seed; at the paper's learning rate (5e-5) the adapters move little in that
-  many steps, so accuracy differences between methods are not resolved here. The FE
-  columns, the K_t distribution and the speed figures are exact for what ran.
+  snippets that fit in 32 tokens with MeZO's prompt so that every batch has one short
+  fixed shape; GLUE SST-2 and SuperGLUE COPA folders are read with `--data`.
 - StatZO: `statzo` is the classical norm test (Bollapragada et al.) as `zoaq_jax`
   implements it: forward differences with one centre forward pass a step, so a step costs
   K_t + 1 FE, and its "FE savings" include that cheaper difference scheme. The paper

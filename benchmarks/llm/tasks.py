@@ -1,8 +1,10 @@
 """Task templates (MeZO's), fixed-shape encoding, option scoring and losses.
 
-* SST-2: ``"<sentence> It was"`` + ``" terrible"`` / ``" great"``; training loss =
-  cross-entropy over the two candidates, each scored by the mean log-probability of its
-  option tokens ("classification").
+* SST-2: one prompt of :data:`PROMPTS`, by default MeZO's ``"<sentence> It was"`` +
+  ``" terrible"`` / ``" great"`` (others: bad/good, ``"Review: <sentence>\nSentiment:"``
+  negative/positive, either with 4 demonstrations); training loss = cross-entropy over
+  the two candidates, each scored by the mean log-probability of its option tokens
+  ("classification").
 * COPA: the premise without its final period, ``" because"`` (cause) or ``" so"``
   (effect), then the choice with its first letter lower-cased unless it is "I"; training
   loss = mean negative log-probability of the correct option's tokens ("option_lm").
@@ -35,13 +37,42 @@ from benchmarks.llm.tokenizer import Tokenizer
 LOSS_KINDS = ("classification", "option_lm")
 
 
+# SST-2 prompts: name -> (template, verbalizer (negative, positive), demonstrations).
+# "{s}" is the sentence; demonstrations are filled templates with their answer, prepended.
+PROMPTS = {
+    "it_was": ("{s} It was", ("terrible", "great"), 0),  # MeZO's
+    "it_was_good": ("{s} It was", ("bad", "good"), 0),
+    "review": ("Review: {s}\nSentiment:", ("negative", "positive"), 0),
+    "demo_it_was": ("{s} It was", ("terrible", "great"), 4),
+    "demo_review": ("Review: {s}\nSentiment:", ("negative", "positive"), 4),
+}
+
+
+def demonstrations(train: Sequence[SentimentExample], count: int) -> list[SentimentExample]:
+    """``count`` training examples, alternately negative and positive (the first of each)."""
+    by_label = [[ex for ex in train if ex.label == y] for y in (0, 1)]
+    if min(len(b) for b in by_label) < count // 2:
+        raise ValueError(f"{count} demonstrations need {count // 2} examples of each label.")
+    return [by_label[i % 2][i // 2] for i in range(count)]
+
+
 class SST2:
+    """Sentiment with one of :data:`PROMPTS` (default MeZO's ``it_was``)."""
+
     name = "sst2"
     loss_kind = "classification"
-    verbalizer = ("terrible", "great")
+
+    def __init__(self, prompt: str = "it_was", demos: Sequence[SentimentExample] = ()):
+        if prompt not in PROMPTS:
+            raise ValueError(f"Unknown prompt {prompt!r}; expected one of {sorted(PROMPTS)}.")
+        self.template, self.verbalizer, count = PROMPTS[prompt]
+        if len(demos) != count:
+            raise ValueError(f"Prompt {prompt!r} takes {count} demonstrations, got {len(demos)}.")
+        self.prefix = "".join(self.template.format(s=d.sentence) + f" {self.verbalizer[d.label]}"
+                              "\n\n" for d in demos)
 
     def context(self, ex: SentimentExample) -> str:
-        return f"{ex.sentence} It was"
+        return self.prefix + self.template.format(s=ex.sentence)
 
     def options(self, ex: SentimentExample) -> list[str]:
         return [f" {w}" for w in self.verbalizer]
@@ -76,10 +107,18 @@ class COPA:
 TASKS = {"sst2": SST2, "copa": COPA}
 
 
-def get_task(name: str):
+def get_task(name: str, prompt: str | None = None, train: Sequence = ()):
+    """The task ``name``; SST-2 takes a prompt of :data:`PROMPTS` (demonstrations drawn
+    from ``train``)."""
     if name not in TASKS:
         raise ValueError(f"Unknown task {name!r}; expected one of {sorted(TASKS)}.")
-    return TASKS[name]()
+    if name != "sst2" or prompt is None:
+        if prompt not in (None, "it_was"):
+            raise ValueError(f"--prompt applies to sst2 only, got {prompt!r} for {name}.")
+        return TASKS[name]()
+    if prompt not in PROMPTS:
+        raise ValueError(f"Unknown prompt {prompt!r}; expected one of {sorted(PROMPTS)}.")
+    return SST2(prompt, demonstrations(train, PROMPTS[prompt][2]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,13 +252,30 @@ def eval_batches(encoded: dict[str, np.ndarray], batch_size: int):
 # ---------------------------------------------------------------- scoring (JAX)
 
 
-def option_scores(model, batch: dict[str, jax.Array]) -> jax.Array:
-    """Mean log-probability of each candidate's option tokens, ``[B, C]`` float32."""
+def option_scores(model, batch: dict[str, jax.Array], first: int = 0) -> jax.Array:
+    """Mean log-probability of each candidate's option tokens, ``[B, C]`` float32.
+
+    With ``first > 0`` the batch carries ``states`` ``[B, R, L, D]``, the cached residual
+    stream entering layer ``first`` (:func:`cache_states`), and only the layers from
+    ``first`` on are computed.
+    """
     tokens = batch["tokens"]
     b, r, length = tokens.shape
-    h = model.hidden(tokens.reshape(b * r, length))  # [B*R, L, D]
+    if first and r == 1 and batch["pos"].shape[-1] == 1:
+        # One sequence scored at one position (the fast path): the last layer runs there only.
+        hs = model.hidden_at(batch["states"][:, 0], first, batch["pos"][:, 0, 0])
+        hs = jnp.broadcast_to(hs[:, None, None, :], (*batch["pos"].shape, hs.shape[-1]))
+        return _mean_logp(model, hs, batch)
+    if first:
+        h = model.hidden_from(batch["states"].reshape(b * r, length, -1), first)
+    else:
+        h = model.hidden(tokens.reshape(b * r, length))  # [B*R, L, D]
     seq = jnp.arange(b)[:, None, None] * r + batch["row"][:, :, None]  # [B, C, 1]
-    hs = h[seq, batch["pos"]]  # [B, C, O, D]
+    return _mean_logp(model, h[seq, batch["pos"]], batch)  # [B, C, O, D]
+
+
+def _mean_logp(model, hs: jax.Array, batch: dict[str, jax.Array]) -> jax.Array:
+    """Mean log-probability of the option tokens from their hidden states ``[B, C, O, D]``."""
     logp = jax.nn.log_softmax(model.logits(hs).astype(jnp.float32), axis=-1)
     tok = jnp.take_along_axis(logp, batch["tgt"][..., None], axis=-1)[..., 0]
     mask = batch["mask"]
@@ -236,17 +292,33 @@ def example_losses(scores: jax.Array, label: jax.Array, kind: str) -> jax.Array:
     raise ValueError(f"Unknown loss kind {kind!r}; expected one of {LOSS_KINDS}.")
 
 
-def batch_loss(model, batch: dict[str, jax.Array], kind: str) -> jax.Array:
+def batch_loss(model, batch: dict[str, jax.Array], kind: str, first: int = 0) -> jax.Array:
     """Weighted mean loss of a batch (the zeroth-order objective)."""
-    losses = example_losses(option_scores(model, batch), batch["label"], kind)
+    losses = example_losses(option_scores(model, batch, first), batch["label"], kind)
     w = batch["weight"]
     return jnp.sum(losses * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
-def batch_metrics(model, batch: dict[str, jax.Array], kind: str) -> dict[str, jax.Array]:
-    """Sums over a batch: ``loss``, ``correct`` and ``count`` (weights)."""
-    scores = option_scores(model, batch)
+def batch_metrics(model, batch: dict[str, jax.Array], kind: str,
+                  first: int = 0) -> dict[str, jax.Array]:
+    """Sums over a batch: ``loss``, ``correct``, ``count`` (weights) and ``margin`` (the
+    per-example score difference of candidates 1 and 0, for calibration)."""
+    scores = option_scores(model, batch, first)
     w = batch["weight"]
     losses = example_losses(scores, batch["label"], kind)
     correct = (jnp.argmax(scores, axis=1) == batch["label"]).astype(jnp.float32)
-    return {"loss": jnp.sum(losses * w), "correct": jnp.sum(correct * w), "count": jnp.sum(w)}
+    return {"loss": jnp.sum(losses * w), "correct": jnp.sum(correct * w), "count": jnp.sum(w),
+            "margin": scores[:, -1] - scores[:, 0]}
+
+
+def cache_states(hidden_below, encoded: dict[str, np.ndarray], first: int,
+                 batch_size: int = 16) -> dict[str, np.ndarray]:
+    """``encoded`` plus ``states`` ``[N, R, L, D]``: ``hidden_below(tokens, first)`` of every
+    sequence, computed once (the frozen layers below the first tuned one)."""
+    tokens = encoded["tokens"]
+    n, r, length = tokens.shape
+    flat = tokens.reshape(n * r, length)
+    parts = [np.asarray(hidden_below(flat[i : i + batch_size], first))
+             for i in range(0, n * r, batch_size)]
+    states = np.concatenate(parts).reshape(n, r, length, -1)
+    return {**encoded, "states": states}

@@ -83,20 +83,37 @@ class Bundle:
     train: dict  # encoded training examples (NumPy)
     dev: dict
     test: dict
+    first: int = 0  # first layer with adapters; > 0: the layers below are cached per example
+    sequential: bool = False  # vmapped calls of the objective run one after another
 
     def __post_init__(self):
-        graphdef, kind = self.graphdef, self.loss_kind
+        graphdef, kind, first = self.graphdef, self.loss_kind, self.first
+
+        def plain(lora, base, batch):
+            return tasks.batch_loss(lora_lib.merge(graphdef, lora, base), batch, kind, first)
+
+        # Sequential: under the estimator's vmap over perturbations the objective runs as a
+        # lax.map, so a step holds one forward pass's activations whatever K is.
+        one = jax.custom_batching.sequential_vmap(plain) if self.sequential else plain
 
         def loss(lora, base, batch):
-            return tasks.batch_loss(lora_lib.merge(graphdef, lora, base), batch, kind)
+            return one(lora, base, batch)
 
         def metrics(lora, base, batch):
-            return tasks.batch_metrics(lora_lib.merge(graphdef, lora, base), batch, kind)
+            return tasks.batch_metrics(lora_lib.merge(graphdef, lora, base), batch, kind, first)
+
+        if first:
+            below = jax.jit(lambda tokens, first: lora_lib.merge(
+                graphdef, self.lora, self.base).hidden_below(tokens, first), static_argnums=1)
+            for name in ("train", "dev", "test"):
+                if "states" not in getattr(self, name):
+                    setattr(self, name, tasks.cache_states(below, getattr(self, name), first))
 
         def batched_loss(stacked, base, batch):
             return jax.vmap(lambda one: loss(one, base, batch))(stacked)
 
         self.loss = loss
+        self.differentiable = plain  # the objective without the sequential batching rule
         self.probe = jax.jit(loss)
         self.batched = jax.jit(batched_loss)  # the oracle's vmapped call, for timing
         self.metrics = jax.jit(metrics)
@@ -110,6 +127,43 @@ def evaluate(bundle: Bundle, lora: Any, split: dict, batch_size: int) -> dict[st
         for k in sums:
             sums[k] += float(out[k])
     return {"loss": sums["loss"] / sums["count"], "accuracy": sums["correct"] / sums["count"]}
+
+
+def margins(bundle: Bundle, lora: Any, split: dict, batch_size: int) -> np.ndarray:
+    """Per-example score difference (candidate 1 minus candidate 0) over a split."""
+    n = len(split["label"])
+    out = [np.asarray(bundle.metrics(lora, bundle.base, b)["margin"])
+           for b in tasks.eval_batches(split, batch_size)]
+    return np.concatenate(out)[:n]
+
+
+class Tracker:
+    """Dev evaluations of a run (its curve), the best checkpoint by dev loss, eval time."""
+
+    def __init__(self, bundle: Bundle, batch_size: int, wall0: float | None = None):
+        self.bundle, self.batch_size = bundle, batch_size
+        self.wall0 = time.perf_counter() if wall0 is None else wall0
+        self.curve: list[dict] = []
+        self.best: dict[str, Any] = {"loss": np.inf}
+        self.eval_s = 0.0
+
+    def evaluate(self, t: int, fe: int, lora: Any, train_loss: float | None = None) -> None:
+        e0 = time.perf_counter()
+        dev = evaluate(self.bundle, lora, self.bundle.dev, self.batch_size)
+        self.eval_s += time.perf_counter() - e0
+        self.curve.append({"step": t, "fe": fe, "dev_loss": dev["loss"],
+                           "dev_accuracy": dev["accuracy"], "train_loss": train_loss,
+                           "wall_s": time.perf_counter() - self.wall0})
+        if dev["loss"] < self.best["loss"]:
+            self.best = {"loss": dev["loss"], "accuracy": dev["accuracy"], "step": t,
+                         "lora": jax.tree.map(lambda x: np.array(x, copy=True), lora)}
+
+    def test(self) -> dict[str, float]:
+        """Test metrics of the best checkpoint."""
+        e0 = time.perf_counter()
+        out = evaluate(self.bundle, self.best["lora"], self.bundle.test, self.batch_size)
+        self.eval_s += time.perf_counter() - e0
+        return out
 
 
 def batches(encoded: dict, batch_size: int, seed: int):
@@ -221,36 +275,15 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
     compiled = step.lower(lora, state, bundle.base, first).compile()
     compile_s = time.perf_counter() - t0
 
-    curve, probes = [], []
-    best = {"loss": np.inf}
+    probes = []
     step_s, ks = [], []
-    eval_s = 0.0
     fe = 0
+    tracker = Tracker(bundle, cfg.eval_batch_size, wall0)
 
     def do_eval(t: int):
-        nonlocal eval_s, best
-        e0 = time.perf_counter()
-        dev = evaluate(bundle, lora, bundle.dev, cfg.eval_batch_size)
-        eval_s += time.perf_counter() - e0
-        since = curve[-1]["step"] if curve else 0
+        since = tracker.curve[-1]["step"] if tracker.curve else 0
         recent = [v for s, v in probes if s > since]
-        curve.append(
-            {
-                "step": t,
-                "fe": fe,
-                "dev_loss": dev["loss"],
-                "dev_accuracy": dev["accuracy"],
-                "train_loss": float(np.mean(recent)) if recent else None,
-                "wall_s": time.perf_counter() - wall0,
-            }
-        )
-        if dev["loss"] < best["loss"]:
-            best = {
-                "loss": dev["loss"],
-                "accuracy": dev["accuracy"],
-                "step": t,
-                "lora": jax.tree.map(lambda x: np.array(x, copy=True), lora),
-            }
+        tracker.evaluate(t, fe, lora, train_loss=float(np.mean(recent)) if recent else None)
 
     do_eval(0)
     steps = itertools.count(1) if cfg.budget is not None else range(1, cfg.steps + 1)
@@ -271,14 +304,13 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
         if cfg.eval_due(t, fe_before, fe):
             do_eval(t)
             if hasattr(bar, "set_postfix"):
-                bar.set_postfix(fe=fe, dev_loss=f"{curve[-1]['dev_loss']:.4f}")
+                bar.set_postfix(fe=fe, dev_loss=f"{tracker.curve[-1]['dev_loss']:.4f}")
         if cfg.done(t, fe):
             break
     zoaq_jax.check_responses(state)  # warns when mu is below the float resolution
 
-    e0 = time.perf_counter()
-    test = evaluate(bundle, best["lora"], bundle.test, cfg.eval_batch_size)
-    eval_s += time.perf_counter() - e0
+    test = tracker.test()
+    curve, best, eval_s = tracker.curve, tracker.best, tracker.eval_s
 
     # Step time split: forward passes (timed in isolation) vs everything else, (a) over
     # the whole run with call times measured once at the end, (b) back to back.

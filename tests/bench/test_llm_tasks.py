@@ -141,3 +141,20 @@ def test_too_long_sequences_are_an_error():
             tasks.Layout(layout.max_length, 2, single_token=False),
             fast_path=True,
         )
+
+
+def test_prompt_list_templates_and_demonstrations():
+    train = [SentimentExample(f"s{i}", i % 3 == 0) for i in range(12)]
+    review = tasks.get_task("sst2", "review", train)
+    ex = SentimentExample("a fine film", 1)
+    assert review.context(ex) == "Review: a fine film\nSentiment:"
+    assert review.options(ex) == [" negative", " positive"]
+    demo = tasks.get_task("sst2", "demo_it_was", train)
+    labels = [d.label for d in tasks.demonstrations(train, 4)]
+    assert labels == [0, 1, 0, 1]
+    assert demo.context(ex).endswith("\n\na fine film It was")
+    assert demo.context(ex).count(" It was great\n\n") == 2
+    with pytest.raises(ValueError, match="Unknown prompt"):
+        tasks.get_task("sst2", "nope")
+    with pytest.raises(ValueError, match="applies to sst2 only"):
+        tasks.get_task("copa", "review")

@@ -1,0 +1,178 @@
+"""Baselines of the LLM table (MeZO's): zero-shot per prompt (raw and calibrated), in-context
+demonstrations, a linear probe on frozen features, and a first-order reference.
+
+* :func:`prompt_table`: every prompt of :data:`tasks.PROMPTS` scored by the base model
+  (adapters with ``B = 0``); *raw* predicts the candidate with the higher mean
+  log-probability, *calibrated* thresholds the score difference ``s_1 - s_0`` at its
+  median over unlabeled training examples instead of at 0.
+* :func:`linear_probe`: logistic regression on the final hidden state at the scored
+  position (base model, the run's prompt), L2 weight chosen on dev accuracy.
+* :func:`first_order`: backpropagation with Adam on the same adapters, data and batches
+  as the zeroth-order methods, stopped at a wall-clock budget (or a step count); dev
+  evaluations and the best checkpoint as in :func:`train.run`.
+
+Example (the tiny test model)::
+
+    rows = prompt_table(cfg, setup, calibration=32)
+    probe = linear_probe(setup.bundle, eval_batch_size=16)
+    ref = first_order(setup.bundle, seed=0, cfg=train_config(cfg), learning_rate=1e-3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from benchmarks.common import progress
+from benchmarks.llm import lora as lora_lib
+from benchmarks.llm import tasks, train
+
+L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1)
+
+
+def calibrated_accuracy(margin: np.ndarray, label: np.ndarray, threshold: float) -> float:
+    """Accuracy of ``margin > threshold`` as the positive label."""
+    return float(np.mean((margin > threshold) == (label == 1)))
+
+
+def prompt_table(cfg, setup, *, calibration: int = 200, show: bool = True) -> list[dict]:
+    """Zero-shot dev and test accuracy of every SST-2 prompt, raw and calibrated.
+
+    Each prompt's splits are re-encoded and scored with the full base model (the cache of
+    the run's own prompt does not apply); ``calibration`` unlabeled training examples set
+    the threshold.
+    """
+    from benchmarks.llm import experiment
+
+    rows = []
+    prompts = list(tasks.PROMPTS) if cfg.task == "sst2" else [None]
+    for prompt in progress(prompts, desc="prompts") if show else prompts:
+        splits = dataclasses.replace(setup.splits, train=setup.splits.train[:calibration])
+        layout, enc = experiment.encode_splits(cfg, splits, setup.tokenizer, prompt or "it_was",
+                                               cfg.fast_path)
+        bundle = dataclasses.replace(setup.bundle, first=0, sequential=False, **enc)
+        lora = lora_lib.init_adapters(bundle.lora, 0)
+        m = {name: train.margins(bundle, lora, enc[name], cfg.eval_batch_size)
+             for name in ("train", "dev", "test")}
+        threshold = float(np.median(m["train"]))
+        row = {"prompt": prompt or cfg.task, "length": layout.max_length,
+               "demonstrations": tasks.PROMPTS[prompt][2] if prompt else 0}
+        for name in ("dev", "test"):
+            label = enc[name]["label"]
+            row[f"{name}_raw"] = calibrated_accuracy(m[name], label, 0.0)
+            row[f"{name}_calibrated"] = calibrated_accuracy(m[name], label, threshold)
+        rows.append(row)
+    return rows
+
+
+def features(bundle: train.Bundle, split: dict, batch_size: int) -> np.ndarray:
+    """Final hidden state ``[N, D]`` at the position scoring candidate 0 (base model)."""
+    graphdef, first = bundle.graphdef, bundle.first
+    lora = lora_lib.init_adapters(bundle.lora, 0)
+
+    @jax.jit
+    def one(lora, base, batch):
+        model = lora_lib.merge(graphdef, lora, base)
+        b, r, length = batch["tokens"].shape
+        seq, index = jnp.arange(b) * r + batch["row"][:, 0], batch["pos"][:, 0, 0]
+        if first:
+            states = batch["states"].reshape(b * r, length, -1)[seq]
+            return model.hidden_at(states, first, index)
+        return model.hidden(batch["tokens"].reshape(b * r, length))[seq, index]
+
+    n = len(split["label"])
+    out = [np.asarray(one(lora, bundle.base, b)) for b in tasks.eval_batches(split, batch_size)]
+    return np.concatenate(out)[:n]
+
+
+def logistic_regression(x: np.ndarray, y: np.ndarray, l2: float, steps: int = 300) -> tuple:
+    """``(w, b)`` minimising mean logistic loss + ``l2 |w|^2`` (Adam, full batch)."""
+    x, y = jnp.asarray(x), jnp.asarray(y, jnp.float32)
+
+    def loss(p):
+        z = x @ p[0] + p[1]
+        return jnp.mean(optax.sigmoid_binary_cross_entropy(z, y)) + l2 * jnp.sum(p[0] ** 2)
+
+    opt = optax.adam(1e-2)
+    params = (jnp.zeros(x.shape[1]), jnp.zeros(()))
+
+    @jax.jit
+    def run(params):
+        def body(carry, _):
+            p, s = carry
+            g = jax.grad(loss)(p)
+            u, s = opt.update(g, s, p)
+            return (optax.apply_updates(p, u), s), None
+
+        return jax.lax.scan(body, (params, opt.init(params)), None, length=steps)[0][0]
+
+    return run(params)
+
+
+def linear_probe(bundle: train.Bundle, eval_batch_size: int = 16) -> dict[str, Any]:
+    """Logistic regression on frozen features: L2 chosen on dev, test accuracy reported."""
+    feats = {name: features(bundle, getattr(bundle, name), eval_batch_size)
+             for name in ("train", "dev", "test")}
+    mean, std = feats["train"].mean(0), feats["train"].std(0) + 1e-6
+    z = {k: (v - mean) / std for k, v in feats.items()}
+    labels = {name: getattr(bundle, name)["label"] for name in feats}
+
+    def acc(p, name):
+        return float(np.mean((np.asarray(z[name] @ p[0] + p[1]) > 0) == (labels[name] == 1)))
+
+    fits = {l2: logistic_regression(z["train"], labels["train"], l2) for l2 in L2_GRID}
+    best = max(L2_GRID, key=lambda l2: acc(fits[l2], "dev"))
+    return {"l2": best, "dev_accuracy": acc(fits[best], "dev"),
+            "accuracy": acc(fits[best], "test"), "train_examples": len(labels["train"])}
+
+
+def backprop_step(loss, opt):
+    """One jitted first-order step ``(lora, state, base, batch) -> (lora, state, loss)``."""
+
+    def step(lora, state, base, batch):
+        value, grads = jax.value_and_grad(loss)(lora, base, batch)
+        updates, state = opt.update(grads, state, lora)
+        return optax.apply_updates(lora, updates), state, value
+
+    return jax.jit(step)
+
+
+def first_order(bundle: train.Bundle, seed: int, cfg: train.TrainConfig, learning_rate: float,
+                *, wall_s: float | None = None, show: bool = True) -> dict[str, Any]:
+    """Backpropagation + Adam on the adapters until ``cfg.steps`` or ``wall_s`` seconds of
+    training (compilation excluded, evaluation included, as in the zeroth-order runs)."""
+    opt = optax.adam(learning_rate)
+    lora = lora_lib.init_adapters(bundle.lora, seed)
+    state = opt.init(lora)
+    stream = train.batches(bundle.train, cfg.batch_size, seed)
+    batch = next(stream)
+    step = backprop_step(bundle.differentiable, opt).lower(lora, state, bundle.base,
+                                                           batch).compile()
+    tracker = train.Tracker(bundle, cfg.eval_batch_size)
+    tracker.evaluate(0, 0, lora)
+    t0 = time.perf_counter()
+    losses = []
+    steps = range(1, cfg.steps + 1)
+    for t in progress(steps, desc=f"first-order seed {seed}") if show else steps:
+        if t > 1:
+            batch = next(stream)
+        lora, state, value = step(lora, state, bundle.base, batch)
+        losses.append(float(value))
+        out_of_time = wall_s is not None and time.perf_counter() - t0 >= wall_s
+        if t % cfg.eval_every == 0 or t == cfg.steps or out_of_time:
+            tracker.evaluate(t, 0, lora, train_loss=float(np.mean(losses[-cfg.eval_every:])))
+        if out_of_time:
+            break
+    test = tracker.test()
+    return {"method": "first_order", "label": "Backprop + Adam", "seed": seed,
+            "learning_rate": learning_rate, "steps": len(losses), "first_loss": losses[0],
+            "last_loss": float(np.mean(losses[-cfg.eval_every:])), "curve": tracker.curve,
+            "best_eval_loss": tracker.best["loss"], "dev_accuracy": tracker.best["accuracy"],
+            "accuracy": test["accuracy"], "test_loss": test["loss"],
+            "wall_s": time.perf_counter() - t0}

@@ -1,0 +1,173 @@
+"""Sections of the LLM page for runs with baselines: accuracy against the targets, the
+baselines table, the equal-query (anytime) accuracy table with resolved differences
+marked, and the compiled-memory table.
+
+A difference between two methods is *resolved* when their means differ by more than the
+sum of their seed standard deviations (the seed spread); unresolved differences are
+noise at this number of seeds.
+
+Example::
+
+    lines = sections(payload)  # [] unless the payload has "baselines"
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import markdown_table, mean_std
+from benchmarks.llm.report import by_method
+
+TARGET_ACCURACY = 0.84  # issue 22: best zeroth-order method, mean test accuracy
+TARGET_GAIN = 0.05  # ... and at least this much above its prompt's zero-shot accuracy
+
+
+def _stats(values) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values))
+
+
+def resolved(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether means differ by more than the seed spread (sum of the two stds)."""
+    return abs(a[0] - b[0]) > a[1] + b[1]
+
+
+def target_lines(payload: dict[str, Any]) -> list[str]:
+    """The targets and whether this run met them (mean test accuracy over seeds)."""
+    zero = payload["zero_shot"]["accuracy"]
+    groups = by_method(payload["results"])
+    acc = {name: _stats([r["accuracy"] for r in runs]) for name, runs in groups.items()}
+    best = max(acc, key=lambda n: acc[n][0])
+    label = groups[best][0]["label"]
+    lines = [
+        "## Accuracy against the targets",
+        "",
+        f"Zero-shot test accuracy of the run's prompt (`{payload['config']['prompt']}`): "
+        f"{zero:.3f}. Best zeroth-order method: {label}, {acc[best][0]:.3f} ± "
+        f"{acc[best][1]:.3f} over {len(groups[best])} seeds.",
+        "",
+        f"- best >= {TARGET_ACCURACY}: **{'met' if acc[best][0] >= TARGET_ACCURACY else 'not met'}**"
+        f" (shortfall {max(0.0, TARGET_ACCURACY - acc[best][0]):.3f}).",
+        f"- best >= zero-shot + {TARGET_GAIN} = {zero + TARGET_GAIN:.3f}: "
+        f"**{'met' if acc[best][0] >= zero + TARGET_GAIN else 'not met'}**.",
+    ]
+    for name, (mean, std) in acc.items():
+        ok = mean - zero > std
+        lines.append(f"- {groups[name][0]['label']}: {mean:.3f} ± {std:.3f}, gain over "
+                     f"zero-shot {mean - zero:+.3f} {'>' if ok else '<='} seed spread "
+                     f"{std:.3f}: **{'met' if ok else 'not met'}**.")
+    return lines + [""]
+
+
+def baseline_rows(payload: dict[str, Any]) -> list[list[str]]:
+    """Zero-shot per prompt, the linear probe, the first-order reference and the
+    zeroth-order methods: dev and test accuracy."""
+    base = payload["baselines"]
+    rows = []
+    for p in base["prompts"]:
+        shots = f", {p['demonstrations']} demonstrations" if p["demonstrations"] else ""
+        for kind in ("raw", "calibrated"):
+            rows.append([f"zero-shot `{p['prompt']}` ({kind}{shots})", "–",
+                         f"{p[f'dev_{kind}']:.3f}", f"{p[f'test_{kind}']:.3f}"])
+    probe = base["linear_probe"]
+    rows.append([f"linear probe on frozen features (L2 {probe['l2']:g}, "
+                 f"{probe['train_examples']} examples)", "–", f"{probe['dev_accuracy']:.3f}",
+                 f"{probe['accuracy']:.3f}"])
+    fo = base["first_order"]
+    rows.append([f"backprop + Adam (lr {fo[0]['learning_rate']:g}, "
+                 f"{base['first_order_wall_s']:.0f} s per seed)",
+                 mean_std([r["steps"] for r in fo], "{:.0f}") + " steps",
+                 mean_std([r["dev_accuracy"] for r in fo], "{:.3f}"),
+                 mean_std([r["accuracy"] for r in fo], "{:.3f}")])
+    for runs in by_method(payload["results"]).values():
+        rows.append([runs[0]["label"] + " (zeroth order)",
+                     mean_std([r["total_fe"] for r in runs], "{:.0f}") + " FE",
+                     mean_std([r["dev_accuracy"] for r in runs], "{:.3f}"),
+                     mean_std([r["accuracy"] for r in runs], "{:.3f}")])
+    return rows
+
+
+def _best_until(curve: list[dict], budget: float, key: str, better) -> float:
+    values = [c[key] for c in curve if c["fe"] <= budget]
+    return better(values)
+
+
+def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[list, list]:
+    """``(budgets, rows)``: per method the best dev ``key`` within each budget (mean ±
+    std over seeds); the best mean at a budget in bold, a dagger where its difference
+    from the best is resolved."""
+    cfg = payload["config"]
+    every = cfg["eval_every_fe"]
+    budgets = list(range(every, cfg["budget"] + 1, every))
+    groups = by_method(payload["results"])
+    # An evaluation belongs to budget B if made within B FE plus half a period (a
+    # method's last step before an evaluation may overshoot the multiple of the period).
+    stats = {name: [_stats([_best_until(r["curve"], b + every / 2, key, better) for r in runs])
+                    for b in budgets] for name, runs in groups.items()}
+    rows = []
+    for name, runs in groups.items():
+        cells = []
+        for i in range(len(budgets)):
+            top = better([s[i][0] for s in stats.values()])
+            best_name = next(n for n in stats if stats[n][i][0] == top)
+            text = fmt.format(stats[name][i][0]) + " ± " + fmt.format(stats[name][i][1])
+            if name == best_name:
+                text = f"**{text}**"
+            elif resolved(stats[name][i], stats[best_name][i]):
+                text += " †"
+            cells.append(text)
+        rows.append([runs[0]["label"]] + cells)
+    return budgets, rows
+
+
+def memory_rows(payload: dict[str, Any]) -> list[list[str]]:
+    rows = payload["baselines"]["memory"]
+    forward = rows[0]["bytes"]
+    return [[r["what"], f"{r['bytes'] / 2**20:.1f}", f"{r['bytes'] / forward:.2f}"]
+            for r in rows]
+
+
+def sections(payload: dict[str, Any]) -> list[str]:
+    """The page's baseline sections (nothing for runs without baselines)."""
+    if not payload.get("baselines"):
+        return []
+    lines = target_lines(payload) + [
+        "## Baselines in the same table",
+        "",
+        "Same data splits; zero-shot rows score the base model with each prompt of the "
+        "list (calibrated: the score difference thresholded at its median over 200 "
+        "unlabeled training examples); the prompt the zeroth-order methods use was chosen "
+        "on dev accuracy. Test accuracy of the best-dev-loss checkpoint for trained rows.",
+        "",
+        markdown_table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload)),
+        "",
+    ]
+    if payload["config"].get("budget"):
+        budgets, acc = anytime_rows(payload, "dev_accuracy", max, "{:.3f}")
+        _, loss = anytime_rows(payload, "dev_loss", min, "{:.4f}")
+        lines += [
+            "## Equal queries: best dev accuracy and loss within B FE",
+            "",
+            "Mean ± std over seeds of the best dev value reached within B forward passes; "
+            "bold: the best mean at B; †: its difference from the best exceeds the seed "
+            "spread (the sum of the two stds). Unmarked differences are not resolved.",
+            "",
+            markdown_table(["Method"] + [f"B={b}" for b in budgets], acc),
+            "",
+            markdown_table(["Method"] + [f"B={b}" for b in budgets], loss),
+            "",
+        ]
+    lines += [
+        "## Memory",
+        "",
+        "Compiled memory (temp + output bytes of `jax.jit(f).lower(...).compile()."
+        "memory_analysis()`; the frozen weights and the batch are arguments and not "
+        "counted) of one step on one training batch, and its ratio to one forward pass. "
+        "*Vectorized*: the 2K perturbed passes in one vmapped call; *sequential* "
+        "(`--sequential`): one after another (`lax.map`).",
+        "",
+        markdown_table(["Computation", "MiB", "x forward"], memory_rows(payload)),
+        "",
+    ]
+    return lines
