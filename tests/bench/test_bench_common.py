@@ -58,8 +58,7 @@ def test_every_command_takes_smoke_preset_and_quiet(command, capsys):
         cli([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--quiet" in text and "no progress bars" in text
-    if command != "llm":  # llm's presets are its own (benchmarks/llm)
-        assert "smoke" in text
+    assert "--preset" in text and "smoke" in text
 
 
 def test_quiet_bars_silence_progress_and_restore_the_environment(capsys, monkeypatch):

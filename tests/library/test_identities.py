@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import zoaq_jax
-from helpers import diag, trajectory, wavy
+from helpers import diag, jitted_update, trajectory, wavy
 
 
 @pytest.mark.parametrize("difference", ["central", "forward"])
@@ -83,10 +83,10 @@ def test_zoar_with_history_matches_a_numpy_reference(difference):
 
     est = zoaq_jax.zoar_estimator(k=k, n_hist=n_hist, mu=mu, difference=difference, key=seed)
     xs = [np.linspace(-1.0, 1.0, d) + 0.1 * t for t in range(steps)]  # a fixed path
-    state = est.init(jnp.asarray(xs[0], jnp.float32))
+    state, update = est.init(jnp.asarray(xs[0], jnp.float32)), jitted_update(est, wavy)
     records = []  # (u_i, value or response) of every step
     for t, x in enumerate(xs):
-        g, state = est.update(None, state, jnp.asarray(x, jnp.float32), value_fn=wavy)
+        g, state = update(state, jnp.asarray(x, jnp.float32))
         u = _numpy_directions(seed, t, k, d)
         if difference == "forward":
             y = [f(x + mu * ui) for ui in u]
