@@ -37,7 +37,7 @@ class ProgressState(NamedTuple):
     """
 
     next_k: jax.Array  # int32, the budget of the next step
-    steps: jax.Array  # int32, usable steps seen (the run's elapsed time)
+    elapsed: jax.Array  # int32, usable steps seen (the run's elapsed time)
     window_len: jax.Array  # int32, steps the current window closes at
     window_n: jax.Array  # int32, steps in the current window
     window_sum: jax.Array  # float32, sum of value estimates
@@ -183,7 +183,7 @@ def progress(
             return jnp.zeros((), jnp.float32)
 
         return ProgressState(
-            next_k=jnp.asarray(k_min, jnp.int32), steps=jnp.zeros((), jnp.int32),
+            next_k=jnp.asarray(k_min, jnp.int32), elapsed=jnp.zeros((), jnp.int32),
             window_len=jnp.asarray(window, jnp.int32), window_n=jnp.zeros((), jnp.int32),
             window_sum=f0(), window_sq_diff=f0(), last_value=f0(), prev_mean=f0(),
             prev_se2=f0(), have_prev=jnp.zeros((), bool), fast=jnp.zeros((), bool))
@@ -192,7 +192,7 @@ def progress(
         value = outcome.value.astype(jnp.float32) - floor
         ok = outcome.usable & jnp.isfinite(value)
         step_diff = jnp.where(state.window_n > 0, value - state.last_value, 0.0)
-        n, steps = state.window_n + 1, state.steps + 1
+        n, elapsed = state.window_n + 1, state.elapsed + 1
         total, sq_diff = state.window_sum + value, state.window_sq_diff + step_diff**2
         mean, se2 = window_statistics(total, sq_diff, n)
         stalled, fast = progress_decision(state.prev_mean, state.prev_se2, mean, se2,
@@ -205,8 +205,8 @@ def progress(
         new_k = jnp.where(stalled, up, jnp.where(halve, down, k))
         closed = ProgressState(
             next_k=jnp.asarray(new_k, jnp.int32),
-            steps=steps,
-            window_len=window_length(steps, window, growth),
+            elapsed=elapsed,
+            window_len=window_length(elapsed, window, growth),
             window_n=jnp.zeros((), jnp.int32),
             window_sum=jnp.zeros((), jnp.float32),
             window_sq_diff=jnp.zeros((), jnp.float32),
@@ -216,7 +216,7 @@ def progress(
             have_prev=jnp.ones((), bool),
             fast=fast & ~halve & (new_k == k),
         )
-        running = state._replace(steps=steps, window_n=n, window_sum=total,
+        running = state._replace(elapsed=elapsed, window_n=n, window_sum=total,
                                  window_sq_diff=sq_diff, last_value=value)
         new = jax.tree.map(lambda a, b: jnp.where(n >= state.window_len, a, b), closed, running)
         return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state)
