@@ -87,6 +87,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=None,
                         help="also run the baselines (zero-shot per prompt, linear probe, "
                         "first-order reference) and the compiled-memory table")
+    parser.add_argument(
+        "--merge", nargs="+", type=Path, metavar="JSON",
+        help="instead of training: the results of these llm.json files (runs of this "
+        "preset and options, e.g. one seed each run side by side) in one page, with the "
+        "baselines of --baselines computed here")
+    parser.add_argument(
+        "--prompt-table", type=Path, metavar="JSON",
+        help="with --baselines: reuse the zero-shot prompt table of this JSON (written by "
+        "--prompt-table-only) instead of recomputing it")
+    parser.add_argument("--prompt-table-only", action="store_true",
+                        help="only score every prompt zero-shot (raw and calibrated); "
+                        "writes OUT/llm_prompts.json")
     parser.add_argument("--first-order-lr", type=float,
                         help="Adam's learning rate of the first-order reference (1e-3)")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
@@ -129,7 +141,9 @@ def main(args: argparse.Namespace) -> int:
     args.methods = [m.spec for m in chosen] if args.methods else None
     args.seeds = cfg.seeds if args.seeds else None
     try:
-        payload = _run(args, cfg, chosen)
+        if args.prompt_table_only:
+            return _prompt_table_only(args, cfg)
+        payload = _merge(args, cfg) if args.merge else _run(args, cfg, chosen)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
         flags.fail(str(err))
     out_dir = args.out or Path(f"out/llm-{args.preset}")
@@ -157,6 +171,57 @@ def _run(args: argparse.Namespace, cfg, chosen) -> dict:
     payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
                                  extra)
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
+
+
+def _merge(args: argparse.Namespace, cfg) -> dict:
+    """One payload from the results of several runs of the same configuration (their
+    seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
+    import dataclasses
+
+    from benchmarks import presets, record
+    from benchmarks.llm import experiment
+
+    payloads = [_read_json(p) for p in args.merge]
+    ignore = ("seeds", "baselines", "preset")
+    want = {k: v for k, v in json.loads(json.dumps(presets.as_dict(cfg))).items()
+            if k not in ignore}
+    for path, p in zip(args.merge, payloads):
+        got = {k: v for k, v in p["config"].items() if k not in ignore}
+        if got != want:
+            diff = sorted(k for k in want if got.get(k) != want[k])
+            flags.fail(f"{path} was run with other settings ({', '.join(diff)}); pass the "
+                       "same preset and options as its run.")
+    results = [r for p in payloads for r in p["results"]]
+    cfg = dataclasses.replace(cfg, seeds=tuple(sorted({r["seed"] for r in results})))
+    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+        setup = experiment.prepare(cfg)
+        zero = experiment.zero_shot(cfg, setup)
+        prompts = _read_json(args.prompt_table)["prompts"] if args.prompt_table else None
+        extra = (experiment.run_baselines(cfg, setup, results, show=not args.quiet,
+                                          prompts=prompts) if cfg.baselines else None)
+    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
+                                 extra)
+    payload["merged_runs"] = [p["record"] for p in payloads]
+    return json.loads(json.dumps(to_jsonable(payload)))
+
+
+def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
+    from benchmarks import record
+    from benchmarks.common import write_json
+    from benchmarks.llm import baselines, experiment
+
+    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+        rows = baselines.prompt_table(cfg, experiment.prepare(cfg), show=not args.quiet)
+    out = (args.out or Path(f"out/llm-{args.preset}")) / "llm_prompts.json"
+    write_json(out, {"record": run.record.as_dict(), "prompts": rows})
+    print(f"wrote prompt table: {out}", file=sys.stderr)
+    return 0
+
+
+def _read_json(path: Path) -> dict:
+    if not Path(path).is_file():
+        flags.fail(f"{path} does not exist.")
+    return json.loads(Path(path).read_text())
 
 
 def _cores(values: list[str]) -> list[int]:

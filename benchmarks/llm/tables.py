@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import record
 from benchmarks.common import markdown_table, mean_std
 from benchmarks.llm.report import by_method
 
@@ -128,11 +129,25 @@ def memory_rows(payload: dict[str, Any]) -> list[list[str]]:
             for r in rows]
 
 
+def merged_lines(payload: dict[str, Any]) -> list[str]:
+    """The commands and wall times of the runs a ``--merge`` page joins."""
+    if not payload.get("merged_runs"):
+        return []
+    lines = ["## Runs merged into this page", "",
+             "The zeroth-order results come from these runs (side by side, one process "
+             "each); the command above loaded the model again for the zero-shot row and "
+             "the baselines.", ""]
+    for rec in payload["merged_runs"]:
+        run = record.RunRecord.from_dict(rec)
+        lines.append(f"- `{run.command}`. {record.run_line(run)}")
+    return lines + [""]
+
+
 def sections(payload: dict[str, Any]) -> list[str]:
     """The page's baseline sections (nothing for runs without baselines)."""
     if not payload.get("baselines"):
-        return []
-    lines = target_lines(payload) + [
+        return merged_lines(payload)
+    lines = merged_lines(payload) + target_lines(payload) + [
         "## Baselines in the same table",
         "",
         "Same data splits; zero-shot rows score the base model with each prompt of the "
