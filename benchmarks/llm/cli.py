@@ -179,7 +179,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
     import dataclasses
 
     from benchmarks import presets, record
-    from benchmarks.llm import experiment
+    from benchmarks.llm import experiment, report
 
     payloads = [_read_json(p) for p in args.merge]
     ignore = ("seeds", "baselines", "preset")
@@ -193,6 +193,12 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
                        "same preset and options as its run.")
     results = [r for p in payloads for r in p["results"]]
     cfg = dataclasses.replace(cfg, seeds=tuple(sorted({r["seed"] for r in results})))
+    if not cfg.baselines:  # nothing to compute: the runs' model, data and zero-shot row
+        first = payloads[0]
+        return {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
+                "results": results, "merged_runs": [p["record"] for p in payloads],
+                **({"regret": report.regret(results, cfg.budget, cfg.eval_every_fe)}
+                   if cfg.budget is not None else {})}
     with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
         setup = experiment.prepare(cfg)
         zero = experiment.zero_shot(cfg, setup)

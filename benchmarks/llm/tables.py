@@ -144,20 +144,23 @@ def merged_lines(payload: dict[str, Any]) -> list[str]:
 
 
 def sections(payload: dict[str, Any]) -> list[str]:
-    """The page's baseline sections (nothing for runs without baselines)."""
-    if not payload.get("baselines"):
-        return merged_lines(payload)
-    lines = merged_lines(payload) + target_lines(payload) + [
-        "## Baselines in the same table",
-        "",
-        "Same data splits; zero-shot rows score the base model with each prompt of the "
-        "list (calibrated: the score difference thresholded at its median over 200 "
-        "unlabeled training examples); the prompt the zeroth-order methods use was chosen "
-        "on dev accuracy. Test accuracy of the best-dev-loss checkpoint for trained rows.",
-        "",
-        markdown_table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload)),
-        "",
-    ]
+    """The page's sections for runs made since the prompt list (none for older JSON)."""
+    if "prompt" not in payload["config"]:
+        return []
+    lines = merged_lines(payload) + target_lines(payload)
+    if payload.get("baselines"):
+        lines += [
+            "## Baselines in the same table",
+            "",
+            "Same data splits; zero-shot rows score the base model with each prompt of the "
+            "list (calibrated: the score difference thresholded at its median over 200 "
+            "unlabeled training examples); the prompt the zeroth-order methods use was "
+            "chosen on dev accuracy. Test accuracy of the best-dev-loss checkpoint for "
+            "trained rows.",
+            "",
+            markdown_table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload)),
+            "",
+        ]
     if payload["config"].get("budget"):
         budgets, acc = anytime_rows(payload, "dev_accuracy", max, "{:.3f}")
         _, loss = anytime_rows(payload, "dev_loss", min, "{:.4f}")
@@ -173,16 +176,17 @@ def sections(payload: dict[str, Any]) -> list[str]:
             markdown_table(["Method"] + [f"B={b}" for b in budgets], loss),
             "",
         ]
-    lines += [
-        "## Memory",
-        "",
-        "Compiled memory (temp + output bytes of `jax.jit(f).lower(...).compile()."
-        "memory_analysis()`; the frozen weights and the batch are arguments and not "
-        "counted) of one step on one training batch, and its ratio to one forward pass. "
-        "*Vectorized*: the 2K perturbed passes in one vmapped call; *sequential* "
-        "(`--sequential`): one after another (`lax.map`).",
-        "",
-        markdown_table(["Computation", "MiB", "x forward"], memory_rows(payload)),
-        "",
-    ]
+    if payload.get("baselines"):
+        lines += [
+            "## Memory",
+            "",
+            "Compiled memory (temp + output bytes of `jax.jit(f).lower(...).compile()."
+            "memory_analysis()`; the frozen weights and the batch are arguments and not "
+            "counted) of one step on one training batch, and its ratio to one forward "
+            "pass. *Vectorized*: the 2K perturbed passes in one vmapped call; *sequential* "
+            "(`--sequential`): one after another (`lax.map`).",
+            "",
+            markdown_table(["Computation", "MiB", "x forward"], memory_rows(payload)),
+            "",
+        ]
     return lines
