@@ -2,8 +2,9 @@
 
 Presets (benchmarks/llm/config.py): smoke (tiny model, seconds), cpu (SmolLM2-135M, the
 `review` prompt, LoRA on the top layer with the layers below cached, 3 seeds x 5 methods
-at 6,000 FE each, then the baselines and the memory table: about 45 min in all on 2
-shared CPU cores, 2-3 min per method and seed), mezo_cpu (the old cpu run: MeZO's prompt,
+at 6,000 FE each, then the baselines and the memory table. Measured on 2 shared CPU
+cores: 14 min for loading, caching and the 5 methods of one seed (load average 5-15),
+so about 45 min for the 3 seeds; the baselines were not timed to the end on that machine), mezo_cpu (the old cpu run: MeZO's prompt,
 every layer, 100 steps), paper (the paper's protocol: 5,000 steps, 3 seeds; for a
 GPU), anytime (every method spends 144 FE; query regret against the fixed-K envelope).
 Every option named like a configuration field overrides the preset's value. ``--budget
