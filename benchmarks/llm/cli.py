@@ -85,7 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluate a step's 2K perturbed forward passes one after "
                         "another (lax.map) instead of in one vmapped call: memory does "
                         "not grow with K")
-    parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=None,
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="skip the baselines and the memory table (the cpu preset runs "
+                        "them)")
+    parser.add_argument("--baselines", action="store_const", const=True,
                         help="also run the baselines (zero-shot per prompt, linear probe, "
                         "first-order reference) and the compiled-memory table")
     parser.add_argument(
@@ -128,6 +131,7 @@ def configure(args: argparse.Namespace):
     except ValueError as err:
         flags.fail(str(err))
     values = dict(vars(args), seeds=flags.seeds(args.seeds),
+                  baselines=False if args.no_baselines else args.baselines,
                   methods=[m.spec for m in chosen] if args.methods else None)
     cfg = presets.from_args(PRESETS[args.preset], argparse.Namespace(**values))
     return config.complete(cfg, n_dev_given=args.n_dev is not None), chosen

@@ -29,9 +29,10 @@ def _stats(values) -> tuple[float, float]:
     return float(np.mean(values)), float(np.std(values))
 
 
-def resolved(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether means differ by more than the seed spread (sum of the two stds)."""
-    return abs(a[0] - b[0]) > a[1] + b[1]
+def resolved(a: tuple[float, float], b: tuple[float, float], seeds: int = 2) -> bool:
+    """Whether means differ by more than the seed spread (sum of the two stds); never with
+    fewer than 2 seeds (no spread measured)."""
+    return seeds >= 2 and abs(a[0] - b[0]) > a[1] + b[1]
 
 
 def target_lines(payload: dict[str, Any]) -> list[str]:
@@ -54,6 +55,10 @@ def target_lines(payload: dict[str, Any]) -> list[str]:
         f"**{'met' if acc[best][0] >= zero + TARGET_GAIN else 'not met'}**.",
     ]
     for name, (mean, std) in acc.items():
+        if len(groups[name]) < 2:
+            lines.append(f"- {groups[name][0]['label']}: {mean:.3f}, gain over zero-shot "
+                         f"{mean - zero:+.3f}; seed spread not measured (1 seed).")
+            continue
         ok = mean - zero > std
         lines.append(f"- {groups[name][0]['label']}: {mean:.3f} ± {std:.3f}, gain over "
                      f"zero-shot {mean - zero:+.3f} {'>' if ok else '<='} seed spread "
@@ -115,7 +120,8 @@ def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[l
             text = fmt.format(stats[name][i][0]) + " ± " + fmt.format(stats[name][i][1])
             if name == best_name:
                 text = f"**{text}**"
-            elif resolved(stats[name][i], stats[best_name][i]):
+            elif resolved(stats[name][i], stats[best_name][i],
+                          min(len(runs), len(groups[best_name]))):
                 text += " †"
             cells.append(text)
         rows.append([runs[0]["label"]] + cells)
@@ -169,7 +175,8 @@ def sections(payload: dict[str, Any]) -> list[str]:
             "",
             "Mean ± std over seeds of the best dev value reached within B forward passes; "
             "bold: the best mean at B; †: its difference from the best exceeds the seed "
-            "spread (the sum of the two stds). Unmarked differences are not resolved.",
+            "spread (the sum of the two stds; no mark with one seed). Unmarked differences "
+            "are not resolved.",
             "",
             markdown_table(["Method"] + [f"B={b}" for b in budgets], acc),
             "",
