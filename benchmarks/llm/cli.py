@@ -2,8 +2,9 @@
 
 Presets (benchmarks/llm/config.py): smoke (tiny model, seconds), cpu (SmolLM2-135M, the
 `review` prompt, LoRA on the top layer with the layers below cached, 3 seeds x 5 methods
-at 6,000 FE each, then the baselines and the memory table: about 45 min in all on 2
-shared CPU cores, 2-3 min per method and seed), mezo_cpu (the old cpu run: MeZO's prompt,
+at 6,000 FE each, then the baselines and the memory table. Measured on 2 shared CPU
+cores: 14 min for loading, caching and the 5 methods of one seed (load average 5-15),
+so about 45 min for the 3 seeds; the baselines were not timed to the end on that machine), mezo_cpu (the old cpu run: MeZO's prompt,
 every layer, 100 steps), paper (the paper's protocol: 5,000 steps, 3 seeds; for a
 GPU), anytime (every method spends 144 FE; query regret against the fixed-K envelope).
 Every option named like a configuration field overrides the preset's value. ``--budget
@@ -84,9 +85,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluate a step's 2K perturbed forward passes one after "
                         "another (lax.map) instead of in one vmapped call: memory does "
                         "not grow with K")
-    parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=None,
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="skip the baselines and the memory table (the cpu preset runs "
+                        "them)")
+    parser.add_argument("--baselines", action="store_const", const=True,
                         help="also run the baselines (zero-shot per prompt, linear probe, "
                         "first-order reference) and the compiled-memory table")
+    parser.add_argument(
+        "--merge", nargs="+", type=Path, metavar="JSON",
+        help="instead of training: the results of these llm.json files (runs of this "
+        "preset and options, e.g. one seed each run side by side) in one page, with the "
+        "baselines of --baselines computed here")
+    parser.add_argument(
+        "--prompt-table", type=Path, metavar="JSON",
+        help="with --baselines: reuse the zero-shot prompt table of this JSON (written by "
+        "--prompt-table-only) instead of recomputing it")
+    parser.add_argument("--prompt-table-only", action="store_true",
+                        help="only score every prompt zero-shot (raw and calibrated); "
+                        "writes OUT/llm_prompts.json")
     parser.add_argument("--first-order-lr", type=float,
                         help="Adam's learning rate of the first-order reference (1e-3)")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
@@ -115,6 +131,7 @@ def configure(args: argparse.Namespace):
     except ValueError as err:
         flags.fail(str(err))
     values = dict(vars(args), seeds=flags.seeds(args.seeds),
+                  baselines=False if args.no_baselines else args.baselines,
                   methods=[m.spec for m in chosen] if args.methods else None)
     cfg = presets.from_args(PRESETS[args.preset], argparse.Namespace(**values))
     return config.complete(cfg, n_dev_given=args.n_dev is not None), chosen
@@ -129,7 +146,9 @@ def main(args: argparse.Namespace) -> int:
     args.methods = [m.spec for m in chosen] if args.methods else None
     args.seeds = cfg.seeds if args.seeds else None
     try:
-        payload = _run(args, cfg, chosen)
+        if args.prompt_table_only:
+            return _prompt_table_only(args, cfg)
+        payload = _merge(args, cfg) if args.merge else _run(args, cfg, chosen)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
         flags.fail(str(err))
     out_dir = args.out or Path(f"out/llm-{args.preset}")
@@ -157,6 +176,63 @@ def _run(args: argparse.Namespace, cfg, chosen) -> dict:
     payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
                                  extra)
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
+
+
+def _merge(args: argparse.Namespace, cfg) -> dict:
+    """One payload from the results of several runs of the same configuration (their
+    seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
+    import dataclasses
+
+    from benchmarks import presets, record
+    from benchmarks.llm import experiment, report
+
+    payloads = [_read_json(p) for p in args.merge]
+    ignore = ("seeds", "baselines", "preset")
+    want = {k: v for k, v in json.loads(json.dumps(presets.as_dict(cfg))).items()
+            if k not in ignore}
+    for path, p in zip(args.merge, payloads):
+        got = {k: v for k, v in p["config"].items() if k not in ignore}
+        if got != want:
+            diff = sorted(k for k in want if got.get(k) != want[k])
+            flags.fail(f"{path} was run with other settings ({', '.join(diff)}); pass the "
+                       "same preset and options as its run.")
+    results = [r for p in payloads for r in p["results"]]
+    cfg = dataclasses.replace(cfg, seeds=tuple(sorted({r["seed"] for r in results})))
+    if not cfg.baselines:  # nothing to compute: the runs' model, data and zero-shot row
+        first = payloads[0]
+        return {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
+                "results": results, "merged_runs": [p["record"] for p in payloads],
+                **({"regret": report.regret(results, cfg.budget, cfg.eval_every_fe)}
+                   if cfg.budget is not None else {})}
+    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+        setup = experiment.prepare(cfg)
+        zero = experiment.zero_shot(cfg, setup)
+        prompts = _read_json(args.prompt_table)["prompts"] if args.prompt_table else None
+        extra = (experiment.run_baselines(cfg, setup, results, show=not args.quiet,
+                                          prompts=prompts) if cfg.baselines else None)
+    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
+                                 extra)
+    payload["merged_runs"] = [p["record"] for p in payloads]
+    return json.loads(json.dumps(to_jsonable(payload)))
+
+
+def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
+    from benchmarks import record
+    from benchmarks.common import write_json
+    from benchmarks.llm import baselines, experiment
+
+    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+        rows = baselines.prompt_table(cfg, experiment.prepare(cfg), show=not args.quiet)
+    out = (args.out or Path(f"out/llm-{args.preset}")) / "llm_prompts.json"
+    write_json(out, {"record": run.record.as_dict(), "prompts": rows})
+    print(f"wrote prompt table: {out}", file=sys.stderr)
+    return 0
+
+
+def _read_json(path: Path) -> dict:
+    if not Path(path).is_file():
+        flags.fail(f"{path} does not exist.")
+    return json.loads(Path(path).read_text())
 
 
 def _cores(values: list[str]) -> list[int]:

@@ -11,7 +11,8 @@ Presets:
            every method spends CPU_BUDGET FE; fixed K in {1, 2, 4}, ZoAQ and auto_k;
            then the baselines (zero-shot per prompt raw and calibrated, demonstrations,
            linear probe, backprop + Adam at the same wall time) and the memory table.
-           About 40 min on 2 shared CPU cores (2-3 min per method and seed).
+           Measured: 14 min per seed (5 methods, model loading included) on 2 shared
+           CPU cores; about 45 min for 3 seeds before the baselines.
   mezo_cpu the previous cpu preset: MeZO's "<s> It was" terrible/great prompt, LoRA on
            every layer, the paper's lr 5e-5, 100 steps, one seed (does not learn: the
            prompt starts below chance on dev, see issue 22).

@@ -136,11 +136,12 @@ def run(cfg: Config, setup: Setup, methods: list[Method], *, show: bool = True,
     return results
 
 
-def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
-                  show: bool = True) -> dict[str, Any]:
+def run_baselines(cfg: Config, setup: Setup, results: list[dict], *, show: bool = True,
+                  prompts: list[dict] | None = None) -> dict[str, Any]:
     """The baselines of the same table and the memory table (:mod:`baselines`,
     :mod:`memory`); the first-order reference gets the median wall time (training and
-    evaluation) of the zeroth-order runs."""
+    evaluation) of the zeroth-order runs. ``prompts``: a prompt table computed before
+    (:func:`baselines.prompt_table`), else it is computed here."""
     from benchmarks.llm import baselines, memory
     from benchmarks.llm import methods as methods_lib
 
@@ -154,7 +155,7 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
     optimizers = {m.label: methods_lib.build(m, cfg.lr, cfg.mu, 0)
                   for m in methods_lib.parse(MEMORY_METHODS)}
     return {
-        "prompts": baselines.prompt_table(cfg, setup, show=show),
+        "prompts": prompts or baselines.prompt_table(cfg, setup, show=show),
         "linear_probe": baselines.linear_probe(setup.bundle, cfg.eval_batch_size),
         "first_order": first_order,
         "first_order_wall_s": wall,

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import record
 from benchmarks.common import markdown_table, mean_std
 from benchmarks.llm.report import by_method
 
@@ -28,9 +29,10 @@ def _stats(values) -> tuple[float, float]:
     return float(np.mean(values)), float(np.std(values))
 
 
-def resolved(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether means differ by more than the seed spread (sum of the two stds)."""
-    return abs(a[0] - b[0]) > a[1] + b[1]
+def resolved(a: tuple[float, float], b: tuple[float, float], seeds: int = 2) -> bool:
+    """Whether means differ by more than the seed spread (sum of the two stds); never with
+    fewer than 2 seeds (no spread measured)."""
+    return seeds >= 2 and abs(a[0] - b[0]) > a[1] + b[1]
 
 
 def target_lines(payload: dict[str, Any]) -> list[str]:
@@ -53,6 +55,10 @@ def target_lines(payload: dict[str, Any]) -> list[str]:
         f"**{'met' if acc[best][0] >= zero + TARGET_GAIN else 'not met'}**.",
     ]
     for name, (mean, std) in acc.items():
+        if len(groups[name]) < 2:
+            lines.append(f"- {groups[name][0]['label']}: {mean:.3f}, gain over zero-shot "
+                         f"{mean - zero:+.3f}; seed spread not measured (1 seed).")
+            continue
         ok = mean - zero > std
         lines.append(f"- {groups[name][0]['label']}: {mean:.3f} ± {std:.3f}, gain over "
                      f"zero-shot {mean - zero:+.3f} {'>' if ok else '<='} seed spread "
@@ -114,7 +120,8 @@ def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[l
             text = fmt.format(stats[name][i][0]) + " ± " + fmt.format(stats[name][i][1])
             if name == best_name:
                 text = f"**{text}**"
-            elif resolved(stats[name][i], stats[best_name][i]):
+            elif resolved(stats[name][i], stats[best_name][i],
+                          min(len(runs), len(groups[best_name]))):
                 text += " †"
             cells.append(text)
         rows.append([runs[0]["label"]] + cells)
@@ -128,21 +135,38 @@ def memory_rows(payload: dict[str, Any]) -> list[list[str]]:
             for r in rows]
 
 
-def sections(payload: dict[str, Any]) -> list[str]:
-    """The page's baseline sections (nothing for runs without baselines)."""
-    if not payload.get("baselines"):
+def merged_lines(payload: dict[str, Any]) -> list[str]:
+    """The commands and wall times of the runs a ``--merge`` page joins."""
+    if not payload.get("merged_runs"):
         return []
-    lines = target_lines(payload) + [
-        "## Baselines in the same table",
-        "",
-        "Same data splits; zero-shot rows score the base model with each prompt of the "
-        "list (calibrated: the score difference thresholded at its median over 200 "
-        "unlabeled training examples); the prompt the zeroth-order methods use was chosen "
-        "on dev accuracy. Test accuracy of the best-dev-loss checkpoint for trained rows.",
-        "",
-        markdown_table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload)),
-        "",
-    ]
+    lines = ["## Runs merged into this page", "",
+             "The zeroth-order results come from these runs (side by side, one process "
+             "each); the command above loaded the model again for the zero-shot row and "
+             "the baselines.", ""]
+    for rec in payload["merged_runs"]:
+        run = record.RunRecord.from_dict(rec)
+        lines.append(f"- `{run.command}`. {record.run_line(run)}")
+    return lines + [""]
+
+
+def sections(payload: dict[str, Any]) -> list[str]:
+    """The page's sections for runs made since the prompt list (none for older JSON)."""
+    if "prompt" not in payload["config"]:
+        return []
+    lines = merged_lines(payload) + target_lines(payload)
+    if payload.get("baselines"):
+        lines += [
+            "## Baselines in the same table",
+            "",
+            "Same data splits; zero-shot rows score the base model with each prompt of the "
+            "list (calibrated: the score difference thresholded at its median over 200 "
+            "unlabeled training examples); the prompt the zeroth-order methods use was "
+            "chosen on dev accuracy. Test accuracy of the best-dev-loss checkpoint for "
+            "trained rows.",
+            "",
+            markdown_table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload)),
+            "",
+        ]
     if payload["config"].get("budget"):
         budgets, acc = anytime_rows(payload, "dev_accuracy", max, "{:.3f}")
         _, loss = anytime_rows(payload, "dev_loss", min, "{:.4f}")
@@ -151,23 +175,25 @@ def sections(payload: dict[str, Any]) -> list[str]:
             "",
             "Mean ± std over seeds of the best dev value reached within B forward passes; "
             "bold: the best mean at B; †: its difference from the best exceeds the seed "
-            "spread (the sum of the two stds). Unmarked differences are not resolved.",
+            "spread (the sum of the two stds; no mark with one seed). Unmarked differences "
+            "are not resolved.",
             "",
             markdown_table(["Method"] + [f"B={b}" for b in budgets], acc),
             "",
             markdown_table(["Method"] + [f"B={b}" for b in budgets], loss),
             "",
         ]
-    lines += [
-        "## Memory",
-        "",
-        "Compiled memory (temp + output bytes of `jax.jit(f).lower(...).compile()."
-        "memory_analysis()`; the frozen weights and the batch are arguments and not "
-        "counted) of one step on one training batch, and its ratio to one forward pass. "
-        "*Vectorized*: the 2K perturbed passes in one vmapped call; *sequential* "
-        "(`--sequential`): one after another (`lax.map`).",
-        "",
-        markdown_table(["Computation", "MiB", "x forward"], memory_rows(payload)),
-        "",
-    ]
+    if payload.get("baselines"):
+        lines += [
+            "## Memory",
+            "",
+            "Compiled memory (temp + output bytes of `jax.jit(f).lower(...).compile()."
+            "memory_analysis()`; the frozen weights and the batch are arguments and not "
+            "counted) of one step on one training batch, and its ratio to one forward "
+            "pass. *Vectorized*: the 2K perturbed passes in one vmapped call; *sequential* "
+            "(`--sequential`): one after another (`lax.map`).",
+            "",
+            markdown_table(["Computation", "MiB", "x forward"], memory_rows(payload)),
+            "",
+        ]
     return lines

@@ -100,7 +100,7 @@ def _generated(text: str) -> str:
     return re.search(r"<!-- BEGIN GENERATED.*?<!-- END GENERATED -->", text, re.DOTALL).group(0)
 
 
-@pytest.mark.parametrize("name", ["llm", "llm_anytime", "llm_speed", "llm_speed_1core"])
+@pytest.mark.parametrize("name", ["llm", "llm_mezo_cpu", "llm_anytime", "llm_speed", "llm_speed_1core"])
 def test_committed_pages_render_bit_for_bit_from_their_json(name, tmp_path):
     """Every committed LLM page is its JSON rendered by this code."""
     page = tmp_path / f"{name}.md"

@@ -19,6 +19,7 @@ def _payload():
 def test_resolved_means_a_gap_beyond_the_summed_spreads():
     assert tables.resolved((0.9, 0.0), (0.8, 0.05))
     assert not tables.resolved((0.9, 0.05), (0.8, 0.05))
+    assert not tables.resolved((0.9, 0.0), (0.8, 0.0), seeds=1)  # no spread measured
 
 
 def test_anytime_rows_bold_the_best_and_mark_resolved_gaps():
