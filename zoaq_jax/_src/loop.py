@@ -99,7 +99,8 @@ def run(
     step's budget by the calls left, so ``num_queries <= max_queries`` always), or when
     the steps' free estimate of ``f(x_t)`` (no extra query: central midpoints or the
     forward centre) exceeds its best by ``divergence`` times the progress scale, becomes
-    ``+inf``, or the iterate becomes non-finite. The iterate with the lowest estimate is
+    ``+inf``, or the iterate becomes non-finite (later steps are then computed and
+    discarded, uncounted, as under ``vmap``). The iterate with the lowest estimate is
     returned as ``trace.best_params``. Called outside ``jit``/``vmap``, ``run`` warns on
     the host about divergence (naming the learning rate) and about exactly-zero
     responses (:func:`zoaq_jax.check_responses`, naming ``mu``).
@@ -167,14 +168,14 @@ def run(
     if progress is not None:
         token = next(_TOKENS)
         _LISTENERS[token] = progress
-    traced = any(isinstance(x, jax.core.Tracer)
-                 for x in jax.tree.leaves((params, data, init_state, seed, max_queries)))
+    traced = True  # until the outputs show otherwise (an optimizer may close over tracers)
     try:
         out = _run(params, data, init_state, seed, max_queries, token,
                    init=configs.Static(opt.init), update=configs.Static(opt.update),
                    value_fn=configs.Static(value_fn), static=tuple(sorted(static.items())),
                    num_steps=num_steps, log_every=log_every, extras=tuple(extras),
                    divergence=divergence, log_values=bool(log_values))
+        traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(out))
         if not traced:
             jax.block_until_ready(out)
             jax.effects_barrier()  # every progress callback has run
@@ -280,7 +281,10 @@ def _run(params, kwargs, init_state, seed, max_queries, token, *, init, update, 
     def one_step(carry: Carry, _):
         if max_queries is None and divergence is None:
             return take(carry), None
-        return jax.lax.cond(carry.status == RUNNING, take, lambda c: c, carry), None
+        # a select, not a cond: the program is the same batched or not, so a vmapped run
+        # rounds as the unbatched one (steps after a stop are computed and discarded)
+        going = carry.status == RUNNING
+        return jax.tree.map(lambda a, b: jnp.where(going, a, b), take(carry), carry), None
 
     def one_period(carry, i):
         carry, _ = jax.lax.scan(one_step, carry, None, length=log_every)
