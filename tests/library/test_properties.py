@@ -454,8 +454,8 @@ def test_multisteps_and_apply_if_finite_around_the_optimizer(name):
             u, s = tx.update(zeros, s, p, value_fn=objective_plain, flag=flag)
             return (apply(entry, p, u), s), (u, optax.tree.get(s, "num_queries"))
 
-        (_, state), (updates, queries) = jax.lax.scan(body, (params, tx.init(params)),
-                                                      jnp.asarray(flags))
+        _, (updates, queries) = jax.lax.scan(body, (params, tx.init(params)),
+                                             jnp.asarray(flags))
         return queries, updates
 
     nan_second = [False, True, False]
