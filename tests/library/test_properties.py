@@ -435,7 +435,7 @@ def test_float16_estimates_saturate_instead_of_overflowing(name):
 # ----------------------------------------------------------------------------- wrappers
 
 
-@pytest.mark.parametrize("name", REPRESENTATIVES)
+@pytest.mark.parametrize("name", ("zoaq", "zoar", "auto_k", "adaptive_estimator_user_rule"))
 def test_multisteps_and_apply_if_finite_around_the_optimizer(name):
     """Optax's wrappers around a whole optimizer (updates passed as zeros, since the
     wrappers accumulate or check them; key leaves cannot go through them: Optax's
@@ -452,27 +452,24 @@ def test_multisteps_and_apply_if_finite_around_the_optimizer(name):
         def body(carry, flag):
             p, s = carry
             u, s = tx.update(zeros, s, p, value_fn=objective_plain, flag=flag)
-            return (apply(entry, p, u), s), u
+            return (apply(entry, p, u), s), (u, optax.tree.get(s, "num_queries"))
 
-        (_, state), updates = jax.lax.scan(body, (params, tx.init(params)), jnp.asarray(flags))
-        return state, updates
+        _, (updates, queries) = jax.lax.scan(body, (params, tx.init(params)),
+                                             jnp.asarray(flags))
+        return queries, updates
 
     nan_second = [False, True, False]
-    s_plain, u_plain = jax.jit(lambda: steps(opt, nan_second))()
-    s_multi, u_multi = jax.jit(lambda: steps(optax.MultiSteps(opt, 2), [False, False]))()
+    q_plain, u_plain = jax.jit(lambda: steps(opt, nan_second))()
+    q_multi, u_multi = jax.jit(lambda: steps(optax.MultiSteps(opt, 2), [False, False]))()
     first = jax.tree.map(lambda u: u[0], u_plain)
     # The first call only accumulates (zeros, no query); the second is the first step.
     chex.assert_trees_all_equal(jax.tree.map(lambda u: u[0], u_multi), zeros)
     close(jax.tree.map(lambda u: u[1], u_multi), first)  # compiled inside a cond: rounding
-    s_one, _ = jax.jit(lambda: steps(opt, [False]))()
-    assert int(optax.tree.get(s_multi, "num_queries")) == int(
-        optax.tree.get(s_one, "num_queries")) > 0
+    np.testing.assert_array_equal(q_multi, [0, q_plain[0]])  # num_queries after each call
     # apply_if_finite: the all-NaN second step already gives finite (zero) updates.
-    s_guard, u_guard = jax.jit(lambda: steps(optax.apply_if_finite(opt, 2), nan_second))()
-    assert int(optax.tree.get(s_guard, "notfinite_count")) == 0
+    q_guard, u_guard = jax.jit(lambda: steps(optax.apply_if_finite(opt, 2), nan_second))()
     chex.assert_trees_all_equal(u_guard, u_plain)
-    assert int(optax.tree.get(s_guard, "num_queries")) == int(
-        optax.tree.get(s_plain, "num_queries"))
+    np.testing.assert_array_equal(q_guard, q_plain)
 
 
 # ----------------------------------------------------------------------------- meshes
