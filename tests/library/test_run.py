@@ -174,3 +174,22 @@ def test_bad_budgets_are_refused_at_the_call():
     with pytest.raises(ValueError, match="query ledger"):
         zoaq_jax.run(optax.sgd(1e-2), quadratic, jnp.zeros(D), 2, max_queries=5,
                      a=jnp.ones(D))
+
+
+def test_run_carries_key_leaves_and_reraises_host_exceptions():
+    """Params holding a PRNG key run (the key is carried unchanged), and a host
+    objective's own exception reaches the caller of ``run`` with its type."""
+    params = {"w": jnp.ones(3), "rng": jax.random.key(7)}
+    opt = zoaq_jax.radazo(learning_rate=1e-2, k=2, key=0)
+    out, _, trace = zoaq_jax.run(opt, lambda p: jnp.sum(p["w"] ** 2), params, 4, divergence=None)
+    assert jnp.array_equal(jax.random.key_data(out["rng"]), jax.random.key_data(params["rng"]))
+    assert int(trace.num_queries[-1]) == 16
+
+    class SimulatorError(RuntimeError):
+        pass
+
+    def simulator(x):
+        raise SimulatorError("simulator failed")
+
+    with pytest.raises(SimulatorError, match="simulator failed"):
+        zoaq_jax.run(opt, zoaq_jax.host_oracle(simulator), jnp.ones(3), 2)

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from zoaq_jax._src import checks, configs, ledger, oracle
+from zoaq_jax._src import checks, configs, host, ledger, oracle
+from zoaq_jax._src.alias import apply_updates
 
 STATUSES = ("running", "budget_spent", "diverged")
 """``Trace.status`` codes: 0 running (all steps so far taken), 1 the ``max_queries``
@@ -170,15 +171,16 @@ def run(
         _LISTENERS[token] = progress
     traced = True  # until the outputs show otherwise (an optimizer may close over tracers)
     try:
-        out = _run(params, data, init_state, seed, max_queries, token,
-                   init=configs.Static(opt.init), update=configs.Static(opt.update),
-                   value_fn=configs.Static(value_fn), static=tuple(sorted(static.items())),
-                   num_steps=num_steps, log_every=log_every, extras=tuple(extras),
-                   divergence=divergence, log_values=bool(log_values))
-        traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(out))
-        if not traced:
-            jax.block_until_ready(out)
-            jax.effects_barrier()  # every progress callback has run
+        with host.host_errors():  # a host_oracle objective's own exception, not JAX's
+            out = _run(params, data, init_state, seed, max_queries, token,
+                       init=configs.Static(opt.init), update=configs.Static(opt.update),
+                       value_fn=configs.Static(value_fn), static=tuple(sorted(static.items())),
+                       num_steps=num_steps, log_every=log_every, extras=tuple(extras),
+                       divergence=divergence, log_values=bool(log_values))
+            traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(out))
+            if not traced:
+                jax.block_until_ready(out)
+                jax.effects_barrier()  # every progress callback has run
     finally:  # under an outer transformation the callback runs later: it stays registered
         if not traced:
             _LISTENERS.pop(token, None)
@@ -251,7 +253,7 @@ def _run(params, kwargs, init_state, seed, max_queries, token, *, init, update, 
     def take(carry: Carry) -> Carry:
         updates, state = opt.update(None, carry.state, carry.params, value_fn=value_fn,
                                     **kwargs)
-        params = optax.apply_updates(carry.params, updates)
+        params = apply_updates(carry.params, updates)
         if not has_ledger:
             return carry._replace(params=params, state=state)
         spent = optax.tree.get(state, "num_queries") != optax.tree.get(
