@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_report(parser, "OUT/generalization_<set>.md")
     flags.add_render(parser)
     flags.add_workers(parser)
+    flags.add_quiet(parser)
 
 
 def config_of(args: argparse.Namespace) -> experiment.Config:
