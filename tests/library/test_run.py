@@ -98,6 +98,11 @@ def test_compiles_once_per_configuration_and_keeps_no_optimizer_alive():
         np.testing.assert_array_equal(out[0], outs[0][0])
     zoaq_jax.run(zoaq_jax.zoaq(2e-2, key=0), f, x, 4, a=a)  # another learning rate
     assert len(traces) == 2 * first
+    for make in (zoaq_jax.radazo, zoaq_jax.zoar, zoaq_jax.auto_k, zoaq_jax.statzo):
+        zoaq_jax.run(make(1e-2, key=0), f, x, 4, a=a)
+        seen = len(traces)
+        zoaq_jax.run(make(1e-2, key=0), f, x, 4, a=a)  # a new, equal optimizer object
+        assert len(traces) == seen, make.__name__
 
     opt = zoaq_jax.zoaq(1e-2, key=0)
     refs = [weakref.ref(opt.init), weakref.ref(opt.update)]

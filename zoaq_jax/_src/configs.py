@@ -10,6 +10,7 @@ bytes) and refers to the callable itself only weakly.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 import weakref
@@ -50,6 +51,11 @@ def fingerprint(obj: Any, seen: frozenset = frozenset()) -> Any:
     if isinstance(obj, functools.partial):
         return ("partial", fingerprint(obj.func, seen), fingerprint(obj.args, seen),
                 fingerprint(obj.keywords, seen))
+    if isinstance(obj, contextlib.ContextDecorator) and hasattr(obj, "func"):
+        # a @contextmanager used as a decorator (e.g. host_errors on an update function)
+        return ("contextmanager", fingerprint(obj.func, seen),
+                fingerprint(getattr(obj, "args", ()), seen),
+                fingerprint(getattr(obj, "kwds", {}), seen))
     if isinstance(obj, types.MethodType):
         return ("method", fingerprint(obj.__func__, seen), fingerprint(obj.__self__, seen))
     if isinstance(obj, types.FunctionType):
