@@ -429,9 +429,8 @@ def auto_k(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, mu, window, growth, r, r_up, z, z_stall, floor, difference, directions,
-        key: see
-        :func:`auto_k_estimator`.
+      k_min, k_max, mu, window, growth, r, r_up, z, z_stall, floor, difference, directions, key:
+        see :func:`auto_k_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
 
