@@ -37,8 +37,8 @@ class Candidate(NamedTuple):
     sq_norm: jax.Array  # float32, sum of ||r_i u_i||^2 (only with second_moment)
     value_sum: jax.Array  # float32, sum of the finite records' free estimates of f(x)
     n_ok: jax.Array  # int32, finite fresh records
-    responses: jax.Array  # [capacity] float32 raw fresh responses
-    ok: jax.Array  # [capacity] bool, acquired and finite
+    responses: jax.Array  # [k_max] float32 raw fresh responses
+    ok: jax.Array  # [k_max] bool, acquired and finite
     score: jax.Array  # float32, score of the last test
     accepted: jax.Array  # bool
 
@@ -64,13 +64,12 @@ def draw_step(
 
 
 EVALUATIONS = ("loop", "unrolled", "vectorized")
-_UNROLL_LIMIT = 32  # unrolled steps with at most this many grid points are decided unrolled
 """How a step's candidates are evaluated (the static ``evaluation`` argument of the
 adaptive estimators).
 
 * ``"loop"`` (the default): the lazy ``while_loop``, chunk by chunk; nothing beyond the
   budget bought is evaluated.
-* ``"unrolled"``: when a step's ``capacity`` fresh directions are drawn in one batch
+* ``"unrolled"``: when a step's ``k_max`` fresh directions are drawn in one batch
   (``predraw``), their responses are computed in one batched call, every candidate of
   the grid is built with the loop's chunks and additions and tested, and the first
   accepted one is kept: no ``while_loop``, so under ``vmap`` no lane waits for another
@@ -81,13 +80,14 @@ adaptive estimators).
 
 Both non-default forms accept the ``K``, count the queries and keep the records that the
 loop would for the same responses, but evaluating the objective in one batch of
-``capacity`` rather than chunk by chunk may round the responses differently; estimators
+``k_max`` rather than chunk by chunk may round the responses differently; estimators
 with running sums of retained records accumulate such last-bit differences, so long runs
 drift from the loop's trajectory. They evaluate the objective at directions the step may
 not buy: uncounted compute, like the evaluations of finished lanes under ``vmap``. Where
 directions are not predrawn (the batch limit, ``predraw=False``) every form is the loop.
 Measured in ``docs/results/overhead.md``.
 """
+_UNROLL_LIMIT = 32  # unrolled steps with at most this many grid points are decided unrolled
 
 
 class StepOracle(NamedTuple):
@@ -137,7 +137,7 @@ def fresh_acquirer(
 
     Fresh direction ``i`` of the step keyed by ``key`` comes from
     ``ledger.direction_keys(key, i, 1)``. ``drawn``, when given, holds all of them drawn
-    in advance (leading axis ``capacity``): drawing them in one batch is much cheaper
+    in advance (leading axis ``k_max``): drawing them in one batch is much cheaper
     than one draw per retry when ``d`` is small, and gives the same numbers. With
     ``evaluation`` other than ``"loop"`` (see :data:`EVALUATIONS`) and ``drawn`` given,
     every response is computed up front.
