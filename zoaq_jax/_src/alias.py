@@ -414,6 +414,7 @@ def auto_k(
     z: float = 2.0,
     z_stall: float = 1.0,
     floor: float = 0.0,
+    ahead: float = 0.9,
     difference: str = "central",
     directions: str = "gaussian",
     b1: float = 0.9,
@@ -429,7 +430,8 @@ def auto_k(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, mu, window, growth, r, r_up, z, z_stall, floor, difference, directions, key:
+      k_min, k_max, mu, window, growth, r, r_up, z, z_stall, floor, ahead, difference, directions,
+        key:
         see :func:`auto_k_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
@@ -451,7 +453,7 @@ def auto_k(
     """
     estimator = auto_k_estimator(
         k_min=k_min, k_max=k_max, mu=mu, window=window, growth=growth, r=r, r_up=r_up, z=z,
-        z_stall=z_stall, floor=floor,
+        z_stall=z_stall, floor=floor, ahead=ahead,
         difference=difference, directions=directions, key=key,
     )
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)

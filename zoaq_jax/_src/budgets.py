@@ -4,9 +4,10 @@
 * :func:`reset`: ZoAQ's reset policies after an accepted budget (``min``, ``half``,
   ``linear``; :func:`next_budget` is the pure rule);
 * :func:`progress`: ``auto_k``'s rule: double the budget when the objective stops
-  improving, halve it when it improves fast again, over windows that grow with the run
-  (:func:`window_length`, :func:`window_statistics` and :func:`progress_decision` are
-  the pure pieces).
+  improving (and again each time it then falls a further step below the level where it
+  stalled), halve it when it improves fast again, over windows that grow with the run
+  (:func:`window_length`, :func:`window_statistics`, :func:`progress_decision` and
+  :func:`next_target` are the pure pieces).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class ProgressState(NamedTuple):
     prev_se2: jax.Array  # float32, squared standard error of that mean
     have_prev: jax.Array  # bool, a previous window exists
     fast: jax.Array  # bool, the previous window improved significantly fast
+    target: jax.Array  # float32, a window mean at or below it doubles the budget (-inf: none)
 
 
 def constant(k: int) -> BudgetRule:
@@ -121,6 +123,19 @@ def progress_decision(prev_mean, prev_se2, mean, se2, *, r, r_up, z, z_stall=1.0
     return stalled, fast
 
 
+def next_target(target, mean, stalled, early, halved, ahead: float):
+    r"""The level whose crossing doubles the budget ahead of the next stall.
+
+    A stall at window mean :math:`L > 0` sets the target :math:`a L`; each doubling it
+    triggers lowers it to :math:`a^2 L, a^3 L, \dots` (``ahead`` :math:`a`); halving the
+    budget (fast progress: the objective changed) clears it to :math:`-\infty`, as does a
+    stall at a level :math:`\le 0` or ``ahead = 0``.
+    """
+    armed = jnp.where((mean > 0) & (ahead > 0), ahead * mean, -jnp.inf)
+    return jnp.where(stalled, armed, jnp.where(early, ahead * target,
+                                               jnp.where(halved, -jnp.inf, target)))
+
+
 def window_length(steps: jax.Array, window: int, growth: float) -> jax.Array:
     r"""Steps of the window that opens after ``steps`` usable steps:
     :math:`n_j = \max(w, \lfloor g\, t_j \rfloor)` (``window`` :math:`w`, ``growth`` :math:`g`)."""
@@ -139,8 +154,9 @@ def progress(
     z: float = 2.0,
     z_stall: float = 1.0,
     floor: float = 0.0,
+    ahead: float = 0.9,
 ) -> BudgetRule:
-    r"""``auto_k``'s budget rule: more directions only when progress stalls, in log-time.
+    r"""``auto_k``'s budget rule: more directions once progress stalls, in log-time.
 
     The steps' own value estimates :math:`v_t` (``Outcome.value``, minus ``floor``) are
     averaged over consecutive windows; the window that opens after :math:`t_j` usable
@@ -154,6 +170,14 @@ def progress(
     same budget (for example after the objective changed). Unusable steps and non-finite
     values leave the state unchanged. ``growth=0`` gives fixed windows of ``window`` steps.
 
+    A stall says the iterates reached the noise floor of the current budget, which is one
+    doubling late: the budget that is best per call at a given level is larger than the
+    one whose floor that level is. So once a stall at window mean :math:`L` has doubled
+    the budget, the next doublings come *ahead* of their stalls, as soon as a window's
+    mean falls to :math:`a L`, then :math:`a^2 L`, ... (:func:`next_target`, ``ahead``
+    :math:`a`). The targets are relative to ``v - floor``, so an objective whose minimum
+    lies far above ``floor`` only doubles at stalls (pass its ``floor`` to anticipate).
+
     Args:
       k_min: the first budget and the smallest.
       k_max: the largest budget.
@@ -164,6 +188,9 @@ def progress(
       z: standard errors the fast test must clear.
       z_stall: standard errors a gain must exceed not to be a stall.
       floor: a lower bound of the objective; gains are relative to ``v - floor``.
+      ahead: after a stall at level :math:`L`, double again when a window's mean falls
+        to ``ahead`` :math:`L` (then ``ahead``\ :sup:`2` :math:`L`, ...),
+        :math:`0 \le a < 1`; 0 doubles only at stalls.
 
     Returns:
       A :class:`BudgetRule` with state :class:`ProgressState`.
@@ -177,6 +204,7 @@ def progress(
             raise ValueError(f"r_up must be >= r, got r_up={r_up} < r={r}.")
     checks.non_negative("z", z)
     checks.non_negative("z_stall", z_stall)
+    checks.decay("ahead", ahead)
 
     def init():
         def f0():  # one buffer each, so that the state can be donated to jit
@@ -186,7 +214,8 @@ def progress(
             next_k=jnp.asarray(k_min, jnp.int32), elapsed=jnp.zeros((), jnp.int32),
             window_len=jnp.asarray(window, jnp.int32), window_n=jnp.zeros((), jnp.int32),
             window_sum=f0(), window_sq_diff=f0(), last_value=f0(), prev_mean=f0(),
-            prev_se2=f0(), have_prev=jnp.zeros((), bool), fast=jnp.zeros((), bool))
+            prev_se2=f0(), have_prev=jnp.zeros((), bool), fast=jnp.zeros((), bool),
+            target=jnp.full((), -jnp.inf, jnp.float32))
 
     def update(state: ProgressState, outcome: Outcome) -> ProgressState:
         value = outcome.value.astype(jnp.float32) - floor
@@ -202,7 +231,8 @@ def progress(
         up = jnp.minimum(2 * k, k_max)
         down = jnp.maximum(k // 2, k_min)
         halve = fast & state.fast
-        new_k = jnp.where(stalled, up, jnp.where(halve, down, k))
+        early = ~stalled & (mean <= state.target)
+        new_k = jnp.where(stalled | early, up, jnp.where(halve, down, k))
         closed = ProgressState(
             next_k=jnp.asarray(new_k, jnp.int32),
             elapsed=elapsed,
@@ -215,6 +245,7 @@ def progress(
             prev_se2=se2,
             have_prev=jnp.ones((), bool),
             fast=fast & ~halve & (new_k == k),
+            target=next_target(state.target, mean, stalled, early, halve, ahead),
         )
         running = state._replace(elapsed=elapsed, window_n=n, window_sum=total,
                                  window_sq_diff=sq_diff, last_value=value)
