@@ -104,6 +104,8 @@ def test_non_finite_responses_are_counted_and_leave_the_budget_state_alone():
     (dict(r=0.1, r_up=0.05), "r_up must be >= r"),
     (dict(z=-1.0), "z must be a finite number >= 0"),
     (dict(z_stall=-0.5), "z_stall must be a finite number >= 0"),
+    (dict(ahead=1.0), "ahead must lie in"),
+    (dict(ahead=-0.1), "ahead must lie in"),
     (dict(mu=0.0), "mu must be a finite number > 0"),
     (dict(difference="backward"), "difference must be one of"),
 ])

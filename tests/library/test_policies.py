@@ -1,5 +1,7 @@
 """The controller's policies as pure functions, and the skeleton's exact identities."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -126,6 +128,30 @@ def test_progress_rule_halves_after_two_fast_windows_only():
     _, ks = _drive(rule._replace(init=lambda: start), values)
     # windows 2 and 3 are fast: halve at the end of window 3; windows 4 and 5 again
     assert ks == [8] * 5 + [4] * 4 + [2]
+
+
+def test_progress_rule_doubles_ahead_of_the_next_stall():
+    """After a stall at level L the budget doubles as soon as a window's mean reaches
+    a L, then a^2 L, ...; without ``ahead`` only stalls double (and the same fast windows
+    halve instead)."""
+    values = [10.0] * 4 + [9.5] * 2 + [8.9] * 2 + [8.0] * 4  # windows of 2 steps
+    _, ks = _drive(budgets.progress(1, 16, window=2, ahead=0.9), values)
+    # stall at step 4 (L = 10, target 9); 9.5 holds; 8.9 <= 9 doubles (target 8.1);
+    # 8.0 <= 8.1 doubles; the last window stalls
+    assert ks == [1, 1, 1, 2, 2, 2, 2, 4, 4, 8, 8, 16]
+    _, ks0 = _drive(budgets.progress(1, 16, window=2, ahead=0.0), values)
+    assert max(ks0) == 2
+
+
+def test_next_target_arms_on_a_stall_lowers_on_each_early_doubling_and_clears_on_halving():
+    f, t = jnp.bool_(False), jnp.bool_(True)
+    nt = functools.partial(budgets.next_target, ahead=0.5)
+    assert float(nt(-jnp.inf, 8.0, t, f, f)) == 4.0  # a stall at 8 arms 4
+    assert float(nt(4.0, 3.9, f, t, f)) == 2.0  # an early doubling lowers it to 2
+    assert float(nt(4.0, 5.0, f, f, f)) == 4.0  # otherwise it holds
+    assert float(nt(4.0, 5.0, f, f, t)) == -np.inf  # a halving clears it
+    assert float(nt(-jnp.inf, -1.0, t, f, f)) == -np.inf  # no target below zero
+    assert float(budgets.next_target(-jnp.inf, 8.0, t, f, f, ahead=0.0)) == -np.inf
 
 
 def test_progress_rule_ignores_unusable_steps_and_non_finite_values():
