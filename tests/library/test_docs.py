@@ -48,3 +48,19 @@ def test_every_documented_namedtuple_field_has_a_description():
             lines = [f"Alias for field number {cls._fields.index(field)}"]
             conf._describe_fields(None, "attribute", f"{name}.{field}", None, None, lines)
             assert lines == [comments[field]] and lines[0], (name, field)
+
+
+def test_docs_results_stay_under_5_mb():
+    """Results are stored compactly (``benchmarks.common.write_json``, palette PNGs)."""
+    size = sum(p.stat().st_size for p in (ROOT / "docs" / "results").rglob("*") if p.is_file())
+    assert size < 5_000_000, f"docs/results holds {size / 1e6:.2f} MB"
+
+
+def test_every_page_has_its_own_title():
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    titles = {}
+    for page in pages:
+        (first,) = re.findall(r"^# (.+)$", page.read_text(), flags=re.M)[:1]
+        titles.setdefault(first, []).append(page.relative_to(ROOT).as_posix())
+    assert len(pages) >= 20
+    assert {t: p for t, p in titles.items() if len(p) > 1} == {}
