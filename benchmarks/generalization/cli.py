@@ -37,11 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_seeds(parser)
     parser.add_argument("--budget", type=flags.positive_int,
                         help="cap on every problem's largest budget, in calls")
-    flags.add_out(parser, Path("out"))
-    flags.add_report(parser, "OUT/generalization_<set>.md")
-    flags.add_render(parser)
+    flags.add_outputs(parser, Path("out"), "OUT/generalization_<set>.md")
     flags.add_workers(parser)
-    flags.add_quiet(parser)
 
 
 def config_of(args: argparse.Namespace) -> experiment.Config:

@@ -92,12 +92,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the baselines (zero-shot per prompt, linear probe, "
                         "first-order reference) and the compiled-memory table")
     parser.add_argument(
-        "--merge", nargs="+", type=Path, metavar="JSON",
+        "--merge", nargs="+", type=Path, metavar="RESULTS",
         help="instead of training: the results of these llm.json.xz files (runs of this "
         "preset and options, e.g. one seed each run side by side) in one page, with the "
         "baselines of --baselines computed here")
     parser.add_argument(
-        "--prompt-table", type=Path, metavar="JSON",
+        "--prompt-table", type=Path, metavar="RESULTS",
         help="with --baselines: reuse the zero-shot prompt table of this JSON (written by "
         "--prompt-table-only) instead of recomputing it")
     parser.add_argument("--prompt-table-only", action="store_true",
@@ -112,12 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CPU cores the (single) process may run on, e.g. 0 or 0-3 (default: all). The "
         "LLM runs in one process that loads the model once (on a GPU, the one device), so "
         "it has no --workers; this restricts that process, e.g. to time one core")
-    parser.add_argument("--out", type=flags.writable_dir,
-                        help="folder for llm.json.xz and llm.png (default out/llm-<preset>)")
-    flags.add_report(parser, "OUT/llm.md; with --render, llm.md next to JSON; "
-                     "'none': no page")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    flags.add_render(parser)
+    flags.add_outputs(parser, None, "OUT/llm.md; with --render, llm.md next to the results "
+                      "file; 'none': no page",
+                      out_help="folder for llm.json.xz and llm.png (default out/llm-<preset>)")
 
 
 def configure(args: argparse.Namespace):

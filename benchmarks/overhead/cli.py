@@ -51,10 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interleaved timings per configuration (median reported)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin to one core (default: the preset's; on for cpu)")
-    flags.add_out(parser, Path("out"))
-    flags.add_report(parser, "OUT/overhead.md")
-    flags.add_render(parser)
-    flags.add_quiet(parser)
+    flags.add_outputs(parser, Path("out"), "OUT/overhead.md")
 
 
 def _counts(values: list[str] | None) -> tuple[int, ...] | None:

@@ -51,10 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps per run (default: the preset's)")
     parser.add_argument("--budget", type=flags.positive_int,
                         help="budget mode: oracle calls per run (default: the preset's)")
-    flags.add_out(parser, Path("out"))
-    flags.add_report(parser, "OUT/synthetic*.md")
-    flags.add_render(parser)
-    flags.add_quiet(parser)
+    flags.add_outputs(parser, Path("out"), "OUT/synthetic*.md")
     flags.add_workers(parser)
 
 
