@@ -1,7 +1,7 @@
 """The flags every benchmark command shares, with one meaning each, and one error style.
 
 =============  ==============================================================
-``--out``      folder for the JSON results, figures and (by default) the report
+``--out``      folder for the results files, figures and (by default) the report
 ``--report``   the Markdown page to write (default: inside ``--out``)
 ``--render``   re-render the report from a results file, computing nothing
 ``--workers``  processes, one pinned core each (1: in this process)
