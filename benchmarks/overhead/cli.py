@@ -93,7 +93,7 @@ def main(args: argparse.Namespace) -> int:
         if not args.render.exists():
             flags.fail(f"--render: no such file {args.render}")
         record = common.read_json(args.render)
-        stem = args.render.name.removesuffix(common.RESULTS)
+        stem = args.render.name.removesuffix(common.RESULTS).removesuffix(".json")
         target = args.report or args.render.parent / f"{stem}.md"
         report.render(record, target, target.parent)
         print(f"rendered {target}")
