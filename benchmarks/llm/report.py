@@ -1,8 +1,8 @@
-"""Outputs of the LLM benchmark: ``llm.json``, the eval-loss-vs-FE figure, Markdown.
+"""Outputs of the LLM benchmark: ``llm.json.xz``, the eval-loss-vs-FE figure, Markdown.
 
-A run writes ``OUT/llm.json`` and ``OUT/llm.png``; its Markdown page ``REPORT`` gets the
+A run writes ``OUT/llm.json.xz`` and ``OUT/llm.png``; its Markdown page ``REPORT`` gets the
 figure and a copy of the JSON in ``REPORT_DIR/llm/`` (``<report stem>_<preset>_<task>.png``,
-``<report stem>.json``), so that every page has its data next to it. Text written by hand
+``<report stem>.json.xz``), so that every page has its data next to it. Text written by hand
 outside the page's generated block survives a re-render.
 
 The Markdown puts our table next to the paper's (Table "Complete LLM fine-tuning
@@ -341,17 +341,26 @@ def plot(results: list[dict], path: Path, title: str, envelope: list[dict] = ())
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
-    return common.save_figure(fig, path, dpi=120)
+    return common.save_figure(fig, path)
 
 
-TITLE = "Forward-only LoRA fine-tuning (MeZO protocol)"
+def title(payload: dict[str, Any]) -> str:
+    """The page's ``#`` title: the model, task, preset, length, seeds and cores of the run,
+    which tell one LLM page from another."""
+    cfg = payload["config"]
+    model = payload["model"]["name"].split(" (")[0]
+    length = f"{cfg['budget']:,} FE per method" if cfg.get("budget") else f"{cfg['steps']} steps"
+    seeds, cores = len(cfg["seeds"]), payload["record"]["machine"]["cores"]
+    return (f"Forward-only LoRA fine-tuning of {model} on {cfg['task']}: preset "
+            f"{cfg['preset']}, {length}, {seeds} seed{'s' * (seeds > 1)}, "
+            f"{cores} core{'s' * (cores > 1)}")
 
 
 def markdown(payload: dict[str, Any], figure: str) -> str:
-    from benchmarks.llm import tables
-
     """The generated part of the results page: setup, our table, timing, the paper's
     table, how the run differs from the paper."""
+    from benchmarks.llm import tables
+
     cfg, results = payload["config"], payload["results"]
     zs = payload.get("zero_shot") or {}
     run = record.RunRecord.from_dict(payload["record"])
@@ -514,25 +523,25 @@ NOTES = """\
 
 def write(out_dir: Path | None, report_path: Path | None,
           payload: dict[str, Any]) -> dict[str, Path]:
-    """Writes ``llm.json`` and ``llm.png`` under ``out_dir`` (if given) and the Markdown
+    """Writes ``llm.json.xz`` and ``llm.png`` under ``out_dir`` (if given) and the Markdown
     page ``report_path`` (if given) with its figure and JSON in ``llm/`` beside it."""
     cfg = payload["config"]
-    title = f"{payload['model']['name']} / {cfg['task']} / preset {cfg['preset']}"
+    caption = f"{payload['model']['name']} / {cfg['task']} / preset {cfg['preset']}"
     envelope = payload.get("regret", {}).get("envelope", ())
     paths = {}
     if out_dir is not None:
         out_dir = Path(out_dir)
-        paths["json"] = write_json(out_dir / "llm.json", payload)
-        paths["png"] = plot(payload["results"], out_dir / "llm.png", title, envelope)
+        paths["json"] = write_json(out_dir / f"llm{common.RESULTS}", payload)
+        paths["png"] = plot(payload["results"], out_dir / "llm.png", caption, envelope)
     if report_path is not None:
         report_path = Path(report_path)
         beside = report_path.parent / "llm"
         fig = plot(payload["results"],
-                   beside / f"{report_path.stem}_{cfg['preset']}_{cfg['task']}.png", title,
+                   beside / f"{report_path.stem}_{cfg['preset']}_{cfg['task']}.png", caption,
                    envelope)
-        paths["report json"] = write_json(beside / f"{report_path.stem}.json", payload)
-        paths["markdown"] = common.write_markdown(
-            report_path, TITLE, markdown(payload, str(fig.relative_to(report_path.parent))),
-            "llm")
+        paths["report json"] = write_json(beside / f"{report_path.stem}{common.RESULTS}",
+                                          payload)
+        generated = markdown(payload, str(fig.relative_to(report_path.parent)))
+        paths["markdown"] = common.write_markdown(report_path, title(payload), generated, "llm")
         paths["figure"] = fig
     return paths

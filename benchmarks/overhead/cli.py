@@ -13,13 +13,12 @@ Three sections, in one process (one core pinned on CPU), compilation excluded:
 Examples:
   python -m benchmarks overhead --out docs/results              # the committed page
   python -m benchmarks overhead --preset gpu --out docs/results --report docs/results/overhead_gpu.md
-  python -m benchmarks overhead --render docs/results/overhead.json   # re-render only
+  python -m benchmarks overhead --render docs/results/overhead.json.xz   # re-render only
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 from pathlib import Path
 
@@ -52,10 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interleaved timings per configuration (median reported)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin to one core (default: the preset's; on for cpu)")
-    flags.add_out(parser, Path("out"))
-    flags.add_report(parser, "OUT/overhead.md")
-    flags.add_render(parser)
-    flags.add_quiet(parser)
+    flags.add_outputs(parser, Path("out"), "OUT/overhead.md")
 
 
 def _counts(values: list[str] | None) -> tuple[int, ...] | None:
@@ -96,8 +92,9 @@ def main(args: argparse.Namespace) -> int:
     if args.render is not None:
         if not args.render.exists():
             flags.fail(f"--render: no such file {args.render}")
-        record = json.loads(args.render.read_text())
-        target = args.report or args.render.with_suffix(".md")
+        record = common.read_json(args.render)
+        stem = args.render.name.removesuffix(common.RESULTS).removesuffix(".json")
+        target = args.report or args.render.parent / f"{stem}.md"
         report.render(record, target, target.parent)
         print(f"rendered {target}")
         return 0
@@ -112,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
         record = run(preset, command=command)
     record["record"] = recorder.record.as_dict()  # the harness's run record
     report_path = args.report or args.out / "overhead.md"
-    json_path = args.out / f"{report_path.stem}.json"
+    json_path = args.out / f"{report_path.stem}{common.RESULTS}"
     common.write_json(json_path, record)
     report.render(record, report_path, args.out)
     print(f"wrote {json_path} and {report_path}")

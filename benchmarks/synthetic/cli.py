@@ -13,18 +13,18 @@ Examples:
   python -m benchmarks synthetic --mode budget --ablation switch --preset paper
   python -m benchmarks synthetic --preset paper --seeds 0-999 --workers 1   # 1,000 seeds
   python -m benchmarks synthetic --methods zoaq radazo:k=2 zoaq:backbone=zo_adamm
-  python -m benchmarks synthetic --render docs/results/synthetic.json --out docs/results
+  python -m benchmarks synthetic --render docs/results/synthetic.json.xz --out docs/results
 
-Writes DIR/synthetic.json (synthetic_<ablation>.json, synthetic_budget*.json), PNG figures
-under DIR/synthetic/, and the Markdown report DIR/synthetic.md (and the like; --report
-names it for a single protocol). Methods are specs of benchmarks.methods: zoaq, radazo
-(R-AdaZO K=10), radazo:k=2, zo_adamm, statzo, zoar, auto_k, zoaq:reset=half ...
+Writes DIR/synthetic.json.xz (synthetic_<ablation>.json.xz, synthetic_budget*.json.xz; see
+benchmarks.common.write_json), PNG figures under DIR/synthetic/, and the Markdown report
+DIR/synthetic.md (and the like; --report names it for a single protocol). Methods are
+specs of benchmarks.methods: zoaq, radazo (R-AdaZO K=10), radazo:k=2, zo_adamm, statzo,
+zoar, auto_k, zoaq:reset=half ...
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from benchmarks import common, flags, presets
@@ -51,10 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps per run (default: the preset's)")
     parser.add_argument("--budget", type=flags.positive_int,
                         help="budget mode: oracle calls per run (default: the preset's)")
-    flags.add_out(parser, Path("out"))
-    flags.add_report(parser, "OUT/synthetic*.md")
-    flags.add_render(parser)
-    flags.add_quiet(parser)
+    flags.add_outputs(parser, Path("out"), "OUT/synthetic*.md")
     flags.add_workers(parser)
 
 
@@ -111,7 +108,7 @@ def _budget(p, results, record, args) -> Path:
     rows = budgets.regret_rows(p, results)
     stem = f"synthetic_{p.name}"
     if not args.render:
-        common.write_json(args.out / f"{stem}.json", {
+        common.write_json(args.out / f"{stem}{common.RESULTS}", {
             "record": record.as_dict(), "protocol": budgets.as_dict(p), "grid": p.grid,
             "budgets": p.budgets, "regret": rows, "results": results})
     md = report.budget_page(p, results, rows, record, args.out, _report_path(args, stem))
@@ -123,7 +120,7 @@ def _budget(p, results, record, args) -> Path:
 def _steps(protocol, results, record, args) -> Path:
     stem = report.stem(protocol)
     if not args.render:
-        report.write_json(args.out / f"{stem}.json", protocol, results, record)
+        report.write_json(args.out / f"{stem}{common.RESULTS}", protocol, results, record)
     md = report.steps_page(protocol, results, record, args.out, _report_path(args, stem))
     print(f"\n{protocol.name} -> {md}")
     print(report.main_tables(results, protocol) if protocol.name == "main"
@@ -132,10 +129,10 @@ def _steps(protocol, results, record, args) -> Path:
 
 
 def render(args: argparse.Namespace) -> int:
-    """Re-renders the report of a results JSON of either mode (no computation)."""
+    """Re-renders the report of a results file of either mode (no computation)."""
     if not args.render.is_file():
         flags.fail(f"--render {args.render} does not exist")
-    data = json.loads(args.render.read_text())
+    data = common.read_json(args.render)
     if "units" in data:
         _steps(*report.read_json(data), args)
     else:

@@ -9,6 +9,7 @@ from test_attack_data import write_mnist_idx
 
 from benchmarks.__main__ import main as benchmarks_main
 from benchmarks.attack import data, protocol, train
+from benchmarks.common import read_json, write_json
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
             "--trace-len", "10", "--out", str(out)]
     assert benchmarks_main(argv) == 0
 
-    results = json.loads((out / "attack.json").read_text())
+    results = read_json(out / "attack.json.xz")
     records = results["records"]
     assert len(records) == 2  # seeds x one image x one method
     for r in records:
@@ -51,7 +52,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     # computed on the merged records of both runs and saved with them.
     assert benchmarks_main([*argv[:argv.index("--methods") + 1], "auto_k", "radazo:k=1",
                             *argv[argv.index("--seeds"):]]) == 0
-    merged = json.loads((out / "attack.json").read_text())
+    merged = read_json(out / "attack.json.xz")
     [anytime] = merged["anytime"]
     assert (anytime["goal"], anytime["attacks"]) == ("targeted", 2)
     assert set(anytime["methods"]) == {"zoaq", "auto_k", "radazo:k=1"}
@@ -76,10 +77,10 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     results["runs"].append({**run, "record": {**run["record"], "command": command + " --chunk 7"},
                             "methods": {"radazo": run["methods"]["zoaq"]}})
     results["records"] += [{**r, "method": "radazo", "base": "radazo"} for r in records]
-    (out / "attack.json").write_text(json.dumps(results))
-    before[out / "attack.json"] = (out / "attack.json").stat().st_mtime_ns
+    write_json(out / "attack.json.xz", results)
+    before[out / "attack.json.xz"] = (out / "attack.json.xz").stat().st_mtime_ns
     elsewhere = tiny_mnist / "docs" / "report.md"
-    assert benchmarks_main(["attack", "--render", str(out / "attack.json"), "--out", str(out),
+    assert benchmarks_main(["attack", "--render", str(out / "attack.json.xz"), "--out", str(out),
                             "--report", str(elsewhere)]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.iterdir()} == before
     assert (tiny_mnist / "docs" / "report" / "queries_mnist_paper_targeted.png").exists()
@@ -89,7 +90,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     assert f"- `{command}`" in text and f"- `{command} --chunk 7`" in text
     # hand-written text outside the generated block survives a re-render
     elsewhere.write_text(elsewhere.read_text() + "\n## Notes\n\nkeep me\n")
-    assert benchmarks_main(["attack", "--render", str(out / "attack.json"), "--out", str(out),
+    assert benchmarks_main(["attack", "--render", str(out / "attack.json.xz"), "--out", str(out),
                             "--report", str(elsewhere)]) == 0
     assert elsewhere.read_text().endswith("keep me\n") and "Query distributions" in text
 
@@ -114,7 +115,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     (["--methods", "zoaq:n_hits=4"], "error: bad override 'n_hits=4'"),
     (["--seeds", "5-1"], "error: empty seed range"),
     (["--data", "/nonexistent/mnist"], "error: --data /nonexistent/mnist does not exist"),
-    (["--render", "/nonexistent/attack.json"], "error: --render .* does not exist"),
+    (["--render", "/nonexistent/attack.json.xz"], "error: --render .* does not exist"),
 ])
 def test_cli_rejects_bad_input_before_any_work(args, message, tmp_path, monkeypatch):
     from benchmarks.attack import experiment

@@ -70,3 +70,26 @@ def test_quiet_bars_silence_progress_and_restore_the_environment(capsys, monkeyp
     with common.quiet_bars(False):
         list(common.progress(range(3), desc="shown"))
     assert "shown" in capsys.readouterr().err
+
+
+def test_results_files_read_back_every_float_exactly(tmp_path):
+    """Stored results (``.json.xz``) keep float32 traces at float32's digits and every other
+    value as it is: read back, the object is equal, keys in the same order."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    trace = rng.standard_normal(200).astype(np.float32)
+    obj = {"trace": trace, "widened": trace.astype(np.float64).tolist(),
+           "float64": rng.standard_normal(50).tolist(), "mixed": [0.1, 2, None, "inf"],
+           "one": [np.float32(0.3).item()], "nested": [{"k": [1.5, 2.5], "n": 3}]}
+    path = common.write_json(tmp_path / "r.json.xz", obj)
+    back = common.read_json(path)
+    assert json.dumps(back) == json.dumps(common.to_jsonable(obj))
+    assert back["widened"] == trace.astype(np.float64).tolist()  # exactly, not approximately
+    plain = common.write_json(tmp_path / "r.json", obj)
+    assert common.read_json(plain) == back
+    assert path.stat().st_size < plain.stat().st_size / 3
+    with pytest.raises(ValueError, match="__float32__"):
+        common.write_json(tmp_path / "bad.json.xz", {"__float32__": [1.0, 2.0]})

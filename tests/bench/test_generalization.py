@@ -1,7 +1,6 @@
 """The generalization benchmark: the held-out set's coverage, the lr/mu rule, budgets, and
 the CLI end to end on a tiny run."""
 
-import json
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks.__main__ import main as cli
+from benchmarks.common import read_json
 from benchmarks.generalization import experiment
 from benchmarks.generalization.objectives import HELD_OUT, MAX_BUDGET, TUNING
 
@@ -53,7 +53,7 @@ def test_cli_runs_scores_and_re_renders(tmp_path):
     argv = ["generalization", "--problems", "sum_powers", "--budget", "1000", "--seeds", "0",
             "--methods", "radazo:k=1", "auto_k", "--workers", "1", "--out", str(tmp_path)]
     assert cli(argv) == 0
-    data = json.loads((tmp_path / "generalization_heldout.json").read_text())
+    data = read_json(tmp_path / "generalization_heldout.json.xz")
     for r in data["results"]:  # a log period may overshoot by at most 4 steps
         assert all(1000 <= c <= 1000 + 4 * 2 * (r["fixed_k"] or 16) for c in r["num_queries"])
     assert [(row["problem"], row["method"]) for row in data["regret"]] == [
@@ -62,7 +62,7 @@ def test_cli_runs_scores_and_re_renders(tmp_path):
     md = (tmp_path / "generalization_heldout.md").read_text()
     assert "within 1% of that quality counts as reached" in md and "median regret" in md
     again = tmp_path / "again"
-    assert cli(["generalization", "--render", str(tmp_path / "generalization_heldout.json"),
+    assert cli(["generalization", "--render", str(tmp_path / "generalization_heldout.json.xz"),
                 "--out", str(again)]) == 0
     assert (again / "generalization_heldout.md").read_text() == md
 

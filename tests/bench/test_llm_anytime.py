@@ -1,12 +1,12 @@
 """Anytime mode: runs stop at an FE budget; query regret against the fixed-K envelope."""
 
 import argparse
-import json
 import math
 
 import pytest
 from llm_helpers import tiny_bundle
 
+from benchmarks.common import read_json
 from benchmarks.llm import cli, train
 from benchmarks.llm.methods import REGISTRY
 from benchmarks.llm.report import best_within, mean_curve, regret
@@ -111,7 +111,7 @@ def test_cli_budget_writes_the_regret_table(tmp_path):
     argv = ["--preset", "smoke", "--methods", "radazo:k=1,zoaq:k_max=2", "--budget", "8",
             "--out", str(out), "--report", str(report), "--quiet"]
     assert cli.main(parser.parse_args(argv)) == 0
-    payload = json.loads((out / "llm.json").read_text())
+    payload = read_json(out / "llm.json.xz")
     assert "--budget 8" in payload["record"]["command"] and payload["config"]["eval_every_fe"] == 1
     assert [r["total_fe"] >= 8 for r in payload["results"]] == [True, True]
     assert payload["results"][0]["total_fe"] == 8  # K=1: 4 steps of 2 FE

@@ -10,6 +10,7 @@ import jax
 import pytest
 
 from benchmarks import presets
+from benchmarks.common import read_json
 from benchmarks.llm import cli, config, data, experiment, models, opt
 from benchmarks.llm import tokenizer as tok
 
@@ -42,7 +43,7 @@ def test_presets_are_frozen_dataclasses_with_the_papers_protocol():
 def test_paper_preset_runs_on_cpu_at_tiny_size_with_a_seed_range(tmp_path):
     assert _main(["--preset", "paper", "--model", "tiny-llama", "--seeds", "0-1",
                   "--out", str(tmp_path)] + TINY) == 0
-    payload = json.loads((tmp_path / "llm.json").read_text())
+    payload = read_json(tmp_path / "llm.json.xz")
     cfg = payload["config"]
     assert cfg["preset"] == "paper" and cfg["seeds"] == [0, 1] and cfg["probe_every"] == 10
     assert [(r["method"], r["seed"]) for r in payload["results"]] == [
@@ -80,7 +81,7 @@ def test_paper_preset_runs_opt_from_a_local_folder(tmp_path):
     out = tmp_path / "out"
     assert _main(["--preset", "paper", "--model", f"opt:{folder}", "--seeds", "0",
                   "--out", str(out)] + TINY) == 0
-    payload = json.loads((out / "llm.json").read_text())
+    payload = read_json(out / "llm.json.xz")
     assert payload["model"]["architecture"] == "opt" and payload["model"]["name"] == "opt-tiny"
     assert payload["results"][0]["total_fe"] == 2 * 2  # two steps of K=1
 
@@ -102,7 +103,10 @@ def _generated(text: str) -> str:
 
 @pytest.mark.parametrize("name", ["llm", "llm_mezo_cpu", "llm_anytime", "llm_speed", "llm_speed_1core"])
 def test_committed_pages_render_bit_for_bit_from_their_json(name, tmp_path):
-    """Every committed LLM page is its JSON rendered by this code."""
+    """Every committed LLM page is its results file rendered by this code, title included
+    (a new page gets the renderer's title, which tells the LLM pages apart)."""
     page = tmp_path / f"{name}.md"
-    assert _main(["--render", str(RESULTS / "llm" / f"{name}.json"), "--report", str(page)]) == 0
-    assert _generated(page.read_text()) == _generated((RESULTS / f"{name}.md").read_text())
+    assert _main(["--render", str(RESULTS / "llm" / f"{name}.json.xz"), "--report", str(page)]) == 0
+    committed = (RESULTS / f"{name}.md").read_text()
+    assert _generated(page.read_text()) == _generated(committed)
+    assert page.read_text().partition("\n")[0] == committed.partition("\n")[0]

@@ -1,6 +1,5 @@
 """Training: FE counted exactly, the loop's records, the smoke preset end to end, CLI errors."""
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -8,6 +7,7 @@ import jax
 import pytest
 from llm_helpers import tiny_bundle
 
+from benchmarks.common import read_json
 from benchmarks.llm import cli, lora, methods, train
 
 
@@ -82,13 +82,13 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
         ]
     )
     assert cli.main(args) == 0
-    payload = json.loads((out / "llm.json").read_text())
+    payload = read_json(out / "llm.json.xz")
     assert [r["method"] for r in payload["results"]] == ["radazo", "zoaq"]
     command = payload["record"]["command"]
     assert command.startswith("python -m benchmarks llm --preset smoke --methods radazo zoaq ")
     assert "--steps 4 --eval-every 2" in command
     # the page's JSON lies beside it
-    assert json.loads((report.parent / "llm" / "llm.json").read_text()) == payload
+    assert read_json(report.parent / "llm" / "llm.json.xz") == payload
     for r in payload["results"]:
         assert {"total_fe", "best_eval_loss", "accuracy", "dev_accuracy", "curve"} <= set(r)
         assert len(r["curve"]) == 3
@@ -102,7 +102,7 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     # --render rewrites the page from the JSON alone.
     again = tmp_path / "again.md"
     before = {p: p.stat().st_mtime_ns for p in out.iterdir()}
-    args = parser.parse_args(["--render", str(out / "llm.json"), "--report", str(again)])
+    args = parser.parse_args(["--render", str(out / "llm.json.xz"), "--report", str(again)])
     assert cli.main(args) == 0 and again.read_text() == text.replace(
         "(llm/llm_smoke_sst2.png)", "(llm/again_smoke_sst2.png)"
     )
@@ -110,7 +110,7 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in out.iterdir()} == before
     # Hand-written text around the generated block survives a re-render.
     report.write_text(text + "\n## Notes\n\nkeep me\n")
-    args = parser.parse_args(["--render", str(out / "llm.json"), "--report", str(report)])
+    args = parser.parse_args(["--render", str(out / "llm.json.xz"), "--report", str(report)])
     assert cli.main(args) == 0 and report.read_text() == text + "\n## Notes\n\nkeep me\n"
 
 

@@ -7,7 +7,6 @@ No timings are asserted: speed is reported as ratios measured in one run.
 from __future__ import annotations
 
 import functools
-import json
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +16,7 @@ import pytest
 
 import zoaq_jax
 from benchmarks.__main__ import main as bench_main
+from benchmarks.common import read_json
 from benchmarks.overhead import measure
 
 
@@ -28,7 +28,7 @@ def test_gpu_preset_runs_on_cpu_at_smoke_sizes(tmp_path):
             "--seeds-calls", "40", "--repeats", "1", "--no-pin", "--out", str(out),
             "--report", str(out / "overhead_gpu.md")]
     assert bench_main(argv) == 0
-    record = json.loads((out / "overhead_gpu.json").read_text())
+    record = read_json(out / "overhead_gpu.json.xz")
     assert record["preset"]["name"] == "gpu" and "--preset gpu" in record["command"]
     assert record["record"]["command"] == record["command"]  # the harness's run record
     sections = record["sections"]
@@ -50,7 +50,7 @@ def test_gpu_preset_runs_on_cpu_at_smoke_sizes(tmp_path):
     # --render rebuilds the generated block from the JSON alone, keeping hand-written text
     path = out / "overhead_gpu.md"
     path.write_text(report + "\nHand-written note.\n")
-    assert bench_main(["overhead", "--render", str(out / "overhead_gpu.json"),
+    assert bench_main(["overhead", "--render", str(out / "overhead_gpu.json.xz"),
                        "--report", str(path)]) == 0
     assert path.read_text() == report + "\nHand-written note.\n"
 
@@ -64,7 +64,7 @@ def test_fixed_method_accounting_is_exact():
 
 @pytest.mark.parametrize("argv, message", [
     (["--methods", "nope"], "unknown method"),
-    (["--render", "missing.json"], "no such file"),
+    (["--render", "missing.json.xz"], "no such file"),
 ])
 def test_errors_are_clear(argv, message, capsys):
     with pytest.raises(SystemExit) as err:

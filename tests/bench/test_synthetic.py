@@ -1,6 +1,5 @@
 """The synthetic benchmark: objectives, the vmapped runner, and the CLI end to end."""
 
-import json
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +8,7 @@ import pytest
 
 import zoaq_jax
 from benchmarks.__main__ import main as cli
+from benchmarks.common import read_json
 from benchmarks.synthetic import protocol, report, runner
 from benchmarks.synthetic.methods import REGISTRY, Settings, variant
 from benchmarks.synthetic.objectives import OBJECTIVES
@@ -74,7 +74,7 @@ def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
     code = cli(["synthetic", "--preset", "smoke", "--functions", "quadratic", "levy",
                 "--seeds", "1-2", "--out", str(tmp_path), "--workers", "1"])
     assert code == 0
-    data = json.loads((tmp_path / "synthetic.json").read_text())
+    data = read_json(tmp_path / "synthetic.json.xz")
     recs = data["records"]
     assert {(r["function"], r["method"], r["seed"]) for r in recs} == {
         (f, m, s) for f in ("quadratic", "levy") for m in ("zoaq", "radazo") for s in (1, 2)}
@@ -95,7 +95,7 @@ def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
     assert "--workers 1" in text and "--preset smoke" in text  # the command as run
     assert f"- Run: started {record['started']}" in text and "- Machine: " in text
     # the report re-renders from its JSON alone, bit for bit
-    assert cli(["synthetic", "--render", str(tmp_path / "synthetic.json"),
+    assert cli(["synthetic", "--render", str(tmp_path / "synthetic.json.xz"),
                 "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "synthetic.md").read_text() == text
     # the report keeps hand-written text outside the generated block
@@ -109,7 +109,7 @@ def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
 def test_objective_switch_ablation_continues_the_run(tmp_path):
     assert cli(["synthetic", "--ablation", "switch", "--preset", "smoke", "--seeds", "0",
                 "--out", str(tmp_path), "--workers", "1"]) == 0
-    data = json.loads((tmp_path / "synthetic_switch.json").read_text())
+    data = read_json(tmp_path / "synthetic_switch.json.xz")
     for r in data["records"]:
         steps = r["trace"]["step"]
         assert steps[0] == 0 and steps[-1] == 80 and np.all(np.diff(steps) > 0)
@@ -190,7 +190,7 @@ def test_trigger_metrics_are_per_function():
 def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_path):
     assert cli(["synthetic", "--mode", "budget", "--preset", "smoke", "--functions", "quadratic",
                 "least_squares", "--seeds", "0,1", "--workers", "1", "--out", str(tmp_path)]) == 0
-    data = json.loads((tmp_path / "synthetic_budget.json").read_text())
+    data = read_json(tmp_path / "synthetic_budget.json.xz")
     budget = data["protocol"]["budget"]
     for r in data["results"]:
         # a log period may overshoot by at most log_every steps of the method's budget
@@ -203,7 +203,7 @@ def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_pat
     assert "Query regret" in md and "auto_k" in md
     # the report re-renders from its JSON alone, to the same text
     again = tmp_path / "again"
-    assert cli(["synthetic", "--render", str(tmp_path / "synthetic_budget.json"),
+    assert cli(["synthetic", "--render", str(tmp_path / "synthetic_budget.json.xz"),
                 "--out", str(again)]) == 0
     assert (again / "synthetic_budget.md").read_text() == md
 

@@ -1,19 +1,34 @@
 """The tutorial and the README example run as written (the docs build is its own CI step)."""
 
+import contextlib
+import io
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_tutorial_code_blocks_run_in_order():
-    text = (ROOT / "docs" / "tutorial.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) >= 5
+def tutorial_blocks() -> list[tuple[str, str]]:
+    """The tutorial's code blocks, each with the output shown in the ``text`` block after it."""
+    fences = re.findall(r"```(\w+)\n(.*?)```", (ROOT / "docs" / "tutorial.md").read_text(),
+                        flags=re.S)
+    pairs = [(code, after) for (lang, code), after in zip(fences, [*fences[1:], ("", "")])
+             if lang == "python"]
+    missing = [code.split("\n")[0] for code, (lang, _) in pairs if lang != "text"]
+    assert not missing, f"code blocks without their output: {missing}"
+    return [(code, output) for code, (_, output) in pairs]
+
+
+def test_tutorial_blocks_print_their_expected_output():
+    """Every code block, run in order, prints exactly the output the page shows."""
+    blocks = tutorial_blocks()
+    assert len(blocks) >= 9
     namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/tutorial.md", "exec"), namespace)  # noqa: S102
-    assert namespace["trace"].value.shape == (64, 3)
+    for number, (code, expected) in enumerate(blocks, 1):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, f"docs/tutorial.md block {number}", "exec"), namespace)  # noqa: S102
+        assert printed.getvalue() == expected, f"block {number}"
 
 
 def test_readme_example_runs_and_makes_progress():
@@ -48,3 +63,19 @@ def test_every_documented_namedtuple_field_has_a_description():
             lines = [f"Alias for field number {cls._fields.index(field)}"]
             conf._describe_fields(None, "attribute", f"{name}.{field}", None, None, lines)
             assert lines == [comments[field]] and lines[0], (name, field)
+
+
+def test_docs_results_stay_under_5_mb():
+    """Results are stored compactly (``benchmarks.common.write_json``, palette PNGs)."""
+    size = sum(p.stat().st_size for p in (ROOT / "docs" / "results").rglob("*") if p.is_file())
+    assert size < 5_000_000, f"docs/results holds {size / 1e6:.2f} MB"
+
+
+def test_every_page_has_its_own_title():
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    titles = {}
+    for page in pages:
+        (first,) = re.findall(r"^# (.+)$", page.read_text(), flags=re.M)[:1]
+        titles.setdefault(first, []).append(page.relative_to(ROOT).as_posix())
+    assert len(pages) >= 20
+    assert {t: p for t, p in titles.items() if len(p) > 1} == {}

@@ -193,13 +193,11 @@ def adaptive_estimator(
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates
-        centre_calls = int(difference == "forward" and value is None)
-        per_direction = oracle.FiniteDifference(value_fn, mu, difference).calls_per_direction
-        min_calls = centre_calls + per_direction * k_min
+        diff = oracle.FiniteDifference(value_fn, mu, difference)
+        min_calls = diff.step_calls(k_min, diff.centre_calls(value))
         return ledger.skip_unaffordable(
-            state.ledger, min_calls,
-            lambda: step_fn(state, params, value_fn, value, extra_args),
-            lambda: (optax.tree.cast_like(dirs.zeros(params), params), state))
+            state, params, min_calls,
+            lambda: step_fn(state, params, value_fn, value, extra_args))
 
     def step_fn(state, params, value_fn, value, extra_args):
         """One step that the query limit affords (at least ``k_min`` directions)."""

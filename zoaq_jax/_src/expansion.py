@@ -108,14 +108,14 @@ class StepOracle(NamedTuple):
 
     def step_calls(self, k: Any) -> Any:
         """Oracle calls of a step that buys ``k`` fresh directions, centre included."""
-        return self.centre_calls + self.diff.calls_per_direction * k
+        return self.diff.step_calls(k, self.centre_calls)
 
     def value_estimate(self, cand: Candidate) -> jax.Array:
         """The step's own estimate of ``f(x)``: the centre value (forward) or the mean
         midpoint of the finite central pairs; NaN when there is none."""
         if self.centre is not None:
             return self.centre.astype(jnp.float32)
-        return jnp.where(cand.n_ok > 0, cand.value_sum / jnp.maximum(cand.n_ok, 1), jnp.nan)
+        return oracle.mean_value(cand.value_sum, cand.n_ok)
 
 
 def open_step(

@@ -43,6 +43,7 @@ import numpy as np
 import optax
 
 from zoaq_jax._src import checks, oracle
+from zoaq_jax._src import directions as dirs
 
 
 COUNT_MAX = 2**31 - 1
@@ -147,17 +148,22 @@ def advance(ledger: QueryLedger, *, k: jax.Array, calls: jax.Array, nonfinite: j
     )
 
 
-def skip_unaffordable(ledger: QueryLedger, min_calls: int, take: Callable[[], Any],
-                      skip: Callable[[], Any]) -> Any:
-    """``take()`` if the ledger can afford a step's ``min_calls``, else ``skip()``.
+def skip_unaffordable(state: Any, params: Any, min_calls: int,
+                      take: Callable[[], tuple[Any, Any]]) -> tuple[Any, Any]:
+    """``take()`` (an estimator's ``(update, state)``) if ``state.ledger`` can afford a
+    step's ``min_calls``, else the skipped step: a zero update and ``state`` unchanged.
 
     A skipped step makes no oracle call (a ``lax.cond``; under ``vmap`` both branches
     run, and the skipped lanes' evaluations are uncounted compute, not queries). Without
     a limit this is ``take()`` alone, the same program as before limits existed.
     """
-    if ledger.query_limit is None:
+    if state.ledger.query_limit is None:
         return take()
-    return jax.lax.cond(calls_left(ledger) >= min_calls, take, skip)
+
+    def skip():
+        return optax.tree.cast_like(dirs.zeros(params), params), state
+
+    return jax.lax.cond(calls_left(state.ledger) >= min_calls, take, skip)
 
 
 def limit_queries(state: Any, max_queries: Any) -> Any:

@@ -163,18 +163,26 @@ class FiniteDifference(NamedTuple):
     def calls_per_direction(self) -> int:
         return 2 if self.scheme == "central" else 1
 
-    def centre(self, params: Any, value: Any) -> tuple[jax.Array | None, int]:
-        """The centre value ``f(x)`` and the oracle calls it cost.
+    def centre_calls(self, value: Any) -> int:
+        """Oracle calls of a step's centre value: 1 for forward differences that query
+        ``f(x)``; 0 when the caller passes ``value`` (its call to count) and for central
+        differences, which need no centre."""
+        return int(self.scheme == "forward" and value is None)
 
-        Central differences need no centre (``None``, 0 calls). Forward differences use
-        ``value`` when the caller already has ``f(x)`` (it is then the caller's call to
-        count, 0 here), and query it otherwise (1 call).
-        """
+    def step_calls(self, k: Any, centre_calls: int) -> Any:
+        """Oracle calls of a step that buys ``k`` directions and ``centre_calls`` for its
+        centre value (:meth:`centre_calls`; 0 for an estimator without a centre)."""
+        return centre_calls + self.calls_per_direction * k
+
+    def centre(self, params: Any, value: Any) -> tuple[jax.Array | None, int]:
+        """The centre value ``f(x)`` (``None`` for central differences; ``value`` when the
+        caller already has it) and the oracle calls it cost (:meth:`centre_calls`)."""
+        calls = self.centre_calls(value)
         if self.scheme == "central":
-            return None, 0
+            return None, calls
         if value is not None:
-            return _at_least_f32(jnp.reshape(jnp.asarray(value), ())), 0
-        return _at_least_f32(self.fn(dirs.promote(params))), 1
+            return _at_least_f32(jnp.reshape(jnp.asarray(value), ())), calls
+        return _at_least_f32(self.fn(dirs.promote(params))), calls
 
     def values(self, params: Any, directions: Any) -> jax.Array:
         """``f(x + mu u_i)`` for a batch of directions, in one vectorised call."""
@@ -197,6 +205,13 @@ class FiniteDifference(NamedTuple):
             plus, minus = jnp.split(self.values(params, both), 2)
             r, value = (plus - minus) / (2 * self.mu), (plus + minus) / 2
         return r.astype(jnp.float32), value.astype(jnp.float32)
+
+
+def mean_value(value_sum: jax.Array, n_ok: jax.Array) -> jax.Array:
+    """A step's free estimate of ``f(x)`` from its ``n_ok`` finite records, whose own
+    estimates (central midpoints, or forward ``f(x + mu u)``) sum to ``value_sum``; NaN
+    when there is none."""
+    return jnp.where(n_ok > 0, value_sum / jnp.maximum(n_ok, 1), jnp.nan)
 
 
 def _at_least_f32(value: jax.Array) -> jax.Array:

@@ -109,10 +109,9 @@ def zoar_estimator(
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
         del updates, value  # the forward form needs no centre value
-        calls = oracle.FiniteDifference(value_fn, mu, difference).calls_per_direction * k
+        calls = oracle.FiniteDifference(value_fn, mu, difference).step_calls(k, 0)
         return ledger.skip_unaffordable(  # ZoAR's k is fixed: a step buys all k or none
-            state.ledger, calls, lambda: step_fn(state, params, value_fn, extra_args),
-            lambda: (optax.tree.cast_like(dirs.zeros(params), params), state))
+            state, params, calls, lambda: step_fn(state, params, value_fn, extra_args))
 
     def step_fn(state, params, value_fn, extra_args):
         """One step of ``k`` fresh directions."""
@@ -129,8 +128,8 @@ def zoar_estimator(
             fresh, midpoints = diff.responses(params, u, None)
         ok = jnp.isfinite(fresh)
         n_ok = jnp.sum(ok, dtype=jnp.int32)
-        value_estimate = jnp.where(  # mean f(x + mu u) (forward) or midpoint (central)
-            n_ok > 0, jnp.sum(jnp.where(ok, midpoints, 0.0)) / jnp.maximum(n_ok, 1), jnp.nan)
+        # mean f(x + mu u) (forward) or midpoint (central)
+        value_estimate = oracle.mean_value(jnp.sum(jnp.where(ok, midpoints, 0.0)), n_ok)
         stored = jnp.asarray(fresh, jnp.float32)  # the values the buffer keeps
 
         def coeffs(values):  # a record's coefficients in the running sums
@@ -165,7 +164,7 @@ def zoar_estimator(
                                   records, exact, refresh)
         g, _ = expansion.finish(sums[0], n, 1.0, n_ok)
         new_ledger = ledger.advance(
-            state.ledger, k=k, calls=diff.calls_per_direction * k, nonfinite=k - n_ok,
+            state.ledger, k=k, calls=diff.step_calls(k, 0), nonfinite=k - n_ok,
             zero=jnp.sum(zero, dtype=jnp.int32), value=value_estimate)
         new_state = ZoARState(
             ledger=new_ledger, history=records, retained_sum=sums[0],
