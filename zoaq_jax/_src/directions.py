@@ -18,7 +18,9 @@ construction by :func:`family`:
   estimators multiply by :func:`estimator_scale` ``= d`` to stay unbiased (the R-AdaZO
   paper's form).
 * ``"rademacher"``: i.i.d. entries :math:`u_j = \\pm 1` with probability 1/2 each (the
-  perturbations of FZOO), so :math:`E[u u^\\top] = I` and :math:`E[u_j^4] = 1`.
+  perturbations of FZOO), so :math:`E[u u^\\top] = I` and :math:`E[u_j^4] = 1`. Each
+  entry takes one random bit (32 entries per generated 32-bit word), so drawing is far
+  cheaper than a Gaussian draw, which takes a word per entry.
 * ``"sparse:P"`` (:math:`0 < p \\le 1`): :math:`u = (m \\odot z) / \\sqrt p` with
   :math:`z \\sim \\mathcal N(0, I_d)` and an independent mask
   :math:`m_j \\sim \\mathrm{Bernoulli}(p)`: :math:`E[u_j^2] = p \\cdot 1 / p = 1` and
@@ -111,6 +113,18 @@ class Family:
 def family(spec: Any) -> Family:
     """Parses a ``directions=`` spec: ``NAME`` or ``NAME:VALUE``, e.g. ``"sparse:0.1"``.
 
+    Args:
+      spec: ``"gaussian"``, ``"sphere"``, ``"rademacher"``, ``"sparse:P"`` with
+        :math:`0 < P \\le 1` or ``"lowrank:R"`` with an integer :math:`R \\ge 1`.
+
+    Returns:
+      The :class:`Family` that :func:`sample` draws from.
+
+    Example:
+      >>> from zoaq_jax._src import directions
+      >>> directions.family("sparse:0.1")
+      Family(name='sparse', density=0.1, rank=0)
+
     Raises:
       ValueError: an unknown name, a missing or malformed value, a density outside
         ``(0, 1]`` or a rank below 1 (at construction, naming ``directions``).
@@ -152,10 +166,19 @@ def fits_in_batch(n: int, like: Any) -> bool:
     return n * dimension(like) <= _BATCH_LIMIT
 
 
+def _signs(key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
+    """I.i.d. +-1 entries, one random bit each: 32 entries per 32-bit draw (the generator's
+    cost is per word, so this is about 32 times fewer words than ``random.rademacher``)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    words = jax.random.bits(key, (-(-size // 32),), jnp.uint32)
+    bits = (words[:, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1
+    return (2 * bits.reshape(-1)[:size].astype(dtype) - 1).reshape(shape)
+
+
 def _draw_leaf(kind: Family, key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
     """One leaf of a direction of ``kind`` (before the sphere's normalisation)."""
     if kind.name == "rademacher":
-        return jax.random.rademacher(key, shape, dtype)
+        return _signs(key, shape, dtype)
     if kind.name == "sparse":
         key, mask_key = jax.random.split(key)
         keep = jax.random.bernoulli(mask_key, kind.density, shape)
