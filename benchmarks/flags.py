@@ -62,12 +62,14 @@ def items(values: Sequence[str] | None) -> list[str]:
     """The items of a list option given as separate words, comma-separated, or both.
 
     ``--methods a b,c`` gives ``["a", "b", "c"]``. A ``key=value`` after a method spec
-    with overrides belongs to it: ``zoaq:n_hist=4,k_max=2`` is one item.
+    with overrides belongs to it: ``zoaq:n_hist=4,k_max=2`` is one item, and so is
+    ``radazo:k=4,directions=sparse:0.1`` (a ``:`` after the ``=`` is part of the value).
     """
     out: list[str] = []
     for value in values or ():
         for part in split(value):
-            if out and "=" in part and ":" not in part and ":" in out[-1]:
+            key, eq, _ = part.partition("=")
+            if out and eq and ":" not in key and ":" in out[-1]:
                 out[-1] += "," + part  # another override of the previous spec
             else:
                 out.append(part)

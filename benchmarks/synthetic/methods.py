@@ -67,8 +67,12 @@ class Variant:
 
     @property
     def fixed_k(self) -> int | None:
-        """K of a fixed-budget method on a moment backbone (R-AdaZO, ZO-AdaMM), else None."""
-        return self.method.fixed_k if self.method.base in ("radazo", "zo_adamm") else None
+        """K of a fixed-budget method on a moment backbone (R-AdaZO, ZO-AdaMM) with the
+        default Gaussian directions, else None: the fixed-K envelope is Gaussian, and
+        other direction families (``radazo:directions=rademacher``) are scored against it."""
+        if self.method.base not in ("radazo", "zo_adamm"):
+            return None
+        return self.method.fixed_k if self.method.get("directions") == "gaussian" else None
 
     @property
     def backbone(self) -> str:

@@ -20,6 +20,8 @@ def test_list_items_may_be_words_commas_or_both():
     assert flags.items(["radazo", "zoaq-1-4,zoaq-1-2", " 3 , "]) == [
         "radazo", "zoaq-1-4", "zoaq-1-2", "3"]
     assert flags.items(None) == []
+    assert flags.items(["radazo:k=4,directions=sparse:0.1,mu=0.1", "zoaq"]) == [
+        "radazo:k=4,directions=sparse:0.1,mu=0.1", "zoaq"]
 
 
 def test_command_line_spells_out_every_setting():

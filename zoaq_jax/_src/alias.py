@@ -271,6 +271,7 @@ def mezo(
     k: int = 1,
     mu: float = 1e-3,
     weight_decay: float = 0.0,
+    directions: str = "gaussian",
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""MeZO: ZO-SGD with central Gaussian differences and decoupled weight decay.
@@ -286,6 +287,8 @@ def mezo(
       k: directions per step (``2k`` forward passes).
       mu: perturbation scale.
       weight_decay: :math:`\lambda \ge 0`.
+      directions: MeZO's Gaussian :math:`z_i` by default; any family of
+        :func:`fixed_estimator` (e.g. ``"sparse:0.1"`` for random sparse masks).
       key: integer seed or typed key.
 
     Returns:
@@ -303,7 +306,7 @@ def mezo(
     """
     checks.non_negative("weight_decay", weight_decay)
     return _chain(
-        fixed_estimator(k=k, mu=mu, difference="central", directions="gaussian", key=key),
+        fixed_estimator(k=k, mu=mu, difference="central", directions=directions, key=key),
         optax.add_decayed_weights(weight_decay),
         learning_rate,
     )
@@ -315,6 +318,7 @@ def zoar(
     n_hist: int = 8,
     mu: float = 5e-3,
     difference: str = "forward",
+    directions: str = "gaussian",
     b1: float = 0.9,
     b2: float = 0.99,
     eps: float = 1e-8,
@@ -328,7 +332,7 @@ def zoar(
 
     Args:
       learning_rate: step size or schedule.
-      k, n_hist, mu, difference, refresh, key: see :func:`zoar_estimator`.
+      k, n_hist, mu, difference, directions, refresh, key: see :func:`zoar_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
 
@@ -347,7 +351,7 @@ def zoar(
       2025.
     """
     estimator = zoar_estimator(k=k, n_hist=n_hist, mu=mu, difference=difference,
-                               refresh=refresh, key=key)
+                               directions=directions, refresh=refresh, key=key)
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
 
 

@@ -139,7 +139,9 @@ def adaptive_estimator(
       n_hist: retained records :math:`N_{hist} \ge 0`.
       mu: smoothing radius :math:`\mu > 0`.
       difference: ``"central"`` or ``"forward"``.
-      directions: ``"gaussian"`` or ``"sphere"``.
+      directions: the family of directions: ``"gaussian"``, ``"sphere"``, ``"rademacher"``,
+        ``"sparse:P"`` (mask density P) or ``"lowrank:R"`` (rank R on matrix leaves);
+        math and references in :mod:`zoaq_jax._src.directions`.
       reuse_after_expand: pool retained records into candidates beyond the start budget
         (False: the AlwaysGradient ablation, expanded candidates are fresh only).
       predraw: draw all ``k_max`` candidate directions of a step in one batch before the
@@ -177,7 +179,7 @@ def adaptive_estimator(
     retained.check_refresh(refresh)
     schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
-    checks.choice("directions", directions, dirs.KINDS)
+    family = dirs.family(directions)
     checks.choice("evaluation", evaluation, expansion.EVALUATIONS)
     slots = k_max  # fresh records of one step: every K grid ends exactly at k_max
 
@@ -203,7 +205,7 @@ def adaptive_estimator(
         """One step that the query limit affords (at least ``k_min`` directions)."""
         step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
         step_key = schedule.step_key(state.ledger)
-        scale = dirs.estimator_scale(directions, params)
+        scale = dirs.estimator_scale(family, params)
         k_start = jnp.where(step.centre_bad, k_min, budget.start(state.budget))
         k_cap, left = None, ledger.calls_left(state.ledger)
         if left is not None:  # a query limit: the largest grid point it affords
@@ -217,7 +219,7 @@ def adaptive_estimator(
             if n_hist:
                 keys = schedule.record_keys(state.ledger,
                                             *history.oldest(state.history, min(slots, n_hist)))
-            oldest, drawn = expansion.draw_step(directions, step_key, slots, params, keys)
+            oldest, drawn = expansion.draw_step(family, step_key, slots, params, keys)
 
         def evidence(cand: expansion.Candidate) -> Evidence:
             if not n_hist:
@@ -234,7 +236,7 @@ def adaptive_estimator(
             return score, passed | step.centre_bad
 
         cand = expansion.accept_or_expand(
-            expansion.fresh_acquirer(step, params, step_key, directions, drawn, evaluation),
+            expansion.fresh_acquirer(step, params, step_key, family, drawn, evaluation),
             test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
             second_moment=gate.second_moment, evaluation=evaluation,
             k_cap=k_cap,
@@ -248,7 +250,7 @@ def adaptive_estimator(
             records = history.push(state.history, jnp.arange(slots, dtype=jnp.int32),
                                    cand.responses, state.ledger.step, keep)
             (retired,) = retained.leaving_sums(
-                directions, schedule, state.ledger, params, state.history, keep,
+                family, schedule, state.ledger, params, state.history, keep,
                 cand.responses, lambda r: (r,), None if oldest is None else (drawn, oldest))
             running = retained.running((state.retained_sum,), (cand.total,), (retired,),
                                        jnp.sum(keep) == n_hist)
@@ -256,7 +258,7 @@ def adaptive_estimator(
                                    (state.retained_sum,))
             exact = jnp.where(history.valid(records), records.responses, 0.0)
             (retained_sum,) = retained.refreshed(
-                running, directions, schedule, state.ledger, params, records, (exact,), refresh)
+                running, family, schedule, state.ledger, params, records, (exact,), refresh)
         new_state = AdaptiveState(
             ledger=step.charge(state.ledger, cand),
             gate=gate.update(state.gate, context, g, usable, cand.score),

@@ -1,24 +1,68 @@
 """Random search directions, regenerated from PRNG keys instead of stored.
 
 A direction is a PyTree shaped like the parameters. Leaf ``i`` of the direction drawn
-from key ``k`` is ``normal(fold_in(k, i), leaf.shape)``, so a record needs only its key:
-the full direction is recomputed whenever it is needed, and no state array ever holds
+from key ``k`` is drawn from ``fold_in(k, i)``, so a record needs only its key: the full
+direction is recomputed whenever it is needed, and no state array ever holds
 ``n_hist * d`` numbers. Directions are drawn in at least float32, whatever the leaf
 dtype, so that bf16 parameters still get well-resolved directions. Only real
 floating-point leaves are optimised (Python floats included); PRNG key leaves are
 carried: their direction, estimate and update components are ``None`` (an empty
 subtree, which Optax's transformations skip), and the objective receives them unchanged.
 
-Two distributions are offered:
+Every estimator takes the distribution as ``directions=``, a string parsed at
+construction by :func:`family`:
 
-* ``"gaussian"``: :math:`u \\sim \\mathcal N(0, I_d)`, so :math:`E[u u^\\top] = I`.
+* ``"gaussian"`` (default): :math:`u \\sim \\mathcal N(0, I_d)`, so
+  :math:`E[u u^\\top] = I`; leaf ``i`` is ``normal(fold_in(k, i))``.
 * ``"sphere"``: :math:`u` uniform on the unit sphere, so :math:`E[u u^\\top] = I/d`; the
   estimators multiply by :func:`estimator_scale` ``= d`` to stay unbiased (the R-AdaZO
   paper's form).
+* ``"rademacher"``: i.i.d. entries :math:`u_j = \\pm 1` with probability 1/2 each (the
+  perturbations of FZOO), so :math:`E[u u^\\top] = I` and :math:`E[u_j^4] = 1`. Each
+  entry takes one random bit (32 entries per generated 32-bit word), so drawing is far
+  cheaper than a Gaussian draw, which takes a word per entry.
+* ``"sparse:P"`` (:math:`0 < p \\le 1`): :math:`u = (m \\odot z) / \\sqrt p` with
+  :math:`z \\sim \\mathcal N(0, I_d)` and an independent mask
+  :math:`m_j \\sim \\mathrm{Bernoulli}(p)`: :math:`E[u_j^2] = p \\cdot 1 / p = 1` and
+  :math:`E[u_j u_l] = 0` for :math:`j \\ne l`, so :math:`E[u u^\\top] = I`; about
+  :math:`p d` coordinates are perturbed per direction, and :math:`E[u_j^4] = 3/p`.
+  Sparse MeZO perturbs a subset of the parameters chosen by magnitude; here the subset
+  is drawn at random, fresh for every direction (unbiased for any objective).
+* ``"lowrank:R"`` (integer :math:`r \\ge 1`): a 2-D leaf of shape :math:`(m, n)` gets
+  :math:`u = U V^\\top / \\sqrt r` with :math:`U \\in \\mathbb R^{m \\times r}`,
+  :math:`V \\in \\mathbb R^{n \\times r}` of i.i.d. standard normals;
+  :math:`E[u_{ij} u_{kl}] = \\frac1r \\sum_{a, b} E[U_{ia} U_{kb}] E[V_{ja} V_{lb}]
+  = \\frac1r \\sum_{a,b} \\delta_{ik} \\delta_{ab} \\delta_{jl} \\delta_{ab}
+  = \\delta_{ik} \\delta_{jl}`, so :math:`E[\\mathrm{vec}(u) \\mathrm{vec}(u)^\\top] = I`
+  (entries are uncorrelated but not independent; :math:`E[u_{ij}^4] = 3 + 6 / r`).
+  Leaves that are not 2-D get Gaussian directions. The estimate
+  :math:`r_\\mu(x, u) u = \\langle \\nabla f, U V^\\top\\rangle U V^\\top / r` (as
+  :math:`\\mu \\to 0`) is LOZO's, which perturbs by :math:`\\epsilon U V^\\top` and
+  divides by :math:`r` (LOZO also keeps :math:`V` for several steps; here both factors
+  are fresh for every direction).
+
+With :math:`E[u u^\\top] = I` the estimate :math:`r_\\mu(x, u)\\, u` is unbiased for the
+gradient up to smoothing: on a quadratic, central differences are exact,
+:math:`r = g^\\top u`, and :math:`E[(g^\\top u) u] = E[u u^\\top] g = g` for every family.
+For i.i.d. zero-mean, unit-variance entries with fourth moment :math:`\\kappa`,
+
+.. math:: \\mathrm{Var}[(g^\\top u) u_j] = \\|g\\|^2 + (\\kappa - 2) g_j^2
+
+(Gaussian :math:`\\kappa = 3`; Rademacher :math:`\\kappa = 1`, always lower;
+sparse :math:`\\kappa = 3/p`, higher as :math:`p` falls).
+
+References:
+  Dang et al., FZOO: Fast Zeroth-Order Optimizer for Fine-Tuning Large Language Models
+  towards Adam-Scale Speed, arXiv:2506.09034, 2025 (``"rademacher"``).
+  Liu et al., Sparse MeZO: Less Parameters for Better Performance in Zeroth-Order LLM
+  Fine-Tuning, arXiv:2402.15751, 2024 (``"sparse"``).
+  Chen et al., Enhancing Zeroth-order Fine-tuning for Language Models with Low-rank
+  Structures (LOZO), ICLR 2025, arXiv:2410.07698 (``"lowrank"``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +70,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-KINDS = ("gaussian", "sphere")
+KINDS = ("gaussian", "sphere", "rademacher", "sparse", "lowrank")
+_SPECS = "'gaussian', 'sphere', 'rademacher', 'sparse:P' (0 < P <= 1) or 'lowrank:R' (int R >= 1)"
 
 # Up to this many numbers (128 Ki, 512 KiB in float32) a batch of directions is drawn in
 # one vectorised call; above it, directions are drawn when and where they are used. On a
@@ -56,9 +101,64 @@ def dimension(like: Any) -> int:
                    if optimised(x)))
 
 
-def estimator_scale(kind: str, like: Any) -> float:
-    """Factor that makes ``mean(r_i u_i)`` unbiased: ``d`` for sphere, 1 for gaussian."""
-    return float(dimension(like)) if kind == "sphere" else 1.0
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A parsed ``directions=`` spec (static and hashable): see the module docstring."""
+
+    name: str  # one of KINDS
+    density: float = 1.0  # "sparse": the mask's probability p of keeping a coordinate
+    rank: int = 0  # "lowrank": the rank r of a 2-D leaf's direction
+
+
+def family(spec: Any) -> Family:
+    """Parses a ``directions=`` spec: ``NAME`` or ``NAME:VALUE``, e.g. ``"sparse:0.1"``.
+
+    Args:
+      spec: ``"gaussian"``, ``"sphere"``, ``"rademacher"``, ``"sparse:P"`` with
+        :math:`0 < P \\le 1` or ``"lowrank:R"`` with an integer :math:`R \\ge 1`.
+
+    Returns:
+      The :class:`Family` that :func:`sample` draws from.
+
+    Example:
+      >>> from zoaq_jax._src import directions
+      >>> directions.family("sparse:0.1")
+      Family(name='sparse', density=0.1, rank=0)
+
+    Raises:
+      ValueError: an unknown name, a missing or malformed value, a density outside
+        ``(0, 1]`` or a rank below 1 (at construction, naming ``directions``).
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"directions must be a string, one of {_SPECS}; got {spec!r}.")
+    name, colon, value = spec.partition(":")
+    if name not in KINDS:
+        raise ValueError(f"directions must be one of {_SPECS}; got {spec!r}.")
+    if name in ("sparse", "lowrank") and not colon:
+        example = "'sparse:0.1'" if name == "sparse" else "'lowrank:4'"
+        raise ValueError(f"directions={spec!r} needs a value after ':', e.g. {example}.")
+    if name == "sparse":
+        try:
+            density = float(value)
+        except ValueError:
+            density = float("nan")
+        if not 0 < density <= 1:
+            raise ValueError(f"directions={spec!r}: the mask density P of 'sparse:P' must be "
+                             "a number with 0 < P <= 1, e.g. 'sparse:0.1'.")
+        return Family(name, density=density)
+    if name == "lowrank":
+        if not (value.isdigit() and int(value) >= 1):
+            raise ValueError(f"directions={spec!r}: the rank R of 'lowrank:R' must be an "
+                             "integer >= 1, e.g. 'lowrank:4'.")
+        return Family(name, rank=int(value))
+    if colon:
+        raise ValueError(f"directions={spec!r}: {name!r} takes no ':' value.")
+    return Family(name)
+
+
+def estimator_scale(kind: Family, like: Any) -> float:
+    """Factor that makes ``mean(r_i u_i)`` unbiased: ``d`` for sphere, else 1."""
+    return float(dimension(like)) if kind.name == "sphere" else 1.0
 
 
 def fits_in_batch(n: int, like: Any) -> bool:
@@ -66,21 +166,46 @@ def fits_in_batch(n: int, like: Any) -> bool:
     return n * dimension(like) <= _BATCH_LIMIT
 
 
-def sample(kind: str, key: jax.Array, like: Any) -> Any:
+def _signs(key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
+    """I.i.d. +-1 entries, one random bit each: 32 entries per 32-bit draw (the generator's
+    cost is per word, so this is about 32 times fewer words than ``random.rademacher``)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    words = jax.random.bits(key, (-(-size // 32),), jnp.uint32)
+    bits = (words[:, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1
+    return (2 * bits.reshape(-1)[:size].astype(dtype) - 1).reshape(shape)
+
+
+def _draw_leaf(kind: Family, key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
+    """One leaf of a direction of ``kind`` (before the sphere's normalisation)."""
+    if kind.name == "rademacher":
+        return _signs(key, shape, dtype)
+    if kind.name == "sparse":
+        key, mask_key = jax.random.split(key)
+        keep = jax.random.bernoulli(mask_key, kind.density, shape)
+        return jnp.where(keep, jax.random.normal(key, shape, dtype) / np.sqrt(kind.density), 0)
+    if kind.name == "lowrank" and len(shape) == 2:
+        u_key, v_key = jax.random.split(key)
+        u = jax.random.normal(u_key, (shape[0], kind.rank), dtype)
+        v = jax.random.normal(v_key, (shape[1], kind.rank), dtype)
+        return jnp.matmul(u, v.T, precision=jax.lax.Precision.HIGHEST) / np.sqrt(kind.rank)
+    return jax.random.normal(key, shape, dtype)
+
+
+def sample(kind: Family, key: jax.Array, like: Any) -> Any:
     """Draws one direction shaped like ``like`` from ``key``."""
     leaves, treedef = jax.tree.flatten(like)
     z = [
-        jax.random.normal(jax.random.fold_in(key, i), jnp.shape(x), compute_dtype(x))
+        _draw_leaf(kind, jax.random.fold_in(key, i), jnp.shape(x), compute_dtype(x))
         if optimised(x) else None
         for i, x in enumerate(leaves)
     ]
-    if kind == "sphere":
+    if kind.name == "sphere":
         norm = jnp.sqrt(sum(jnp.sum(jnp.square(zi)) for zi in z if zi is not None))
         z = [None if zi is None else zi / norm.astype(zi.dtype) for zi in z]
     return jax.tree.unflatten(treedef, z)
 
 
-def sample_many(kind: str, keys: jax.Array, like: Any) -> Any:
+def sample_many(kind: Family, keys: jax.Array, like: Any) -> Any:
     """Draws one direction per key; every leaf gains a leading axis of ``len(keys)``."""
     return jax.vmap(lambda k: sample(kind, k, like))(keys)
 
@@ -112,7 +237,7 @@ def norm(a: Any) -> jax.Array:
 
 
 def regenerate_sums(
-    kind: str, keys: Callable[[jax.Array, int], jax.Array], coeffs: tuple[jax.Array, ...],
+    kind: Family, keys: Callable[[jax.Array, int], jax.Array], coeffs: tuple[jax.Array, ...],
     like: Any, count: jax.Array,
 ) -> tuple[Any, ...]:
     """Returns ``sum_{i < count} c[i] * u(key_i)`` for each ``c`` in ``coeffs``.

@@ -44,7 +44,7 @@ class Candidate(NamedTuple):
 
 
 def draw_step(
-    kind: str, key: jax.Array, slots: int, like: Any, retained_keys: jax.Array | None = None,
+    kind: dirs.Family, key: jax.Array, slots: int, like: Any, retained_keys: jax.Array | None = None,
 ) -> tuple[Any, Any]:
     """Draws a step's ``slots`` fresh directions, and those of ``retained_keys``, at once.
 
@@ -130,7 +130,7 @@ def open_step(
 
 
 def fresh_acquirer(
-    step: StepOracle, params: Any, key: jax.Array, kind: str, drawn: Any = None,
+    step: StepOracle, params: Any, key: jax.Array, kind: dirs.Family, drawn: Any = None,
     evaluation: str = "loop",
 ) -> Callable[[jax.Array, int], tuple[jax.Array, jax.Array, Any]]:
     """``acquire(first, size)`` for :func:`accept_or_expand` at ``params``.

@@ -26,14 +26,16 @@ def fixed_estimator(
     with central responses :math:`r = (f(x + \mu u) - f(x - \mu u)) / (2\mu)` (2 calls a
     direction) or forward ones :math:`r = (f(x + \mu u) - f(x)) / \mu` (1 call a direction
     plus one centre value a step), :math:`n` the number of finite responses and
-    :math:`s` = 1 (gaussian) or :math:`d` (sphere). Non-finite responses are discarded
+    :math:`s` = :math:`d` for sphere directions, else 1. Non-finite responses are discarded
     (counted in ``num_nonfinite``); a step without any finite response returns zeros.
 
     Args:
       k: directions per step.
       mu: smoothing radius :math:`\mu > 0`.
       difference: ``"central"`` or ``"forward"``.
-      directions: ``"gaussian"`` or ``"sphere"``.
+      directions: the family of directions: ``"gaussian"``, ``"sphere"``, ``"rademacher"``,
+        ``"sparse:P"`` (mask density P) or ``"lowrank:R"`` (rank R on matrix leaves);
+        math and references in :mod:`zoaq_jax._src.directions`.
       key: integer seed or typed key (``jax.random.key``).
 
     Returns:

@@ -50,7 +50,7 @@ def _keys(schedule: ledger.KeySchedule, book: ledger.QueryLedger, steps: jax.Arr
 
 
 def leaving_sums(
-    kind: str, schedule: ledger.KeySchedule, book: ledger.QueryLedger, like: Any,
+    kind: dirs.Family, schedule: ledger.KeySchedule, book: ledger.QueryLedger, like: Any,
     buffer: history.History, keep: jax.Array, responses: jax.Array,
     coeffs: Callable[[jax.Array], tuple[jax.Array, ...]], drawn: Any = None,
 ) -> tuple[Any, ...]:
@@ -100,7 +100,7 @@ def running(sums: tuple[Any, ...], added: tuple[Any, ...], left: tuple[Any, ...]
 
 
 def refreshed(
-    sums: tuple[Any, ...], kind: str, schedule: ledger.KeySchedule, book: ledger.QueryLedger,
+    sums: tuple[Any, ...], kind: dirs.Family, schedule: ledger.KeySchedule, book: ledger.QueryLedger,
     like: Any, buffer: history.History, exact: tuple[jax.Array, ...], refresh: Any,
 ) -> tuple[Any, ...]:
     """``sums``, or their exact recomputation from ``buffer`` when one is due.

@@ -47,7 +47,9 @@ def statzo_estimator(
       k_step: grid spacing.
       theta: tolerance :math:`\theta > 0` of the norm test.
       mu: smoothing radius :math:`\mu > 0`.
-      directions: ``"gaussian"`` or ``"sphere"``.
+      directions: the family of directions: ``"gaussian"``, ``"sphere"``, ``"rademacher"``,
+        ``"sparse:P"`` (mask density P) or ``"lowrank:R"`` (rank R on matrix leaves);
+        math and references in :mod:`zoaq_jax._src.directions`.
       difference: ``"forward"`` (classical, with a centre query) or ``"central"``.
       evaluation: ``"loop"``, ``"unrolled"`` or ``"vectorized"``: how a step evaluates
         its candidates (see :func:`adaptive_estimator`).

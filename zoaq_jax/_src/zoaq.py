@@ -84,7 +84,9 @@ def zoaq_estimator(
         Appendix "Threshold Interface"); ``tau0`` is projected too.
       difference: ``"central"`` (2 calls a direction) or ``"forward"`` (1 call a
         direction plus one centre value a step).
-      directions: ``"gaussian"`` or ``"sphere"``.
+      directions: the family of directions: ``"gaussian"``, ``"sphere"``, ``"rademacher"``,
+        ``"sparse:P"`` (mask density P) or ``"lowrank:R"`` (rank R on matrix leaves);
+        math and references in :mod:`zoaq_jax._src.directions`.
       controller: ``"adaptive"`` (the paper's controller), ``"always_accept"``
         (AlwaysMomentum ablation: accept at the start budget) or ``"fresh_on_expand"``
         (AlwaysGradient ablation: candidates after a failed test use fresh records only).

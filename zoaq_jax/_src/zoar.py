@@ -29,12 +29,13 @@ def zoar_estimator(
     n_hist: int = 8,
     mu: float = 5e-3,
     difference: str = "forward",
+    directions: str = "gaussian",
     refresh: int = retained.REFRESH,
     key: Any = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator; history is counted in steps.
 
-    Each step draws ``k`` fresh Gaussian directions and appends their records to a
+    Each step draws ``k`` fresh directions (Gaussian by default) and appends their records to a
     FIFO that keeps the newest :math:`n = (N_{hist} + 1) k` records.
 
     * ``difference="forward"`` (the public code's form, an averaged baseline): records
@@ -70,6 +71,7 @@ def zoar_estimator(
       n_hist: past steps kept :math:`N_{hist} \ge 0`.
       mu: smoothing radius :math:`\mu > 0`.
       difference: ``"forward"`` (averaged baseline) or ``"central"``.
+      directions: the family of directions (see :func:`fixed_estimator`).
       refresh: steps between exact recomputations of the running sums (bounds their
         rounding drift; see ``docs/design.md``).
       key: integer seed or typed key.
@@ -96,6 +98,7 @@ def zoar_estimator(
     retained.check_refresh(refresh)
     schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
+    family = dirs.family(directions)
     capacity = (n_hist + 1) * k
     forward = difference == "forward"
 
@@ -117,10 +120,10 @@ def zoar_estimator(
         """One step of ``k`` fresh directions."""
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
         step_key = schedule.step_key(state.ledger)
-        u = dirs.sample_many("gaussian", ledger.direction_keys(step_key, 0, k), params)
+        u = dirs.sample_many(family, ledger.direction_keys(step_key, 0, k), params)
         oldest = None  # the k oldest records, which a full buffer evicts: drawn at once
         if dirs.fits_in_batch(k, params):  # when small, else regenerated as they leave
-            oldest = dirs.sample_many("gaussian", schedule.record_keys(
+            oldest = dirs.sample_many(family, schedule.record_keys(
                 state.ledger, *history.oldest(state.history, k)), params)
         if forward:
             fresh = midpoints = diff.values(params, u)
@@ -139,7 +142,7 @@ def zoar_estimator(
 
         sums = (state.retained_sum, state.direction_sum) if forward else (state.retained_sum,)
         added = tuple(dirs.weighted_sum(jnp.where(ok, c, 0.0), u) for c in coeffs(stored))
-        left = retained.leaving_sums("gaussian", schedule, state.ledger, params, state.history,
+        left = retained.leaving_sums(family, schedule, state.ledger, params, state.history,
                                      ok, stored, coeffs, None if oldest is None else (u, oldest))
         sums = list(retained.running(sums, added, left, n_ok == capacity))
         records = history.push(state.history, jnp.arange(k, dtype=jnp.int32), fresh,
@@ -160,7 +163,7 @@ def zoar_estimator(
             baseline = None
             exact = (jnp.where(kept, records.responses, 0.0),)
             zero = ok & (fresh == 0)
-        sums = retained.refreshed(tuple(sums), "gaussian", schedule, state.ledger, params,
+        sums = retained.refreshed(tuple(sums), family, schedule, state.ledger, params,
                                   records, exact, refresh)
         g, _ = expansion.finish(sums[0], n, 1.0, n_ok)
         new_ledger = ledger.advance(

@@ -1,0 +1,249 @@
+"""Direction families (``directions=``): moments, unbiasedness, variance, every estimator.
+
+Statistical checks use fixed keys and a tolerance of 5 standard errors per entry,
+estimated from the same samples (a false failure has probability below 1e-6 per entry),
+or a stated relative tolerance on variances.
+"""
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import zoaq_jax
+from zoaq_jax._src import directions as dirs
+
+NEW = ("rademacher", "sparse:0.25", "lowrank:2")
+FAMILIES = ("gaussian", "sphere") + NEW
+# A matrix leaf (low-rank directions apply) and a vector leaf (Gaussian fallback): d = 16.
+LIKE = {"w": jnp.zeros((3, 4)), "b": jnp.zeros(4)}
+D = 16
+
+
+def _flat(tree):
+    """``[n, d]``: a batch of PyTrees (leading axis n) as rows."""
+    return np.concatenate([np.asarray(x, np.float64).reshape(x.shape[0], -1)
+                           for x in jax.tree.leaves(tree)], axis=1)
+
+
+@functools.cache
+def _draws(spec, n=8000):
+    """``n`` directions shaped like LIKE, as rows ``[n, d]``."""
+    keys = jax.random.split(jax.random.key(0), n)
+    return _flat(jax.jit(lambda k: dirs.sample_many(dirs.family(spec), k, LIKE))(keys))
+
+
+def _assert_mean(samples, expected):
+    se = samples.std(0, ddof=1) / np.sqrt(len(samples))
+    assert np.all(np.abs(samples.mean(0) - expected) <= 5 * se + 1e-12), (
+        samples.mean(0), expected, se)
+
+
+@pytest.mark.parametrize("spec", FAMILIES)
+def test_second_moment_is_the_identity(spec):
+    """E[u u'] = I (sphere: I / d), entry by entry, from 8000 draws."""
+    u = _draws(spec)
+    outer = (u[:, :, None] * u[:, None, :]).reshape(len(u), -1)
+    expected = np.eye(D) / (D if spec == "sphere" else 1)
+    _assert_mean(outer, expected.ravel())
+
+
+def test_each_family_has_its_support():
+    """Rademacher entries are +-1; sparse keeps a fraction p (binomial 5-sigma); low-rank
+    matrix leaves have rank <= r and its vector leaves are the Gaussian ones."""
+    assert set(np.unique(_draws("rademacher"))) == {-1.0, 1.0}
+    kept = _draws("sparse:0.25") != 0
+    assert abs(kept.mean() - 0.25) <= 5 * np.sqrt(0.25 * 0.75 / kept.size)
+    keys = jax.random.split(jax.random.key(1), 50)
+    like = {**LIKE, "t": jnp.zeros((3, 4, 1))}  # a 3-D leaf: Gaussian too
+    draw = jax.jit(lambda spec_keys, spec: dirs.sample_many(dirs.family(spec), spec_keys, like),
+                   static_argnums=1)
+    low, gauss = draw(keys, "lowrank:2"), draw(keys, "gaussian")
+    singular = np.linalg.svd(np.asarray(low["w"], np.float64), compute_uv=False)  # [50, 3]
+    assert np.all(singular[:, 1] > 1e-3 * singular[:, 0])
+    assert np.all(singular[:, 2] < 1e-5 * singular[:, 0])  # rank 2 up to float32 rounding
+    np.testing.assert_array_equal(low["b"], gauss["b"])
+    np.testing.assert_array_equal(low["t"], gauss["t"])
+
+
+# f(W, b) = 0.5 x'Ax + c'x over x = (b, vec W): central differences are exact.
+_M = jax.random.normal(jax.random.key(42), (D, D))
+A_MAT = _M @ _M.T / D + jnp.eye(D)
+C_VEC = jnp.linspace(-1.0, 1.0, D)
+X = {"w": jnp.linspace(0.5, -0.5, 12).reshape(3, 4), "b": jnp.linspace(-0.3, 0.3, 4)}
+
+
+def _vec(p):
+    """A PyTree as one vector, leaves in ``jax.tree.leaves`` order (as :func:`_flat`)."""
+    return jnp.concatenate([x.ravel() for x in jax.tree.leaves(p)])
+
+
+def quad(p):
+    x = _vec(p)
+    return 0.5 * x @ A_MAT @ x + C_VEC @ x
+
+
+GRAD = np.asarray(A_MAT @ _vec(X) + C_VEC, np.float64)
+
+
+def _estimates(make, n, steps=1):
+    """The estimate of the last of ``steps`` updates at X, one per key 0..n-1: [n, d]."""
+
+    def one(seed):
+        est = make(seed)
+
+        def step(state, _):
+            g, state = est.update(None, state, X, value_fn=quad)
+            return state, g
+
+        return jax.tree.map(lambda g: g[-1], jax.lax.scan(step, est.init(X), None,
+                                                          length=steps)[1])
+
+    return _flat(jax.jit(jax.vmap(one))(jnp.arange(n)))
+
+
+@pytest.mark.parametrize("spec, difference", [*((s, "central") for s in NEW),
+                                              ("lowrank:2", "forward")])
+def test_fixed_estimator_is_unbiased(spec, difference):
+    g = _estimates(lambda s: zoaq_jax.fixed_estimator(
+        k=2, mu=0.05, difference=difference, directions=spec, key=s), 4000)
+    _assert_mean(g, GRAD)
+
+
+def test_zoar_pools_unbiased_low_rank_records():
+    """ZoAR (central, history averaged at one point) draws the family's directions for
+    fresh, evicted and refreshed records (refresh=2: an exact recomputation in 3 steps)."""
+    g = _estimates(lambda s: zoaq_jax.zoar_estimator(
+        k=2, n_hist=1, mu=0.05, difference="central", directions="lowrank:2", refresh=2,
+        key=s), 2000, steps=3)
+    _assert_mean(g, GRAD)
+
+
+def test_zoaq_pools_unbiased_sparse_records():
+    """ZoAQ with k_min = k_max (the gate never selects) pools retained records."""
+    g = _estimates(lambda s: zoaq_jax.zoaq_estimator(
+        k_min=2, k_max=2, n_hist=2, mu=0.05, directions="sparse:0.25", key=s), 2000, steps=3)
+    _assert_mean(g, GRAD)
+
+
+@functools.cache
+def _single(spec):
+    """8000 central estimates with one direction (k = 1) at X."""
+    return _estimates(lambda s: zoaq_jax.fixed_estimator(k=1, mu=0.05, directions=spec, key=s),
+                      8000)
+
+
+@pytest.mark.parametrize("spec, kappa", [("gaussian", 3.0), ("rademacher", 1.0),
+                                         ("sparse:0.5", 6.0)])
+def test_single_direction_variance_follows_the_fourth_moment(spec, kappa):
+    """Central, k = 1: Var[(g'u) u_j] = |g|^2 + (kappa - 2) g_j^2 with kappa = E[u_j^4]
+    (Gaussian 3, Rademacher 1, sparse 3/p), within 5 standard errors of the sample
+    variance, sqrt((m4 - s^4) / n) from the same 8000 keys."""
+    g = _single(spec)
+    expected = np.sum(GRAD**2) + (kappa - 2) * GRAD**2
+    dev = g - g.mean(0)
+    var, m4 = np.mean(dev**2, 0), np.mean(dev**4, 0)
+    assert np.all(np.abs(var - expected) <= 5 * np.sqrt((m4 - var**2) / len(g))), (var, expected)
+
+
+def test_rademacher_estimates_vary_less_than_gaussian_ones():
+    """Total variance (d + kappa - 2)|g|^2: Rademacher's is below Gaussian's by 2|g|^2."""
+    total = {spec: _single(spec).var(0).sum() for spec in ("gaussian", "rademacher")}
+    assert total["rademacher"] < total["gaussian"]
+    norm2 = np.sum(GRAD**2)
+    np.testing.assert_allclose(total["rademacher"], (D - 1) * norm2, rtol=0.1)
+
+
+ALIASES = {  # every public optimizer that draws directions
+    "zoaq": lambda d: zoaq_jax.zoaq(1e-2, k_max=3, n_hist=2, directions=d, key=1),
+    "radazo": lambda d: zoaq_jax.radazo(1e-2, k=2, directions=d, key=1),
+    "zo_adamm": lambda d: zoaq_jax.zo_adamm(1e-2, k=2, directions=d, key=1),
+    "zo_sgd": lambda d: zoaq_jax.zo_sgd(1e-2, k=2, difference="forward", directions=d, key=1),
+    "mezo": lambda d: zoaq_jax.mezo(1e-2, k=2, directions=d, key=1),
+    "statzo": lambda d: zoaq_jax.statzo(1e-2, k_max=3, directions=d, key=1),
+    "zoar": lambda d: zoaq_jax.zoar(1e-2, k=2, n_hist=2, directions=d, key=1),
+    "auto_k": lambda d: zoaq_jax.auto_k(1e-2, k_max=3, window=2, directions=d, key=1),
+}
+
+
+# Each alias compiled with one new family in turn, each family with two or three aliases
+# (the Gaussian and sphere ones are in the property matrix; every family is drawn by the
+# same function); test_every_alias_takes_every_family builds all the pairs.
+PAIRS = [(name, NEW[i % 3]) for i, name in enumerate(sorted(ALIASES))]
+
+
+@pytest.mark.parametrize("name, spec", PAIRS)
+def test_every_alias_compiles_once_and_counts_exactly_with_the_family(name, spec):
+    """One trace for 3 steps, num_queries equal to a host-side call count, finite
+    parameters that moved."""
+    calls, traces = [], []
+
+    def f(p):
+        calls.append(1)
+        return float(np.sum((np.asarray(p["w"], np.float64) - 0.3) ** 2)
+                     + np.sum(np.asarray(p["b"], np.float64) ** 2))
+
+    value_fn = zoaq_jax.host_oracle(f)
+    opt = ALIASES[name](spec)
+
+    @jax.jit
+    def step(p, s):
+        traces.append(1)
+        u, s = opt.update(None, s, p, value_fn=value_fn)
+        return optax.apply_updates(p, u), s
+
+    params = {"w": jnp.ones((3, 4)), "b": jnp.ones(4)}
+    p, s = params, opt.init(params)
+    for _ in range(3):
+        p, s = step(p, s)
+    jax.block_until_ready(p)
+    assert len(traces) == 1
+    assert int(optax.tree.get(s, "num_queries")) == len(calls) > 0
+    moved = _flat(jax.tree.map(lambda a, b: (a - b)[None], p, params))
+    assert np.all(np.isfinite(moved)) and np.any(moved != 0)
+
+
+BAD = [("uniform", ValueError, "directions must be one of"),
+       ("sparse", ValueError, "needs a value after ':'"),
+       ("sparse:0", ValueError, "0 < P <= 1"),
+       ("sparse:1.5", ValueError, "0 < P <= 1"),
+       ("sparse:often", ValueError, "0 < P <= 1"),
+       ("lowrank:0", ValueError, "integer >= 1"),
+       ("lowrank:2.5", ValueError, "integer >= 1"),
+       ("rademacher:2", ValueError, "takes no ':' value"),
+       (None, TypeError, "directions must be a string")]
+
+
+def test_every_alias_takes_every_family():
+    for name, make in ALIASES.items():
+        for spec in FAMILIES + ("sparse:1", "lowrank:7"):
+            assert isinstance(make(spec), optax.GradientTransformationExtraArgs), (name, spec)
+
+
+@pytest.mark.parametrize("name", sorted(ALIASES))
+def test_bad_specs_are_refused_at_construction(name):
+    for spec, error, match in BAD:
+        with pytest.raises(error, match=match):
+            ALIASES[name](spec)
+
+
+def separable(p):
+    """An elementwise polynomial (no dot products): vmap reproduces it bit for bit."""
+    return sum(jnp.sum(x**2 * (1 + 0.1 * x)) for x in jax.tree.leaves(p))
+
+
+@pytest.mark.parametrize("spec", ["sparse:0.25", "lowrank:2"])
+def test_vmap_over_seeds_equals_unbatched_runs(spec):
+    """Lane s of a vmapped update is the update with key s, bit for bit."""
+    def one(seed):
+        est = zoaq_jax.fixed_estimator(k=3, mu=0.05, directions=spec, key=seed)
+        return est.update(None, est.init(X), X, value_fn=separable)[0]
+
+    batched = jax.jit(jax.vmap(one))(jnp.arange(3))
+    for seed in range(3):
+        lane = jax.tree.map(lambda x, seed=seed: x[seed], batched)
+        chex.assert_trees_all_equal(lane, jax.jit(one)(seed))
