@@ -85,7 +85,9 @@ def auto_k_estimator(
         window's mean falls a further factor ``ahead`` below it (:math:`0 \le a < 1`;
         0: only at stalls).
       difference: ``"central"`` (2 calls a direction) or ``"forward"``.
-      directions: ``"gaussian"`` or ``"sphere"``.
+      directions: the family of directions (``"gaussian"``, ``"sphere"``,
+        ``"rademacher"``, ``"sparse:P"``, ``"lowrank:R"``; math and references in
+        :mod:`zoaq_jax._src.directions`).
       key: integer seed or typed key.
 
     Returns:
