@@ -12,13 +12,12 @@ losses, a data parameter named ``value``).
 
 Each entry is compiled a few times only: results are computed once per entry
 (``functools.cache``) and checked by several tests. Every entry goes through the jitted
-step of ``drive``; the scans under x64, ``inject_hyperparams`` and ``vmap`` compile a
-program each and run on ``REPRESENTATIVES`` of the code paths. The expensive axes whose code is
-shared by every entry of a family (Optax wrappers, un-jitted Python-float updates,
-meshes) run on representatives of that code (``WRAPPED``, ``LEAF_CODE``, the mesh
-test's list). Every program is compiled with XLA's backend optimisations off (``FAST``),
-and the jitted step of ``drive`` takes committed arrays only, so that its one trace gives
-one executable.
+step of ``drive``; the axes that compile a program of their own run on representatives
+of the code they exercise: scans (plain, under x64, ``inject_hyperparams``, ``vmap``) on
+``REPRESENTATIVES``, Optax's wrappers on ``WRAPPED``, un-jitted Python-float updates on
+``LEAF_CODE``, meshes on the mesh test's list. Every program is compiled with XLA's
+backend optimisations off (``FAST``), and the jitted step of ``drive`` takes committed
+arrays only, so that its one trace gives one executable.
 """
 
 from __future__ import annotations
@@ -67,8 +66,8 @@ jit = functools.partial(jax.jit, compiler_options=FAST)
 REPRESENTATIVES = ("zoaq", "zoaq_norm_forward", "zoaq_sphere_nohist_zo_adamm",
                    "statzo_estimator_central", "auto_k", "adaptive_estimator_user_rule",
                    "zoar", "zoar_central_sgd", "mezo", "zo_adamm_amsgrad")
-# Optax's wrappers carry the state through a cond and
-# a select: the skeleton with ZoAQ's, auto_k's and a user's rule state, and ZoAR's state.
+# Optax's wrappers carry the state through a cond and a select: the skeleton with ZoAQ's,
+# auto_k's and a user's rule state, and ZoAR's state.
 WRAPPED = ("zoaq", "zoar", "auto_k", "adaptive_estimator_user_rule")
 # The code that touches parameter leaves: the skeleton with and without a buffer (its
 # budget rules, auto_k's or a user's, never see a leaf), ZoAR, the chain with weight decay.

@@ -3,10 +3,11 @@
 Each alias returns ``zoaq_jax.chain(estimator, backbone, optax.scale_by_learning_rate(lr))``
 (an :class:`Estimator`: :func:`optax.chain` of the three, which refuses to be placed after
 another transformation), so ``optax.tree.get(state, ...)`` reaches the estimator's
-diagnostics and any member can be swapped by building the chain by hand. ``learning_rate`` must be a finite number > 0
-(a Python number or an array of shape ``()``) or an Optax schedule. Parameter leaves
-are floating-point arrays or Python floats; PRNG key leaves are carried (their update
-is ``None``; see ``docs/design.md``, Dtypes).
+diagnostics and any member can be swapped by building the chain by hand.
+``learning_rate`` must be a finite number > 0 (a Python number or an array of shape
+``()``) or an Optax schedule. Parameter leaves are floating-point arrays or Python
+floats; PRNG key leaves are carried (their update is ``None``; see ``docs/design.md``,
+Dtypes).
 """
 
 from __future__ import annotations
