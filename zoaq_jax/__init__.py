@@ -1,7 +1,8 @@
 """zoaq_jax: adaptive zeroth-order optimization as composable Optax transformations.
 
 Estimators turn function values into gradient estimates (``updates``); backbones turn
-estimates into steps; aliases chain both with a learning rate. Every estimator is an
+estimates into steps; aliases chain both with a learning rate. An estimator comes first
+in a chain (``zoaq_jax.chain`` refuses anything before it). Every estimator is an
 ``optax.GradientTransformationExtraArgs`` whose ``update`` takes the objective as the
 keyword ``value_fn`` and its data as keywords named after ``value_fn``'s parameters.
 """
@@ -19,6 +20,7 @@ from zoaq_jax._src.alias import (
     zoar,
 )
 from zoaq_jax._src.auto_k import auto_k_estimator
+from zoaq_jax._src.chain import Estimator, chain
 from zoaq_jax._src.controller import (
     AdaptiveState,
     BudgetRule,
@@ -45,6 +47,7 @@ __all__ = [
     "AdaptiveState",
     "BudgetRule",
     "ConsistencyState",
+    "Estimator",
     "Evidence",
     "Gate",
     "History",
@@ -60,6 +63,7 @@ __all__ = [
     "auto_k",
     "auto_k_estimator",
     "budgets",
+    "chain",
     "check_responses",
     "fixed_estimator",
     "gates",

@@ -44,8 +44,9 @@ def zoaq_estimator_with_monitor(k_max, n_hist, mu=5e-3, b1=0.9, key=0):
 
 
 def fixed_on_backbones(learning_rate, k, mu=5e-3, b1=0.9, b2=0.99, eps=1e-8, key=0):
-    """A hand-built chain: fixed estimator, R-AdaZO (eps in the root), monitor, step."""
-    return optax.chain(
+    """A hand-built ``zoaq_jax.chain``: fixed estimator, R-AdaZO (eps in the root), monitor,
+    step."""
+    return zoaq_jax.chain(
         zoaq_jax.fixed_estimator(k=k, mu=mu, difference="forward", directions="sphere", key=key),
         zoaq_jax.scale_by_radazo(b1=b1, b2=b2, eps=eps, eps_in_sqrt=True),
         zoaq_jax.monitor_consistency(b1=b1),

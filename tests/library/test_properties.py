@@ -11,9 +11,13 @@ seeds equal to unbatched runs; construction errors; refused objectives (low-prec
 losses, a data parameter named ``value``).
 
 Each entry is compiled a few times only: results are computed once per entry
-(``functools.cache``) and checked by several tests. The expensive axes whose code is
-shared by every entry of a family (Optax wrappers, un-jitted Python-float updates,
-meshes) run on one representative per family (``REPRESENTATIVES``).
+(``functools.cache``) and checked by several tests. Every entry goes through the jitted
+step of ``drive``; the axes that compile a program of their own run on representatives
+of the code they exercise: scans (plain, under x64, ``inject_hyperparams``, ``vmap``) on
+``REPRESENTATIVES``, Optax's wrappers on ``WRAPPED``, un-jitted Python-float updates on
+``LEAF_CODE``, meshes on the mesh test's list. Every program is compiled with XLA's
+backend optimisations off (``FAST``), and the jitted step of ``drive`` takes committed
+arrays only, so that its one trace gives one executable.
 """
 
 from __future__ import annotations
@@ -43,25 +47,45 @@ STEPS = 2
 TARGET = np.linspace(-1.0, 1.0, 6).astype(np.float32)
 SCALE = np.linspace(0.5, 2.0, 6).astype(np.float32)
 
-# Representatives of the code paths (the adaptive skeleton with and without a buffer,
-# ZoAR, auto_k, a user's rule, the fixed-budget chain with weight decay).
-REPRESENTATIVES = ("zoaq", "zoaq_sphere_nohist_zo_adamm", "zoar", "auto_k",
-                   "adaptive_estimator_user_rule", "mezo")
+# XLA's backend (LLVM) optimisations off: the same programs and semantics, compiled about
+# twice as fast. Every property here is semantic (dtypes, counts, one executable, equal
+# runs of one program, equality to float rounding); the other test files (vmap and
+# sharding in test_transforms.py, identities, statistics) compile at default options.
+FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+jit = functools.partial(jax.jit, compiler_options=FAST)
 
-# d = 10 optimised scalars: float32, bfloat16 and a Python float; the PRNG key leaf is
+# Representatives of the code paths, for the axes that compile a program of their own
+# (scans under x64, inject_hyperparams, vmap): the skeleton with a buffer, central
+# differences, ZoAQ's gate and rule (zoaq); forward differences and the norm trigger
+# (zoaq_norm_forward); sphere directions without a buffer, the ZO-AdaMM backbone
+# (zoaq_sphere_nohist_zo_adamm); the variance test (statzo_estimator_central); auto_k's
+# rule; a user's rule; ZoAR forward and central on the SGD backbone; the fixed-budget chain
+# with weight decay (mezo); AMSGrad's maximum (zo_adamm_amsgrad). The other entries
+# combine these same pieces (other grids, resets, monitors, estimators without a
+# backbone); every entry has every property of the jitted step (``drive``).
+REPRESENTATIVES = ("zoaq", "zoaq_norm_forward", "zoaq_sphere_nohist_zo_adamm",
+                   "statzo_estimator_central", "auto_k", "adaptive_estimator_user_rule",
+                   "zoar", "zoar_central_sgd", "mezo", "zo_adamm_amsgrad")
+# Optax's wrappers carry the state through a cond and a select: the skeleton with ZoAQ's,
+# auto_k's and a user's rule state, and ZoAR's state.
+WRAPPED = ("zoaq", "zoar", "auto_k", "adaptive_estimator_user_rule")
+# The code that touches parameter leaves: the skeleton with and without a buffer (its
+# budget rules, auto_k's or a user's, never see a leaf), ZoAR, the chain with weight decay.
+LEAF_CODE = ("zoaq", "zoaq_sphere_nohist_zo_adamm", "zoar", "mezo")
+
+# d = 9 optimised scalars: float32, bfloat16 and a Python float; the PRNG key leaf is
 # carried (the objective reads it), its updates are None. optax.inject_hyperparams
 # cannot take key leaves nor rank float16 against bfloat16, so the scanned runs
 # (compared with it) use INJECTABLE; keys go through the jitted, donated, checkpointed
 # steps of `drive` and the x64 scan, float16 through the x64 scan.
-INJECTABLE = {"w": jnp.zeros(6), "h": jnp.ones(2, jnp.bfloat16),
-              "f": jnp.full(1, 2.0, jnp.float32), "s": 0.25}
+INJECTABLE = {"w": jnp.zeros(6), "h": jnp.ones(2, jnp.bfloat16), "s": 0.25}
 PARAMS = {**INJECTABLE, "k": jax.random.key(3)}
 
 
 def objective(p, flag=False):
     """A polynomial in the float leaves (vmap reproduces it bit for bit), NaN if ``flag``."""
     w = p["w"] - TARGET
-    rest = [jnp.asarray(p[name]) for name in ("h", "f", "s")]
+    rest = [jnp.asarray(p[name]) for name in ("h", "f", "s") if name in p]
     rest = [x.astype(jnp.promote_types(x.dtype, jnp.float32)) - 0.5 for x in rest]
     value = jnp.sum(SCALE * w**2 * (1 + 0.1 * w**2)) + sum(jnp.sum(x**2) for x in rest)
     if "k" in p:
@@ -81,7 +105,7 @@ def host_objective(calls):
             return np.nan
         w = p["w"].astype(np.float64) - TARGET
         rest = sum(np.sum((np.asarray(p[name], np.float64) - 0.5) ** 2)
-                   for name in ("h", "f", "s"))
+                   for name in ("h", "s"))
         return np.sum(SCALE * w**2 * (1 + 0.1 * w**2)) + rest + 0.01 * float(p["k"][-1])
 
     host = zoaq_jax.host_oracle(f)
@@ -134,7 +158,7 @@ def same_key(a, b):
 def plain(name):
     entry = REGISTRY[name]
     opt = entry.make(key=0)
-    return jax.jit(lambda p: scanned(opt, entry, p))(INJECTABLE), avals(opt.init(INJECTABLE))
+    return jit(lambda p: scanned(opt, entry, p))(INJECTABLE), avals(opt.init(INJECTABLE))
 
 
 @functools.cache
@@ -142,6 +166,12 @@ def ORBAX_DIR():  # noqa: N802 - a constant made once, on first use
     import tempfile
 
     return Path(tempfile.mkdtemp(prefix="zoaq_orbax_"))
+
+
+def committed(tree):
+    """``tree`` on the first device, committed like a jitted step's outputs: a step called
+    with uncommitted arrays compiles its one trace a second time."""
+    return jax.device_put(tree, jax.devices()[0])
 
 
 @functools.cache
@@ -159,15 +189,17 @@ def drive(name):
     user_key = jax.random.key(7)
     opt = entry.make(key=user_key)
 
-    @functools.partial(jax.jit, donate_argnums=1)
+    @functools.partial(jit, donate_argnums=1)
     @chex.assert_max_traces(n=1)
     def step(params, state, flag):
         u, state = opt.update(None, state, params, value_fn=value_fn, flag=flag)
         return apply(entry, params, u), state, u
 
     out = {"init": avals(opt.init(params))}
-    p1, s1, u1 = step(params, opt.init(params), False)
+    params = committed(params)
+    p1, s1, u1 = step(params, committed(opt.init(params)), False)
     out["first"] = (p1, u1, int(optax.tree.get(s1, "num_queries")))
+    out["avals"] = (avals(params), avals(s1), avals(p1), avals(u1))
     flax_bytes = serialization.to_bytes(s1)
     pickled = pickle.dumps(jax.device_get(s1))
     with ocp.StandardCheckpointer() as checkpointer:  # Orbax refuses zero-size arrays
@@ -188,14 +220,15 @@ def drive(name):
         "pickle": pickle.loads(pickled),
         "orbax": from_orbax,
     }
-    out["replays"] = {kind: step(p1, jax.tree.map(jnp.asarray, s), False)
+    out["replays"] = {kind: step(p1, committed(s), False)
                       for kind, s in restored.items()}
     out["key_data"] = np.asarray(jax.random.key_data(user_key))  # not deleted by donation
-    out["again"] = step(params, opt.init(params), False)
+    out["again"] = step(params, committed(opt.init(params)), False)
+    out["executables"] = step._cache_size()
     return out
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", REPRESENTATIVES)
 def test_state_dtypes_and_shapes_are_stable_in_scan(name):
     """float32, bfloat16 and Python float leaves: the scan carry (params, state) keeps
     its type; updates keep the float leaves' dtypes."""
@@ -204,11 +237,11 @@ def test_state_dtypes_and_shapes_are_stable_in_scan(name):
     assert avals(params) == avals(INJECTABLE)
     first = jax.tree.map(lambda u: u[0], updates)
     assert avals(first) == avals(INJECTABLE)
-    for leaf in ("h", "f", "s"):  # low-precision and Python-float leaves move
+    for leaf in ("h", "s"):  # low-precision and Python-float leaves move
         assert np.any(np.asarray(first[leaf], np.float32)), leaf
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", REPRESENTATIVES)
 def test_state_dtypes_and_shapes_are_stable_under_x64(name):
     with jax.enable_x64(True):
         entry = REGISTRY[name]
@@ -218,7 +251,7 @@ def test_state_dtypes_and_shapes_are_stable_under_x64(name):
                   "s": 0.25, "k": jax.random.key(3)}
         opt = entry.make(key=0)
         init = avals(opt.init(params))
-        new_params, state, _ = jax.jit(lambda p: scanned(opt, entry, p))(params)
+        new_params, state, _ = jit(lambda p: scanned(opt, entry, p))(params)
         assert avals(state) == init
         assert avals(new_params) == avals(params)
         same_key(new_params["k"], params["k"])
@@ -229,9 +262,21 @@ def test_state_dtypes_and_shapes_are_stable_under_x64(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_state_dtypes_and_shapes_are_stable_under_jit(name):
+    """float32, bfloat16, float32-scalar and key leaves through the jitted step: the state
+    keeps its type, the params theirs, the updates the float leaves' (keys: ``None``)."""
+    out = drive(name)
+    params, state, new_params, updates = out["avals"]
+    assert state == out["init"]
+    assert new_params == params
+    assert updates == {**params, "k": None}
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_step_compiles_once(name):
-    """Five calls (new flag values, restored checkpoints, a fresh init) share one trace."""
-    drive(name)  # chex.assert_max_traces(n=1) raises inside on a second trace
+    """Seven calls (new flag values, restored checkpoints, a fresh init) share one trace
+    and one executable."""
+    assert drive(name)["executables"] == 1  # assert_max_traces(n=1) raises on a 2nd trace
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -283,10 +328,10 @@ def _injected(name):
         **entry.kwargs, key=0)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", REPRESENTATIVES)
 def test_inject_hyperparams_equals_the_plain_optimizer(name):
     entry = REGISTRY[name]
-    params, state, updates = jax.jit(lambda p: scanned(_injected(name), entry, p))(INJECTABLE)
+    params, state, updates = jit(lambda p: scanned(_injected(name), entry, p))(INJECTABLE)
     (p0, s0, u0), _ = plain(name)
     # Hyperparameters arrive as float32 arrays instead of Python floats; a constant
     # folded in double precision may differ by one ulp, amplified by 1/mu (and, on the
@@ -328,12 +373,12 @@ def test_every_hyperparameter_and_diagnostic_has_a_unique_name(name):
         assert diff == [hyper["mu"] * 2]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", REPRESENTATIVES)
 def test_vmap_over_seeds_equals_unbatched_runs(name):
     """Lane 0 of a vmapped run is the unbatched run with seed 0: counts exactly, floats
     to rounding (XLA may fuse batched arithmetic differently; see design.md)."""
     entry = REGISTRY[name]
-    batched = jax.jit(jax.vmap(lambda seed: scanned(entry.make(key=seed), entry, INJECTABLE)))(
+    batched = jit(jax.vmap(lambda seed: scanned(entry.make(key=seed), entry, INJECTABLE)))(
         jnp.arange(2))
     (params, state, updates), _ = plain(name)
     lane = jax.tree.map(lambda x: x[0], batched)
@@ -408,7 +453,7 @@ def test_a_zero_stability_term_is_refused(name):
         entry.make(eps=0.0)
 
 
-@pytest.mark.parametrize("name", REPRESENTATIVES)
+@pytest.mark.parametrize("name", LEAF_CODE)
 def test_unjitted_update_takes_a_python_float_leaf(name):
     """Un-jitted: the Python float reaches the arithmetic as a float, not an array."""
     entry = REGISTRY[name]
@@ -426,7 +471,7 @@ def test_float16_estimates_saturate_instead_of_overflowing(name):
     entry = REGISTRY[name]
     opt = entry.make(key=0)
     x = jnp.full(4, 30.0, jnp.float16)  # gradient 4 x^3 = 108000 > float16's 65504
-    u, _ = jax.jit(lambda s, p: opt.update(None, s, p, value_fn=lambda y: jnp.sum(y**4)))(
+    u, _ = jit(lambda s, p: opt.update(None, s, p, value_fn=lambda y: jnp.sum(y**4)))(
         opt.init(x), x)
     assert u.dtype == jnp.float16 and np.all(np.isfinite(np.asarray(u, np.float32)))
     if name == "zo_sgd":  # the raw estimate, cast: saturated somewhere, never inf
@@ -437,13 +482,13 @@ def test_float16_estimates_saturate_instead_of_overflowing(name):
 # ----------------------------------------------------------------------------- wrappers
 
 
-@pytest.mark.parametrize("name", ("zoaq", "zoar", "auto_k", "adaptive_estimator_user_rule"))
+@pytest.mark.parametrize("name", WRAPPED)
 def test_multisteps_and_apply_if_finite_around_the_optimizer(name):
     """Optax's wrappers around a whole optimizer (updates passed as zeros, since the
     wrappers accumulate or check them; key leaves cannot go through them: Optax's
     wrappers build zeros like every leaf)."""
     entry = REGISTRY[name]
-    params = {k: PARAMS[k] for k in ("w", "h", "f")}
+    params = {k: PARAMS[k] for k in ("w", "h")}
     zeros = jax.tree.map(jnp.zeros_like, params)
     opt = entry.make(key=0)
 
@@ -461,15 +506,15 @@ def test_multisteps_and_apply_if_finite_around_the_optimizer(name):
         return queries, updates
 
     nan_second = [False, True, False]
-    q_plain, u_plain = jax.jit(lambda: steps(opt, nan_second))()
-    q_multi, u_multi = jax.jit(lambda: steps(optax.MultiSteps(opt, 2), [False, False]))()
+    q_plain, u_plain = jit(lambda: steps(opt, nan_second))()
+    q_multi, u_multi = jit(lambda: steps(optax.MultiSteps(opt, 2), [False, False]))()
     first = jax.tree.map(lambda u: u[0], u_plain)
     # The first call only accumulates (zeros, no query); the second is the first step.
     chex.assert_trees_all_equal(jax.tree.map(lambda u: u[0], u_multi), zeros)
     close(jax.tree.map(lambda u: u[1], u_multi), first)  # compiled inside a cond: rounding
     np.testing.assert_array_equal(q_multi, [0, q_plain[0]])  # num_queries after each call
     # apply_if_finite: the all-NaN second step already gives finite (zero) updates.
-    q_guard, u_guard = jax.jit(lambda: steps(optax.apply_if_finite(opt, 2), nan_second))()
+    q_guard, u_guard = jit(lambda: steps(optax.apply_if_finite(opt, 2), nan_second))()
     chex.assert_trees_all_equal(u_guard, u_plain)
     np.testing.assert_array_equal(q_guard, q_plain)
 
@@ -482,7 +527,9 @@ _MESH_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, "tests/library")
     from registry import REGISTRY
     assert len(jax.devices()) == 8
+    FAST = %r
     params = {"w": jnp.linspace(-1, 1, 64), "m": jnp.ones((8, 16))}
+    OVERRIDES = {"zoaq": {"directions": "sphere"}}  # the buffer and sphere normalisation
 
     def f(p):
         return jnp.sum(p["w"] ** 2 * (1 + p["w"] ** 2)) + jnp.sum((p["m"] - 0.5) ** 2)
@@ -495,14 +542,14 @@ _MESH_SCRIPT = textwrap.dedent("""
         return jax.lax.scan(body, (p, opt.init(p)), length=3)[0]
 
     for name in sys.argv[1:]:
-        opt = REGISTRY[name].make(key=1)
+        opt = REGISTRY[name].make(key=1, **OVERRIDES.get(name, {}))
         scale = -1e-3 if REGISTRY[name].estimator else 1.0  # raw estimates at d = 192
-        (ref_p, ref_s) = jax.jit(lambda p: steps(opt, p))(params)
+        (ref_p, ref_s) = jax.jit(lambda p: steps(opt, p), compiler_options=FAST)(params)
         for kind in (AxisType.Explicit, AxisType.Auto):
             mesh = jax.make_mesh((8,), ("x",), axis_types=(kind,))
             sharded = {"w": jax.device_put(params["w"], NamedSharding(mesh, P("x"))),
                        "m": jax.device_put(params["m"], NamedSharding(mesh, P("x", None)))}
-            out_p, out_s = jax.jit(lambda p: steps(opt, p))(sharded)
+            out_p, out_s = jax.jit(lambda p: steps(opt, p), compiler_options=FAST)(sharded)
             assert len(out_p["w"].sharding.device_set) == 8, (name, kind)
             for a, b in zip(jax.tree.leaves(out_s), jax.tree.leaves(ref_s)):
                 if not jnp.issubdtype(a.dtype, jnp.floating):
@@ -510,16 +557,18 @@ _MESH_SCRIPT = textwrap.dedent("""
             jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4),
                          out_p, ref_p)
             print(name, kind, "ok")
-""")
+""" % FAST)
 
 
 def test_both_mesh_axis_types_give_the_unsharded_result():
     """``jax.make_mesh`` (explicit axes, JAX's default) and Auto axes, on 8 fake CPUs.
 
-    In its own process: the device count is read when JAX starts. Representatives: the
-    skeleton with and without a buffer, its variance test, ZoAR.
+    In its own process: the device count is read when JAX starts. Representatives of the
+    code that touches whole leaves: the skeleton with a buffer and sphere directions (the
+    expansion's slice updates, the history, the retained sums, the cross-leaf norm; a
+    step without a buffer runs a subset of this code), its variance test, ZoAR's step.
     """
-    names = ["zoaq", "zoaq_sphere_nohist_zo_adamm", "statzo_estimator_central", "zoar"]
+    names = ["zoaq", "statzo_estimator_central", "zoar"]
     import os
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
            "XLA_FLAGS": "--xla_force_host_platform_device_count=8",

@@ -113,11 +113,12 @@ def test_mixed_pytree_with_bf16_leaf_keeps_dtypes():
 
 
 def test_chain_with_optax_clip_and_injected_learning_rate():
-    """Clipping goes after the estimator (before it, it would receive ``updates=None``)."""
+    """Clipping goes after the estimator (before it, it would receive ``updates=None``);
+    ``inject_hyperparams`` of a :func:`zoaq_jax.chain` factory works like ``optax.chain``."""
     factory = optax.inject_hyperparams(
         zoaq_jax.zoaq_estimator, static_args=("k_min", "k_max", "k_step", "n_hist"))
     opt = optax.inject_hyperparams(
-        lambda learning_rate: optax.chain(
+        lambda learning_rate: zoaq_jax.chain(
             factory(k_max=4, key=0), optax.clip_by_global_norm(1e-3),
             optax.scale_by_learning_rate(learning_rate)))(learning_rate=1.0)
     step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=wavy))
@@ -136,10 +137,54 @@ def test_chain_with_optax_clip_and_injected_learning_rate():
     assert step._cache_size() == 1
 
 
+@pytest.mark.parametrize("misplaced, position, named", [
+    ([optax.clip_by_global_norm(1.0)], 1, r"transformation 0 \(clip_by_global_norm\)"),
+    ([optax.add_decayed_weights(1e-3), optax.scale(2.0)], 2,
+     r"transformation 0 \(add_decayed_weights\), 1 \(scale\)"),
+    ([zoaq_jax.fixed_estimator(k=2)], 1, r"transformation 0 \(adaptive_estimator\)"),
+])
+@pytest.mark.parametrize("led_by", ["estimator", "alias"])
+def test_chain_refuses_a_transformation_before_the_estimator(misplaced, position, named,
+                                                              led_by):
+    """Anything before an estimator (which ignores its incoming updates) is refused at
+    construction, naming its position, the estimator's and the right order; an alias
+    is an estimator-led chain, so it cannot be placed after a clip either."""
+    estimator = zoaq_jax.zoar_estimator(k=2) if led_by == "estimator" else zoaq_jax.zoar(1e-2)
+    with pytest.raises(ValueError, match=rf"{named} is placed before the estimator at "
+                                         rf"position {position}.*Put the estimator first"):
+        zoaq_jax.chain(*misplaced, estimator, optax.scale_by_learning_rate(1e-2))
+    with pytest.raises(TypeError, match="argument 1 is a function"):
+        zoaq_jax.chain(zoaq_jax.zoar_estimator(k=2), optax.clip_by_global_norm)
+
+
+def test_chain_in_the_right_order_equals_optax_chain():
+    """Estimator first, then the transformations of its estimate: an :class:`Estimator`
+    (nested chains, Optax wrappers after it and around it stay possible), bit for bit
+    ``optax.chain``'s result."""
+    x = jnp.ones(D)
+    members = (zoaq_jax.fixed_estimator(k=3, key=0), optax.clip_by_global_norm(1e-3))
+    backbone = zoaq_jax.chain(optax.MultiSteps(zoaq_jax.scale_by_radazo(), 1)
+                              .gradient_transformation(), optax.scale_by_learning_rate(1.0))
+    ours, theirs = zoaq_jax.chain(*members, backbone), optax.chain(*members, backbone)
+    assert isinstance(ours, zoaq_jax.Estimator) and not isinstance(backbone, zoaq_jax.Estimator)
+    assert all(isinstance(opt, zoaq_jax.Estimator) for opt in (
+        zoaq_jax.zoaq(1e-2), zoaq_jax.zoar(1e-2), zoaq_jax.mezo(1e-2), zoaq_jax.auto_k(1e-2)))
+    u, _ = ours.update(None, ours.init(x), x, value_fn=wavy)
+    chex.assert_trees_all_equal(u, theirs.update(None, theirs.init(x), x, value_fn=wavy)[0])
+    clipped = zoaq_jax.chain(*members)
+    g, _ = clipped.update(None, clipped.init(x), x, value_fn=wavy)
+    assert float(optax.tree.norm(g)) == pytest.approx(1e-3, rel=1e-4)
+    wrapped = optax.apply_if_finite(zoaq_jax.chain(ours), 2)  # an Estimator re-chained
+    u_wrapped, _ = wrapped.update(jnp.zeros(D), wrapped.init(x), x, value_fn=wavy)
+    chex.assert_trees_all_close(u_wrapped, u, rtol=1e-5)  # the wrapper compiles: rounding
+
+
 @pytest.mark.parametrize("incoming", ["none", "zeros"])
-def test_a_clip_before_the_estimator_changes_nothing(incoming):
-    """The documented wrong order: a clip before the estimator has no gradient to clip
-    (it sees the caller's updates), so the chain equals the estimator alone, bit for bit."""
+def test_optax_chain_cannot_see_a_clip_before_the_estimator(incoming):
+    """Why :func:`zoaq_jax.chain` refuses the order at construction: in ``optax.chain`` a
+    clip before the estimator sees the caller's updates (``None`` or zeros), maps them to
+    themselves and the estimator ignores them, so the step equals the estimator alone,
+    bit for bit, and nothing at run time tells the two apart."""
     x = jnp.ones(D)
     est = zoaq_jax.fixed_estimator(k=3, key=0)
     wrong = optax.chain(optax.clip_by_global_norm(1e-6), est)

@@ -1,11 +1,13 @@
-"""Complete optimizers: an estimator, a backbone and a learning rate in ``optax.chain``.
+"""Complete optimizers: an estimator, a backbone and a learning rate in one chain.
 
-Each alias returns ``optax.chain(estimator, backbone, optax.scale_by_learning_rate(lr))``,
-so ``optax.tree.get(state, ...)`` reaches the estimator's diagnostics and any member can
-be swapped by building the chain by hand. ``learning_rate`` must be a finite number > 0
-(a Python number or an array of shape ``()``) or an Optax schedule. Parameter leaves
-are floating-point arrays or Python floats; PRNG key leaves are carried (their update
-is ``None``; see ``docs/design.md``, Dtypes).
+Each alias returns ``zoaq_jax.chain(estimator, backbone, optax.scale_by_learning_rate(lr))``
+(an :class:`Estimator`: :func:`optax.chain` of the three, which refuses to be placed after
+another transformation), so ``optax.tree.get(state, ...)`` reaches the estimator's
+diagnostics and any member can be swapped by building the chain by hand.
+``learning_rate`` must be a finite number > 0 (a Python number or an array of shape
+``()``) or an Optax schedule. Parameter leaves are floating-point arrays or Python
+floats; PRNG key leaves are carried (their update is ``None``; see ``docs/design.md``,
+Dtypes).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import optax
 
 from zoaq_jax._src import checks, retained
 from zoaq_jax._src.auto_k import auto_k_estimator
+from zoaq_jax._src.chain import chain
 from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.radazo import scale_by_radazo
 from zoaq_jax._src.statzo import statzo_estimator
@@ -70,7 +73,7 @@ def apply_updates(params: Any, updates: Any) -> Any:
 
 def _chain(estimator, backbone, learning_rate: ScalarOrSchedule):
     checks.learning_rate(learning_rate)
-    return optax.chain(estimator, backbone, optax.scale_by_learning_rate(learning_rate))
+    return chain(estimator, backbone, optax.scale_by_learning_rate(learning_rate))
 
 
 def zoaq(

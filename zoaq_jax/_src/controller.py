@@ -28,6 +28,7 @@ import optax
 from zoaq_jax._src import checks
 from zoaq_jax._src import directions as dirs
 from zoaq_jax._src import expansion, history, host, ledger, oracle, retained
+from zoaq_jax._src.chain import Estimator
 
 
 class Evidence(NamedTuple):
@@ -270,4 +271,4 @@ def adaptive_estimator(
         )
         return dirs.cast_like(g, params), new_state
 
-    return optax.GradientTransformationExtraArgs(init_fn, host.host_errors()(update_fn))
+    return Estimator(init_fn, host.host_errors()(update_fn))

@@ -11,6 +11,7 @@ import optax
 from zoaq_jax._src import checks
 from zoaq_jax._src import directions as dirs
 from zoaq_jax._src import expansion, history, host, ledger, oracle, retained
+from zoaq_jax._src.chain import Estimator
 
 
 class ZoARState(NamedTuple):
@@ -174,4 +175,4 @@ def zoar_estimator(
             direction_sum=sums[1] if forward else None, baseline=baseline)
         return dirs.cast_like(g, params), new_state
 
-    return optax.GradientTransformationExtraArgs(init_fn, host.host_errors()(update_fn))
+    return Estimator(init_fn, host.host_errors()(update_fn))
