@@ -437,9 +437,9 @@ def auto_k(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, mu, window, growth, r, r_up, z, z_stall, floor, ahead, difference, directions,
-        key:
-        see :func:`auto_k_estimator`.
+      k_min, k_max, mu, window, growth, r, r_up, z, z_stall, floor, ahead: the budget rule's
+        settings, see :func:`auto_k_estimator`.
+      difference, directions, key: the estimator's, see :func:`auto_k_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
 
