@@ -141,17 +141,20 @@ def test_progress_rule_doubles_ahead_of_the_next_stall():
     assert ks == [1, 1, 1, 2, 2, 2, 2, 4, 4, 8, 8, 16]
     _, ks0 = _drive(budgets.progress(1, 16, window=2, ahead=0.0), values)
     assert max(ks0) == 2
+    # a stall at a level <= 0 arms nothing: a later fall (a gain of 20%) is not a doubling
+    _, ks_neg = _drive(budgets.progress(1, 16, window=2), [-5.0] * 4 + [-6.0] * 2)
+    assert ks_neg == [1, 1, 1, 2, 2, 2]
 
 
 def test_next_target_arms_on_a_stall_lowers_on_each_early_doubling_and_clears_on_halving():
     f, t = jnp.bool_(False), jnp.bool_(True)
     nt = functools.partial(budgets.next_target, ahead=0.5)
-    assert float(nt(-jnp.inf, 8.0, t, f, f)) == 4.0  # a stall at 8 arms 4
+    assert float(nt(0.0, 8.0, t, f, f)) == 4.0  # a stall at 8 arms 4
     assert float(nt(4.0, 3.9, f, t, f)) == 2.0  # an early doubling lowers it to 2
     assert float(nt(4.0, 5.0, f, f, f)) == 4.0  # otherwise it holds
-    assert float(nt(4.0, 5.0, f, f, t)) == -np.inf  # a halving clears it
-    assert float(nt(-jnp.inf, -1.0, t, f, f)) == -np.inf  # no target below zero
-    assert float(budgets.next_target(-jnp.inf, 8.0, t, f, f, ahead=0.0)) == -np.inf
+    assert float(nt(4.0, 5.0, f, f, t)) == 0.0  # a halving clears it (0: no target)
+    assert float(nt(0.0, -1.0, t, f, f)) == 0.0  # no target at or below zero
+    assert float(budgets.next_target(0.0, 8.0, t, f, f, ahead=0.0)) == 0.0
 
 
 def test_progress_rule_ignores_unusable_steps_and_non_finite_values():

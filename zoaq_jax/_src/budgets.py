@@ -48,7 +48,7 @@ class ProgressState(NamedTuple):
     prev_se2: jax.Array  # float32, squared standard error of that mean
     have_prev: jax.Array  # bool, a previous window exists
     fast: jax.Array  # bool, the previous window improved significantly fast
-    target: jax.Array  # float32, a window mean at or below it doubles the budget (-inf: none)
+    target: jax.Array  # float32, a window mean at or below it doubles the budget (0: none)
 
 
 def constant(k: int) -> BudgetRule:
@@ -128,12 +128,13 @@ def next_target(target, mean, stalled, early, halved, ahead: float):
 
     A stall at window mean :math:`L > 0` sets the target :math:`a L`; each doubling it
     triggers lowers it to :math:`a^2 L, a^3 L, \dots` (``ahead`` :math:`a`); halving the
-    budget (fast progress: the objective changed) clears it to :math:`-\infty`, as does a
-    stall at a level :math:`\le 0` or ``ahead = 0``.
+    budget (fast progress: the objective changed) clears it to 0 (no target), as does a
+    stall at a level :math:`\le 0` or ``ahead = 0``. A target is always positive, so the
+    state stays finite.
     """
-    armed = jnp.where((mean > 0) & (ahead > 0), ahead * mean, -jnp.inf)
+    armed = jnp.where((mean > 0) & (ahead > 0), ahead * mean, 0.0)
     return jnp.where(stalled, armed, jnp.where(early, ahead * target,
-                                               jnp.where(halved, -jnp.inf, target)))
+                                               jnp.where(halved, 0.0, target)))
 
 
 def window_length(steps: jax.Array, window: int, growth: float) -> jax.Array:
@@ -215,7 +216,7 @@ def progress(
             window_len=jnp.asarray(window, jnp.int32), window_n=jnp.zeros((), jnp.int32),
             window_sum=f0(), window_sq_diff=f0(), last_value=f0(), prev_mean=f0(),
             prev_se2=f0(), have_prev=jnp.zeros((), bool), fast=jnp.zeros((), bool),
-            target=jnp.full((), -jnp.inf, jnp.float32))
+            target=f0())
 
     def update(state: ProgressState, outcome: Outcome) -> ProgressState:
         value = outcome.value.astype(jnp.float32) - floor
@@ -231,7 +232,7 @@ def progress(
         up = jnp.minimum(2 * k, k_max)
         down = jnp.maximum(k // 2, k_min)
         halve = fast & state.fast
-        early = ~stalled & (mean <= state.target)
+        early = ~stalled & (state.target > 0) & (mean <= state.target)
         new_k = jnp.where(stalled | early, up, jnp.where(halve, down, k))
         closed = ProgressState(
             next_k=jnp.asarray(new_k, jnp.int32),
