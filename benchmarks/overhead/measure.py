@@ -182,7 +182,7 @@ def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
     def draw(x, lane, t):
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), lane), t)
         keys = ledger.direction_keys(key, 0, k)
-        u = dirs.sample_many("gaussian", keys, x)
+        u = dirs.sample_many(dirs.family("gaussian"), keys, x)
         return x + 1e-9 * jnp.sum(u, axis=0)
 
     def evaluate(x, lane, t):

@@ -10,6 +10,7 @@ from helpers import diag, jitted_update, trajectory, wavy
 
 D = 16
 A = jnp.linspace(-1.0, 2.0, D)
+GAUSSIAN = zoaq_jax._src.directions.family("gaussian")
 
 
 def linear(x):
@@ -87,7 +88,7 @@ def test_adaptive_controller_keeps_history_in_expanded_candidates():
     assert n_old == 3
     old = jnp.sum(jnp.where(zoaq_jax._src.history.valid(state.history),
                             state.history.responses, 0)[:, None]
-                  * jax.vmap(lambda k: zoaq_jax._src.directions.sample("gaussian", k, A))(
+                  * jax.vmap(lambda k: zoaq_jax._src.directions.sample(GAUSSIAN, k, A))(
                       jax.vmap(lambda t, i: jax.random.fold_in(jax.random.fold_in(
                           jax.random.key(9), t), i))(state.history.steps,
                                                        state.history.index)), axis=0)
@@ -170,7 +171,7 @@ def test_buffer_holds_the_newest_records_with_their_acquisition_responses():
     for t, (g, state) in enumerate(steps):
         step_key = jax.random.fold_in(jax.random.key(8), t)
         for i in range(diag(state, "last_k")):
-            u = zoaq_jax._src.directions.sample("gaussian", jax.random.fold_in(step_key, i),
+            u = zoaq_jax._src.directions.sample(GAUSSIAN, jax.random.fold_in(step_key, i),
                                                 params)
             r = (wavy(params + mu * u) - wavy(params - mu * u)) / (2 * mu)
             acquired.append((t, float(r)))
@@ -212,7 +213,7 @@ def test_statzo_score_is_the_relative_standard_error():
     key = jax.random.fold_in(jax.random.key(2), 0)
     f0 = wavy(x)
     gi = np.stack([np.asarray((wavy(x + mu * u) - f0) / mu * u) for u in (
-        zoaq_jax._src.directions.sample("gaussian", jax.random.fold_in(key, i), x)
+        zoaq_jax._src.directions.sample(GAUSSIAN, jax.random.fold_in(key, i), x)
         for i in range(4))], dtype=np.float64)
     mean = gi.mean(0)
     var = ((gi - mean) ** 2).sum(1).sum() / 3

@@ -32,7 +32,8 @@ def _exact(buffer, seed, like):
     for t, i, r in zip(np.asarray(buffer.steps)[valid], np.asarray(buffer.index)[valid],
                        np.asarray(buffer.responses, np.float64)[valid]):
         key = jax.random.fold_in(jax.random.fold_in(run_key, int(t)), int(i))
-        u = np.asarray(directions.sample("gaussian", key, like), np.float64)
+        u = directions.sample(directions.family("gaussian"), key, like)
+        u = np.asarray(u, np.float64)
         total += r * u
         magnitude += abs(r) * abs(u)
     return total, magnitude
@@ -103,7 +104,7 @@ def test_refresh_resets_the_running_sum_to_the_exact_recomputation(name):
             jax.random.key(3), s), i))(buffer.steps, buffer.index)
         coeffs = jnp.where(history.valid(buffer), buffer.responses, 0.0)
         (regenerated,) = directions.regenerate_sums(
-            "gaussian", lambda first, size: jax.lax.dynamic_slice_in_dim(keys, first, size),
+            directions.family("gaussian"), lambda first, size: jax.lax.dynamic_slice_in_dim(keys, first, size),
             (coeffs,), x, n)
         np.testing.assert_array_equal(got, regenerated)
 

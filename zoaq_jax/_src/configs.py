@@ -11,6 +11,7 @@ bytes) and refers to the callable itself only weakly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import types
 import weakref
@@ -26,8 +27,8 @@ _SHARED = (types.BuiltinFunctionType, types.ModuleType, type)
 def fingerprint(obj: Any, seen: frozenset = frozenset()) -> Any:
     """A hashable value equal for objects that behave alike; a fresh token when unsure.
 
-    Functions are described by their code, defaults and closure contents; tuples and
-    dicts by their items; concrete arrays (typed keys included) by dtype, shape and
+    Functions are described by their code, defaults and closure contents; tuples, dicts
+    and frozen dataclasses by their items; concrete arrays (typed keys included) by dtype, shape and
     bytes; modules, classes and builtins by themselves (they live as long as the process).
     Any other object (a list, a user's object) is compared by identity and kept alive by
     the fingerprint; a tracer gets a token equal only to itself.
@@ -42,6 +43,10 @@ def fingerprint(obj: Any, seen: frozenset = frozenset()) -> Any:
         return (type(obj), tuple(fingerprint(x, seen) for x in obj))
     if isinstance(obj, dict):
         return (dict, tuple(sorted((k, fingerprint(v, seen)) for k, v in obj.items())))
+    if (dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+            and obj.__dataclass_params__.frozen):  # immutable: its fields describe it
+        return ("dataclass", type(obj),
+                tuple(fingerprint(getattr(obj, f.name), seen) for f in dataclasses.fields(obj)))
     if isinstance(obj, (np.ndarray, np.generic)) or (
             isinstance(obj, jax.Array) and not isinstance(obj, jax.core.Tracer)):
         if jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
