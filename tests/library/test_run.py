@@ -1,6 +1,7 @@
 """zoaq_jax.run as a scheduler job: budgets, best iterate, compile counts, leaks, progress,
 static keywords, divergence."""
 
+import dataclasses
 import gc
 import warnings
 import weakref
@@ -81,6 +82,34 @@ def test_best_params_track_the_lowest_free_estimate():
     # central midpoints estimate f at the best iterate to O(mu^2)
     np.testing.assert_allclose(quadratic(trace.best_params, jnp.ones(D)), best, atol=1e-3)
     assert float(quadratic(trace.best_params, jnp.ones(D))) < float(trace.value[0])
+
+
+def test_fingerprint_describes_frozen_dataclasses_by_their_fields():
+    """Immutable settings objects (e.g. a parsed directions spec) must not defeat the
+    compile cache: equal fields give equal fingerprints; a mutable dataclass, whose fields
+    may change after the fact, stays compared by identity."""
+    from zoaq_jax._src.configs import fingerprint
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen:
+        name: str
+        rate: float = 0.5
+
+    @dataclasses.dataclass
+    class Mutable:
+        name: str
+
+    assert fingerprint(Frozen("a")) == fingerprint(Frozen("a"))
+    assert fingerprint(Frozen("a")) != fingerprint(Frozen("a", 0.25))
+    assert fingerprint(Frozen("a")) != fingerprint(Frozen("b"))
+    m = Mutable("a")
+    assert fingerprint(m) == fingerprint(m) and fingerprint(m) != fingerprint(Mutable("a"))
+
+    def closure(settings):  # as a factory closes over its parsed settings
+        return lambda: settings
+
+    assert fingerprint(closure(Frozen("a"))) == fingerprint(closure(Frozen("a")))
+    assert fingerprint(closure(Frozen("a"))) != fingerprint(closure(Frozen("b")))
 
 
 def test_compiles_once_per_configuration_and_keeps_no_optimizer_alive():

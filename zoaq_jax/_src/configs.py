@@ -28,8 +28,9 @@ def fingerprint(obj: Any, seen: frozenset = frozenset()) -> Any:
     """A hashable value equal for objects that behave alike; a fresh token when unsure.
 
     Functions are described by their code, defaults and closure contents; tuples, dicts
-    and frozen dataclasses by their items; concrete arrays (typed keys included) by dtype, shape and
-    bytes; modules, classes and builtins by themselves (they live as long as the process).
+    and frozen dataclasses by their items; concrete arrays (typed keys included) by dtype,
+    shape and bytes; modules, classes and builtins by themselves (they live as long as the
+    process).
     Any other object (a list, a user's object) is compared by identity and kept alive by
     the fingerprint; a tracer gets a token equal only to itself.
     """
