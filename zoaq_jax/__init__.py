@@ -36,6 +36,7 @@ from zoaq_jax._src.ledger import QueryLedger, check_responses
 from zoaq_jax._src.loop import STATUSES, Trace, run
 from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
 from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
+from zoaq_jax._src.sequential import sequential
 from zoaq_jax._src.statzo import statzo_estimator
 from zoaq_jax._src.zo_adamm import ScaleByZOAdaMMState, scale_by_zo_adamm
 from zoaq_jax._src.zoaq import zoaq_estimator
@@ -75,6 +76,7 @@ __all__ = [
     "run",
     "scale_by_radazo",
     "scale_by_zo_adamm",
+    "sequential",
     "statzo",
     "statzo_estimator",
     "zo_adamm",

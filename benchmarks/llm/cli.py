@@ -83,8 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "once per example and cached (default: every layer)")
     parser.add_argument("--sequential", action="store_const", const=True,
                         help="evaluate a step's 2K perturbed forward passes one after "
-                        "another (lax.map) instead of in one vmapped call: memory does "
-                        "not grow with K")
+                        "another (zoaq_jax.sequential) instead of in one vmapped call: "
+                        "activation memory does not grow with K")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the baselines and the memory table (the cpu preset runs "
                         "them)")

@@ -68,7 +68,7 @@ class Config:
     fast_path: bool = True  # score single-token options from one sequence
     prompt: str = "it_was"  # sst2 prompt (tasks.PROMPTS); MeZO's by default
     lora_layers: int | None = None  # LoRA on the top n layers, the rest cached; None: all
-    sequential: bool = False  # evaluate the 2K perturbations one by one (lax.map)
+    sequential: bool = False  # evaluate the 2K perturbations one by one (zoaq_jax.sequential)
     baselines: bool = False  # prompt list, linear probe, first-order reference, memory
     first_order_lr: float = 1e-3  # Adam's learning rate of the first-order reference
 

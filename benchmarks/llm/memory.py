@@ -4,8 +4,9 @@ The figure is XLA's own account of a compiled function: temp + output bytes of
 ``jax.jit(f).lower(...).compile().memory_analysis()`` (arguments, i.e. the frozen weights
 and the batch, are not counted: every variant shares them). A zeroth-order step is
 measured twice: *vectorized* (the estimator's 2K perturbed passes in one vmapped call, so
-activations grow with K) and *sequential* (:class:`train.Bundle` with ``sequential``: the
-passes run one after another, so memory stays that of one pass whatever K is).
+activations grow with K) and *sequential* (:class:`train.Bundle` with ``sequential``, i.e.
+:func:`zoaq_jax.sequential`: the passes run one after another, so activation memory
+stays that of one pass whatever K is).
 
 Example::
 

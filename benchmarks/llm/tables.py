@@ -191,7 +191,10 @@ def sections(payload: dict[str, Any]) -> list[str]:
             "memory_analysis()`; the frozen weights and the batch are arguments and not "
             "counted) of one step on one training batch, and its ratio to one forward "
             "pass. *Vectorized*: the 2K perturbed passes in one vmapped call; *sequential* "
-            "(`--sequential`): one after another (`lax.map`).",
+            "(`--sequential`): one after another (`zoaq_jax.sequential`: a loop from which "
+            "nothing is hoisted, so activations are those of one pass; what still grows "
+            "with K is the K directions and 2K perturbed copies of the trainable "
+            "parameters).",
             "",
             markdown_table(["Computation", "MiB", "x forward"], memory_rows(payload)),
             "",

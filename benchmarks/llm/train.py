@@ -92,9 +92,10 @@ class Bundle:
         def plain(lora, base, batch):
             return tasks.batch_loss(lora_lib.merge(graphdef, lora, base), batch, kind, first)
 
-        # Sequential: under the estimator's vmap over perturbations the objective runs as a
-        # lax.map, so a step holds one forward pass's activations whatever K is.
-        one = jax.custom_batching.sequential_vmap(plain) if self.sequential else plain
+        # Sequential: under the estimator's vmap over perturbations the objective runs one
+        # pass at a time (zoaq_jax.sequential), so a step holds one forward pass's
+        # activations whatever K is.
+        one = zoaq_jax.sequential(plain) if self.sequential else plain
 
         def loss(lora, base, batch):
             return one(lora, base, batch)

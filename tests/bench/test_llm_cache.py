@@ -54,19 +54,23 @@ def test_sequential_step_equals_vectorized_step(bundles):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)
 
 
-def test_sequential_zo_step_memory_does_not_grow_with_k(bundles):
+def test_sequential_zo_step_costs_one_forward_pass_of_memory(bundles):
     plain, _ = bundles  # uncached: every pass runs the whole model, activations dominate
     batch = tasks.take(plain.train, np.arange(32))
-    rows = {r["what"]: r["bytes"]
-            for r in memory.memory_rows(plain, {"K=1": _mezo(1), "K=8": _mezo(8)}, batch)}
+    rows = {r["what"]: r["bytes"] for r in memory.memory_rows(
+        plain, {"K=1": _mezo(1), "K=4": _mezo(4), "K=8": _mezo(8)}, batch)}
     forward = rows["forward pass (loss)"]
-    # Sequential: K does not change memory (within 1.2x from K=1 to K=8). Against one bare
-    # forward pass XLA's loop costs a constant factor on CPU (measured 1.6-1.8x here; a
-    # lax.map of the bare loss alone costs 1.58x), so the bound is 2x, not 1.2x.
-    assert rows["K=8 step (sequential)"] <= 1.2 * rows["K=1 step (sequential)"]
-    assert rows["K=8 step (sequential)"] <= 2.0 * forward
+    # zoaq_jax.sequential: one pass at a time and nothing hoisted out of the loop, so a
+    # step of MeZO's K = 4 costs at most 1.2x one forward pass (measured 1.11x; a plain
+    # lax.map costs 1.6x here, see zoaq_jax._src.sequential).
+    assert rows["K=1 step (sequential)"] <= 1.1 * forward
+    assert rows["K=4 step (sequential)"] <= 1.2 * forward
+    # What still grows with K is parameter-sized, not activations: the K directions and
+    # the 2K perturbed copies of the trainable parameters (3 K d floats at most).
+    d = lora.num_params(lora.init_adapters(plain.lora, 0))
+    assert rows["K=8 step (sequential)"] - rows["K=1 step (sequential)"] <= 3 * 7 * d * 4
     assert rows["K=8 step (vectorized)"] > 4 * rows["K=8 step (sequential)"]  # grows with K
-    assert rows["backprop + Adam step"] > forward
+    assert rows["backprop + Adam step"] > 2 * forward
 
 
 def test_first_order_reference_reduces_loss(bundles):
