@@ -55,8 +55,8 @@ def sequential(value_fn: Callable[..., Any]) -> Callable[..., Any]:
       >>> x = jnp.ones((4, 3))
       >>> batched = jax.vmap(zoaq_jax.sequential(loss), in_axes=(0, None))
       >>> ws = jnp.stack([jnp.zeros(3), jnp.ones(3)])
-      >>> print(batched(ws, x).round(3))
-      [0.    3.961]
+      >>> print([round(float(v), 3) for v in batched(ws, x)])
+      [0.0, 3.961]
 
     References:
       Malladi et al., Fine-Tuning Language Models with Just Forward Passes (MeZO),
