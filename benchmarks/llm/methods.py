@@ -20,8 +20,8 @@ directions. FE (forward evaluations) are the estimator's ``num_queries``:
 * ``zoaq`` / ``zoaq:k_max=2``: ZoAQ, K in [1, 4] / [1, 2], N_hist = 15, tau0 = 1,
   beta_tau = 0.9, reset "min", central differences: 2 K_t FE a step.
 * ``auto_k``: ``zoaq_jax.auto_k`` (the ``auto_k_estimator`` at its library defaults,
-  K in [1, 16], progress window 1000 steps, on the R-AdaZO backbone) with the learning
-  rate and mu the others get. It buys fresh directions one at a time: 2 K_t FE a step.
+  K in [1, 16], progress windows of max(8, t / 8) steps after t steps, on the R-AdaZO
+  backbone) with the learning rate and mu the others get: 2 K_t FE a step.
 
 Any other value is a spec away: ``zoaq:n_hist=4``, ``statzo:difference=central``,
 ``radazo:backbone=zo_adamm``.
