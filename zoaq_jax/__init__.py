@@ -36,6 +36,7 @@ from zoaq_jax._src.ledger import QueryLedger, check_responses
 from zoaq_jax._src.loop import STATUSES, Trace, run
 from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
 from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
+from zoaq_jax._src.sharded import replicate
 from zoaq_jax._src.statzo import statzo_estimator
 from zoaq_jax._src.zo_adamm import ScaleByZOAdaMMState, scale_by_zo_adamm
 from zoaq_jax._src.zoaq import zoaq_estimator
@@ -72,6 +73,7 @@ __all__ = [
     "mezo",
     "monitor_consistency",
     "radazo",
+    "replicate",
     "run",
     "scale_by_radazo",
     "scale_by_zo_adamm",

@@ -1,0 +1,115 @@
+"""Directions split over devices (``mesh=``) equal the single-device step.
+
+Runs on the eight fake CPU devices of ``tests/conftest.py``. Small ``d`` and two steps per
+configuration: each configuration is one compiled program.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import zoaq_jax
+from zoaq_jax._src import sharded
+
+# Two leaves (a vector and a matrix) and a data keyword; K = 8 splits over 1, 2, 4, 8.
+PARAMS = {"w": jnp.linspace(-1.0, 1.0, 24), "m": jnp.ones((3, 4))}
+K = 8
+
+
+def objective(x, a):
+    return 0.5 * jnp.sum((x["w"] - a) ** 2) + jnp.sum(jnp.cos(x["m"]) * x["m"])
+
+
+def mesh_of(n):
+    return jax.make_mesh((n,), ("directions",), devices=jax.devices()[:n])
+
+
+def two_steps(est, mesh=None):
+    """Two estimator steps with new data each, one jitted function; returns the estimates,
+    the final state and the jit's cache size."""
+    update = jax.jit(lambda s, p, a: est.update(None, s, p, value_fn=objective, a=a))
+    state, params = est.init(PARAMS), PARAMS
+    if mesh is not None:
+        state, params = zoaq_jax.replicate((state, params), mesh)
+    estimates = []
+    for a in (0.3, -0.2):
+        g, state = update(state, params, jnp.full(24, a))
+        estimates.append(g)
+    return estimates, state, update._cache_size()
+
+
+def relative_error(a, b):
+    return max(float(jnp.max(jnp.abs(x - y)) / jnp.max(jnp.abs(y)))
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+@pytest.fixture(scope="module")
+def single():
+    assert len(jax.devices()) >= 8, "tests/conftest.py sets 8 fake CPU devices"
+    return two_steps(zoaq_jax.fixed_estimator(k=K, key=3))
+
+
+@pytest.mark.parametrize("n,combine", [(1, "psum"), (2, "gather"), (4, "psum"), (8, "psum")])
+def test_split_equals_single_device_and_compiles_once(single, n, combine):
+    """Estimates to 1e-6 relative (bit for bit on one device with psum), counts exact,
+    one compilation for two steps with new data (central differences; forward ones in
+    the next test)."""
+    mesh = mesh_of(n)
+    est = zoaq_jax.fixed_estimator(k=K, key=3, mesh=mesh, combine=combine)
+    estimates, state, compiles = two_steps(est, mesh)
+    ref_estimates, ref_state, _ = single
+    assert compiles == 1
+    for g, ref in zip(estimates, ref_estimates):
+        if n == 1:
+            jax.tree.map(np.testing.assert_array_equal, g, ref)
+        assert relative_error(g, ref) < 1e-6
+    for name in ("step", "num_queries", "num_nonfinite", "num_zero_responses", "last_k"):
+        assert optax.tree.get(state, name) == optax.tree.get(ref_state, name), name
+    assert optax.tree.get(state, "num_queries") == 2 * 2 * K
+    np.testing.assert_allclose(optax.tree.get(state, "value_estimate"),
+                               optax.tree.get(ref_state, "value_estimate"), rtol=1e-6)
+    g = estimates[0]
+    assert len(g["w"].sharding.device_set) == n  # replicated on the mesh
+
+
+def test_alias_under_vmap_over_seeds_and_query_limit_equals_single_device():
+    """``zo_adamm(difference="forward", mesh=...)`` (``"auto"``: gather at this d) run by
+    :func:`zoaq_jax.run` for three seeds under ``vmap``, with a query limit that stops it
+    after 3 of 4 steps: same queries, status and iterates (1e-6) as one device."""
+    def runs(opt):
+        def one(seed):
+            return zoaq_jax.run(opt, objective, PARAMS, 4, seed=seed,
+                                max_queries=3 * (K + 1), a=jnp.zeros(24))
+        return jax.jit(jax.vmap(one))(jnp.arange(3))
+
+    ref_params, _, ref_trace = runs(zoaq_jax.zo_adamm(0.1, k=K, difference="forward"))
+    out_params, _, trace = runs(zoaq_jax.zo_adamm(0.1, k=K, difference="forward",
+                                                  mesh=mesh_of(8)))
+    np.testing.assert_array_equal(trace.num_queries, ref_trace.num_queries)
+    np.testing.assert_array_equal(trace.status, ref_trace.status)
+    assert int(trace.num_queries[0, -1]) == 3 * (K + 1)
+    assert relative_error(out_params, ref_params) < 1e-6
+
+
+def test_auto_combine_gathers_small_problems_and_sums_large_ones():
+    assert sharded.resolve("auto", K, jnp.zeros(2**14)) == "gather"  # K d = 2**17
+    assert sharded.resolve("auto", K, jnp.zeros(2**14 + 1)) == "psum"
+    assert sharded.resolve("gather", K, jnp.zeros(2**20)) == "gather"
+
+
+def test_unsupported_settings_fail_at_construction():
+    mesh = mesh_of(8)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        zoaq_jax.radazo(1e-3, k=12, mesh=mesh)
+    with pytest.raises(ValueError, match="fixed-budget estimators only.*k_min=1 != k_max=8"):
+        zoaq_jax.adaptive_estimator(zoaq_jax.gates.accept(), zoaq_jax.budgets.constant(8),
+                                    k_min=1, k_max=8, mesh=mesh)
+    with pytest.raises(ValueError, match="n_hist=4"):
+        zoaq_jax.adaptive_estimator(zoaq_jax.gates.accept(), zoaq_jax.budgets.constant(8),
+                                    k_min=8, k_max=8, n_hist=4, mesh=mesh)
+    with pytest.raises(TypeError, match="jax.sharding.Mesh"):
+        zoaq_jax.mezo(1e-3, k=8, mesh=jax.devices())
+    with pytest.raises(ValueError, match="combine"):
+        zoaq_jax.fixed_estimator(k=8, mesh=mesh, combine="allreduce")
