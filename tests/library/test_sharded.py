@@ -22,8 +22,11 @@ def objective(x, a):
     return 0.5 * jnp.sum((x["w"] - a) ** 2) + jnp.sum(jnp.cos(x["m"]) * x["m"])
 
 
-def mesh_of(n):
-    return jax.make_mesh((n,), ("directions",), devices=jax.devices()[:n])
+def mesh_of(shape):
+    """A mesh of the first devices: ``n`` on one axis, or a tuple (several axes)."""
+    shape = shape if isinstance(shape, tuple) else (shape,)
+    names = ("directions", "more")[:len(shape)]
+    return jax.make_mesh(shape, names, devices=jax.devices()[:int(np.prod(shape))])
 
 
 def two_steps(est, mesh=None):
@@ -51,12 +54,14 @@ def single():
     return two_steps(zoaq_jax.fixed_estimator(k=K, key=3))
 
 
-@pytest.mark.parametrize("n,combine", [(1, "psum"), (2, "gather"), (4, "psum"), (8, "psum")])
-def test_split_equals_single_device_and_compiles_once(single, n, combine):
+@pytest.mark.parametrize("shape,combine", [(1, "psum"), (2, "gather"), ((2, 2), "psum"),
+                                           (8, "psum")])
+def test_split_equals_single_device_and_compiles_once(single, shape, combine):
     """Estimates to 1e-6 relative (bit for bit on one device with psum), counts exact,
     one compilation for two steps with new data (central differences; forward ones in
-    the next test)."""
-    mesh = mesh_of(n)
+    the next test). A 2-D mesh splits over all its devices."""
+    mesh = mesh_of(shape)
+    n = mesh.size
     est = zoaq_jax.fixed_estimator(k=K, key=3, mesh=mesh, combine=combine)
     estimates, state, compiles = two_steps(est, mesh)
     ref_estimates, ref_state, _ = single
