@@ -1,8 +1,8 @@
 """Speed: oracle calls/s of R-AdaZO with each step's directions split over n devices.
 
-R-AdaZO with ``k`` central directions on the quadratic, one seed, ``steps`` steps as one
-compiled program (``lax.fori_loop``), params and state replicated on the mesh
-(``zoaq_jax.replicate``); for every d, one device without a mesh (the reference) and
+R-AdaZO with ``k`` central directions on the quadratic, one seed, ``steps`` steps (a
+count per d) as one compiled program (``lax.fori_loop``), params and state replicated
+on the mesh (``zoaq_jax.replicate``); for every d, one device without a mesh (the reference) and
 each device count with ``combine="psum"`` and ``"gather"``. Compilation is excluded;
 the median of ``repeats`` interleaved timings is reported. On a CPU the devices are
 fake (``--xla_force_host_platform_device_count``, set here before JAX starts): they
@@ -29,9 +29,9 @@ COMBINES = ("psum", "gather")
 
 
 PRESETS = {  # devices, dims, k, steps, repeats
-    "cpu": {"devices": [1, 2, 4, 8], "dims": [1000, 100_000], "k": 8, "steps": 40,
+    "cpu": {"devices": [1, 2, 4, 8], "dims": [1000, 100_000], "k": 8, "steps": [400, 40],
             "repeats": 3},
-    "smoke": {"devices": [1, 2], "dims": [8], "k": 2, "steps": 1, "repeats": 1},
+    "smoke": {"devices": [1, 2], "dims": [8], "k": 2, "steps": [1], "repeats": 1},
 }
 
 
@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--devices", type=flags.positive_int, nargs="+")
     parser.add_argument("--dims", type=flags.positive_int, nargs="+")
     parser.add_argument("--k", type=flags.positive_int, help="directions a step")
-    parser.add_argument("--steps", type=flags.positive_int, help="steps per timing")
+    parser.add_argument("--steps", type=flags.positive_int, nargs="+",
+                        help="steps per timing, one per dim (or one for all)")
     parser.add_argument("--repeats", type=flags.positive_int, help="interleaved timings")
     flags.add_outputs(parser, Path("out"), "OUT/devices.md")
 
@@ -56,7 +57,7 @@ def program(d: int, k: int, steps: int, mesh, combine: str):
     import zoaq_jax
 
     # zoaq_jax.radazo(1e-3, k=k, mesh=mesh), with the combine chosen
-    opt = zoaq_jax.chain(zoaq_jax.fixed_estimator(k=k, mesh=mesh, combine=combine or "auto"),
+    opt = zoaq_jax.chain(zoaq_jax.fixed_estimator(k=k, mesh=mesh, combine=combine or "psum"),
                          zoaq_jax.scale_by_radazo(), optax.scale_by_learning_rate(1e-3))
 
     def quadratic(x):
@@ -80,13 +81,14 @@ def program(d: int, k: int, steps: int, mesh, combine: str):
 def measure(args: argparse.Namespace) -> list[dict]:
     import jax
 
-    configs = [(d, 1, None) for d in args.dims] + [
-        (d, n, c) for d in args.dims for n in args.devices for c in COMBINES]
+    splits = [(1, None)] + [(n, c) for n in args.devices for c in COMBINES]
+    configs = [(d, n, c) for d in args.dims for n, c in splits]
+    steps = dict(zip(args.dims, args.steps))
     compiled = {}
     for d, n, combine in common.progress(configs, total=len(configs), desc="compile"):
         mesh = None if combine is None else jax.make_mesh(
             (n,), ("directions",), devices=jax.devices()[:n])
-        compiled[d, n, combine] = program(d, args.k, args.steps, mesh, combine)
+        compiled[d, n, combine] = program(d, args.k, steps[d], mesh, combine)
     times = {c: [] for c in configs}
     for _ in range(args.repeats):  # interleaved
         for c in configs:
@@ -94,20 +96,21 @@ def measure(args: argparse.Namespace) -> list[dict]:
             start = time.perf_counter()
             jax.block_until_ready(fn(*inputs))
             times[c].append(time.perf_counter() - start)
-    calls = 2 * args.k * args.steps
     rows = []
     for d, n, combine in configs:
         seconds = statistics.median(times[d, n, combine])
         reference = statistics.median(times[d, 1, None])
         rows.append({"d": d, "devices": n, "combine": combine or "none (no mesh)",
-                     "seconds": seconds, "calls_per_s": calls / seconds,
+                     "steps": steps[d], "seconds": seconds,
+                     "calls_per_s": 2 * args.k * steps[d] / seconds,
                      "time_vs_no_mesh": seconds / reference})
     return rows
 
 
 def render(record: dict, path: Path) -> None:
-    rows = [(f"{r['d']:,}", r["devices"], r["combine"], f"{r['calls_per_s']:,.0f}",
-             f"{r['time_vs_no_mesh']:.2f}") for r in record["rows"]]
+    rows = [(f"{r['d']:,}", r["devices"], r["combine"], r["steps"],
+             f"{r['calls_per_s']:,.0f}", f"{r['time_vs_no_mesh']:.2f}")
+            for r in record["rows"]]
     machine = record["machine"]
     fake = machine["backend"] == "cpu"
     text = "\n\n".join([
@@ -116,11 +119,10 @@ def render(record: dict, path: Path) -> None:
         run_record.machine_line(machine) + (
             f" Devices: {machine['device_count']} fake CPU devices sharing those cores."
             if fake else ""),
-        f"R-AdaZO, K = {record['k']} central directions, quadratic, one seed, "
-        f"{record['steps']} steps per timing; median of {record['repeats']} interleaved "
-        "timings, compilation excluded.",
+        f"R-AdaZO, K = {record['k']} central directions, quadratic, one seed; median of "
+        f"{record['repeats']} interleaved timings of the steps shown, compilation excluded.",
         common.markdown_table(
-            ["d", "devices", "combine", "calls/s", "time vs no mesh"], rows),
+            ["d", "devices", "combine", "steps", "calls/s", "time vs no mesh"], rows),
     ])
     common.write_markdown(path, "Directions across devices: calls/s against device count",
                           text, "devices")
@@ -137,9 +139,17 @@ def main(args: argparse.Namespace) -> int:
         render(common.read_json(args.render), target)
         print(f"rendered {target}")
         return 0
-    for name, value in PRESETS[args.preset].items():
+    preset = PRESETS[args.preset]
+    if args.steps is None:  # the preset's count at its dims, its smallest elsewhere
+        table = dict(zip(preset["dims"], preset["steps"]))
+        args.steps = [table.get(d, min(preset["steps"])) for d in args.dims or preset["dims"]]
+    for name, value in preset.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if len(args.steps) == 1:
+        args.steps = args.steps * len(args.dims)
+    if len(args.steps) != len(args.dims):
+        flags.fail(f"--steps takes one count per dim ({len(args.dims)}) or one for all")
     bad = [n for n in args.devices if args.k % n]
     if bad:
         flags.fail(f"--k {args.k} is not divisible by the device counts {bad}")

@@ -11,7 +11,6 @@ import optax
 import pytest
 
 import zoaq_jax
-from zoaq_jax._src import sharded
 
 # Two leaves (a vector and a matrix) and a data keyword; K = 8 splits over 1, 2, 4, 8.
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 24), "m": jnp.ones((3, 4))}
@@ -55,7 +54,7 @@ def single():
 
 
 @pytest.mark.parametrize("shape,combine", [(1, "psum"), (2, "gather"), ((2, 2), "psum"),
-                                           (8, "psum")])
+                                           (8, "gather")])
 def test_split_equals_single_device_and_compiles_once(single, shape, combine):
     """Estimates to 1e-6 relative (bit for bit on one device with psum), counts exact,
     one compilation for two steps with new data (central differences; forward ones in
@@ -80,28 +79,26 @@ def test_split_equals_single_device_and_compiles_once(single, shape, combine):
 
 
 def test_alias_under_vmap_over_seeds_and_query_limit_equals_single_device():
-    """``zo_adamm(difference="forward", mesh=...)`` (``"auto"``: gather at this d) run by
+    """``zo_sgd(difference="forward", mesh=...)`` (the default ``"psum"``) run by
     :func:`zoaq_jax.run` for three seeds under ``vmap``, with a query limit that stops it
-    after 3 of 4 steps: same queries, status and iterates (1e-6) as one device."""
+    after 3 of 4 steps: same queries and status as one device, iterates to 1e-4. From the
+    second step on the two runs query points that differ in their last bits, and a
+    difference quotient amplifies the objective's rounding by ``1 / mu`` (design notes,
+    "Determinism under vmap and sharding"); one step's estimate at the same point
+    agrees to 1e-6 (the test above)."""
     def runs(opt):
         def one(seed):
             return zoaq_jax.run(opt, objective, PARAMS, 4, seed=seed,
                                 max_queries=3 * (K + 1), a=jnp.zeros(24))
         return jax.jit(jax.vmap(one))(jnp.arange(3))
 
-    ref_params, _, ref_trace = runs(zoaq_jax.zo_adamm(0.1, k=K, difference="forward"))
-    out_params, _, trace = runs(zoaq_jax.zo_adamm(0.1, k=K, difference="forward",
-                                                  mesh=mesh_of(8)))
+    ref_params, _, ref_trace = runs(zoaq_jax.zo_sgd(0.1, k=K, difference="forward"))
+    out_params, _, trace = runs(zoaq_jax.zo_sgd(0.1, k=K, difference="forward",
+                                                mesh=mesh_of(8)))
     np.testing.assert_array_equal(trace.num_queries, ref_trace.num_queries)
     np.testing.assert_array_equal(trace.status, ref_trace.status)
     assert int(trace.num_queries[0, -1]) == 3 * (K + 1)
-    assert relative_error(out_params, ref_params) < 1e-6
-
-
-def test_auto_combine_gathers_small_problems_and_sums_large_ones():
-    assert sharded.resolve("auto", K, jnp.zeros(2**14)) == "gather"  # K d = 2**17
-    assert sharded.resolve("auto", K, jnp.zeros(2**14 + 1)) == "psum"
-    assert sharded.resolve("gather", K, jnp.zeros(2**20)) == "gather"
+    assert relative_error(out_params, ref_params) < 1e-4
 
 
 def test_unsupported_settings_fail_at_construction():

@@ -111,7 +111,7 @@ def adaptive_estimator(
     evaluation: str = "loop",
     key: Any = 0,
     mesh: jax.sharding.Mesh | None = None,
-    combine: str = "auto",
+    combine: str = "psum",
 ) -> optax.GradientTransformationExtraArgs:
     r"""An accept-or-expand estimator from a gate and a budget rule.
 
@@ -162,7 +162,7 @@ def adaptive_estimator(
         devices (fixed budgets only: ``k_min == k_max``, ``n_hist=0``; see
         :mod:`zoaq_jax._src.sharded`); None (default): one device.
       combine: with ``mesh``, how the devices' records form the estimate:
-        ``"auto"``, ``"psum"`` or ``"gather"`` (:data:`sharded.COMBINES`).
+        ``"psum"`` or ``"gather"`` (see :func:`fixed_estimator`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` whose ``update(updates, state,

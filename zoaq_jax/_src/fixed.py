@@ -17,7 +17,7 @@ def fixed_estimator(
     directions: str = "gaussian",
     key: Any = 0,
     mesh: Any = None,
-    combine: str = "auto",
+    combine: str = "psum",
 ) -> optax.GradientTransformationExtraArgs:
     r"""Averages ``k`` fresh random-direction finite differences at the current point.
 
@@ -42,11 +42,11 @@ def fixed_estimator(
       mesh: a :class:`jax.sharding.Mesh` whose devices share each step's ``k``
         directions (``k`` divisible by its size): each device draws and evaluates its
         own ``k / n`` (:mod:`zoaq_jax._src.sharded`); None (default): one device.
-      combine: with ``mesh``: ``"psum"`` (one all-reduce of the devices' partial sums),
-        ``"gather"`` (the ``k`` responses are all-gathered and every device regenerates
-        all ``k`` directions to form the sum) or ``"auto"`` (``"gather"`` when
-        ``k d <= 2**17``, else ``"psum"``); the estimate equals one device's to float32
-        rounding (bit for bit on a one-device mesh with ``"psum"``).
+      combine: with ``mesh``: ``"psum"`` (default: one all-reduce of the devices'
+        partial sums) or ``"gather"`` (the ``k`` responses are all-gathered and every
+        device regenerates all ``k`` directions to form the sum: one collective fewer,
+        ``k - k / n`` more draws per device); the estimate equals one device's to
+        float32 rounding (bit for bit on a one-device mesh with ``"psum"``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`; its ``update(updates, state,

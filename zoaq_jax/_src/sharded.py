@@ -9,7 +9,7 @@ are replicated) and keeps its :math:`K/n` scalar responses. Only keys, scalars a
 one all-reduce cross between devices. The estimate
 :math:`\\sum_i r_i u_i` is formed in one of two ways (``combine``):
 
-* ``"psum"``: each device sums :math:`r_i u_i` over its own directions and one
+* ``"psum"`` (default): each device sums :math:`r_i u_i` over its own directions and one
   ``lax.psum`` adds the :math:`n` partial sums (one all-reduce of a params-shaped tree).
   No device draws more than :math:`K/n` directions; the additions' order differs from
   one device's, so the estimate equals the single-device one to float32 rounding
@@ -20,10 +20,12 @@ one all-reduce cross between devices. The estimate
   draws per device. No params-shaped tree crosses devices. The additions are the
   single-device ones, but XLA may fuse them differently in the two programs, so the
   estimate too equals the single-device one to float32 rounding.
-* ``"auto"`` (default): ``"gather"`` when all :math:`K` directions fit in one batch draw
-  (:func:`directions.fits_in_batch`, :math:`Kd \\le 2^{17}`: regenerating them costs
-  little and the exchange is :math:`2K` scalars), else ``"psum"`` (large :math:`d`: no
-  device regenerates all :math:`K`; one all-reduce of :math:`d` numbers a step).
+
+``"psum"`` is the default: on 1 to 8 fake CPU devices sharing one core it took 0.90 to
+1.08 times the time of one device without a mesh at :math:`d = 10^5`, while
+``"gather"``'s extra draws took up to 6 times (``docs/results/devices.md``). ``"gather"`` saves one collective a step (the
+all-reduce), which can pay on accelerators for small :math:`d`, where drawing
+directions is cheap and a step is bound by collective latency (not measured here).
 
 Query counts are exact: :math:`K` is static, each direction is evaluated by exactly one
 device, and the gathered responses give the ledger the same counts as one device
@@ -50,7 +52,7 @@ from jax.sharding import PartitionSpec
 from zoaq_jax._src import checks, expansion, ledger
 from zoaq_jax._src import directions as dirs
 
-COMBINES = ("auto", "psum", "gather")
+COMBINES = ("psum", "gather")
 
 
 def check(mesh: Any, combine: str, *, k_min: int, k_max: int, n_hist: int,
@@ -91,13 +93,6 @@ def check(mesh: Any, combine: str, *, k_min: int, k_max: int, n_hist: int,
             f"{mesh.size} devices; choose k a multiple of {mesh.size} or a smaller mesh.")
 
 
-def resolve(combine: str, k: int, like: Any) -> str:
-    """``"psum"`` or ``"gather"``: ``combine``, with ``"auto"`` decided by ``K d``."""
-    if combine != "auto":
-        return combine
-    return "gather" if dirs.fits_in_batch(k, like) else "psum"
-
-
 def split_responses(
     mesh: jax.sharding.Mesh, combine: str, diff: Any, params: Any, key: jax.Array,
     kind: dirs.Family, k: int, centre: jax.Array | None,
@@ -106,7 +101,7 @@ def split_responses(
 
     Args:
       mesh: the devices the directions are split over (all of its axes).
-      combine: ``"psum"`` or ``"gather"`` (:func:`resolve`).
+      combine: ``"psum"`` or ``"gather"``.
       diff: the step's :class:`oracle.FiniteDifference`.
       params: the current point (replicated on every device).
       key: the step key; direction ``i`` comes from ``ledger.direction_keys(key, i, 1)``.
@@ -150,7 +145,6 @@ def candidate(
     split over ``mesh``: the one :func:`expansion.accept_or_expand` returns for
     ``k_min = k_max = k`` (same fields, same additions to its zero start), scored by
     ``test``."""
-    combine = resolve(combine, k, params)
     r, v, total = split_responses(mesh, combine, step.diff, params, key, kind, k, step.centre)
     ok = jnp.isfinite(r)
     zero = jnp.zeros((), jnp.float32)
