@@ -1,4 +1,4 @@
-"""One CLI for all benchmarks: ``python -m benchmarks {synthetic,generalization,attack,llm,overhead} ...``.
+"""One CLI for all benchmarks: ``python -m benchmarks {synthetic,generalization,attack,llm,overhead,devices} ...``.
 
 Each command lives in ``benchmarks/<command>/cli.py`` and exposes
 ``add_arguments(parser)`` and ``main(args) -> int``. Commands are imported only when
@@ -21,6 +21,8 @@ COMMANDS = {
                        "auto_k against the best fixed K on held-out objectives"),
     "llm": ("benchmarks.llm.cli", "forward-only LoRA fine-tuning of language models"),
     "overhead": ("benchmarks.overhead.cli", "speed: calls/s against evosax Open_ES"),
+    "devices": ("benchmarks.overhead.devices",
+                "speed: calls/s with each step's directions split over n devices"),
 }
 
 

@@ -37,6 +37,7 @@ from zoaq_jax._src.loop import STATUSES, Trace, run
 from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
 from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
 from zoaq_jax._src.sequential import sequential
+from zoaq_jax._src.sharded import replicate
 from zoaq_jax._src.statzo import statzo_estimator
 from zoaq_jax._src.zo_adamm import ScaleByZOAdaMMState, scale_by_zo_adamm
 from zoaq_jax._src.zoaq import zoaq_estimator
@@ -73,6 +74,7 @@ __all__ = [
     "mezo",
     "monitor_consistency",
     "radazo",
+    "replicate",
     "run",
     "scale_by_radazo",
     "scale_by_zo_adamm",

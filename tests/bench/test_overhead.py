@@ -133,3 +133,16 @@ def test_evaluation_is_an_explicit_static_choice():
 def test_unknown_evaluation_is_refused():
     with pytest.raises(ValueError, match="evaluation"):
         zoaq_jax.zoaq_estimator(evaluation="eager")
+
+
+def test_devices_command_runs_and_renders(tmp_path):
+    """``python -m benchmarks devices`` on two of the fake CPU devices at a smoke size."""
+    argv = ["devices", "--preset", "smoke", "--devices", "2", "--out", str(tmp_path),
+            "--quiet"]
+    assert bench_main(argv) == 0
+    record = read_json(tmp_path / "devices.json.xz")
+    assert [(r["devices"], r["combine"]) for r in record["rows"]] == [
+        (1, "none (no mesh)"), (2, "psum"), (2, "gather")]
+    assert "| 8 | 2 | psum |" in (tmp_path / "devices.md").read_text()
+    with pytest.raises(SystemExit):
+        bench_main(["devices", "--devices", "3", "--k", "2", "--out", str(tmp_path)])

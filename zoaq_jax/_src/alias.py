@@ -159,6 +159,7 @@ def radazo(
     difference: str = "central",
     directions: str = "gaussian",
     key: Any = 0,
+    mesh: Any = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""R-AdaZO: a fixed ``k``-direction estimate on the refined adaptive backbone.
 
@@ -168,7 +169,7 @@ def radazo(
     Args:
       learning_rate: step size or schedule.
       k: directions per step.
-      mu, difference, directions, key: see :func:`fixed_estimator`.
+      mu, difference, directions, key, mesh: see :func:`fixed_estimator`.
       b1, b2, eps, eps_in_sqrt: see :func:`scale_by_radazo`.
 
     Returns:
@@ -185,7 +186,8 @@ def radazo(
       Shu et al., Refining Adaptive Zeroth-Order Optimization at Ease, ICML 2025.
     """
     return _chain(
-        fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key),
+        fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key,
+                        mesh=mesh),
         scale_by_radazo(b1=b1, b2=b2, eps=eps, eps_in_sqrt=eps_in_sqrt),
         learning_rate,
     )
@@ -202,6 +204,7 @@ def zo_adamm(
     difference: str = "central",
     directions: str = "gaussian",
     key: Any = 0,
+    mesh: Any = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZO-AdaMM: a fixed ``k``-direction estimate on Adam-style moments.
 
@@ -211,7 +214,7 @@ def zo_adamm(
     Args:
       learning_rate: step size or schedule.
       k: directions per step.
-      mu, difference, directions, key: see :func:`fixed_estimator`.
+      mu, difference, directions, key, mesh: see :func:`fixed_estimator`.
       b1, b2, eps, amsgrad: see :func:`scale_by_zo_adamm`.
 
     Returns:
@@ -228,7 +231,8 @@ def zo_adamm(
       Chen et al., ZO-AdaMM, NeurIPS 2019.
     """
     return _chain(
-        fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key),
+        fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key,
+                        mesh=mesh),
         scale_by_zo_adamm(b1=b1, b2=b2, eps=eps, amsgrad=amsgrad),
         learning_rate,
     )
@@ -241,12 +245,13 @@ def zo_sgd(
     difference: str = "central",
     directions: str = "gaussian",
     key: Any = 0,
+    mesh: Any = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZO-SGD: :math:`x_{t+1} = x_t - \eta g_t` with a fixed ``k``-direction estimate.
 
     Args:
       learning_rate: step size or schedule.
-      k, mu, difference, directions, key: see :func:`fixed_estimator`.
+      k, mu, difference, directions, key, mesh: see :func:`fixed_estimator`.
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`.
@@ -263,7 +268,8 @@ def zo_sgd(
       stochastic programming, 2013.
     """
     return _chain(
-        fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key),
+        fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key,
+                        mesh=mesh),
         optax.identity(),
         learning_rate,
     )
@@ -276,6 +282,7 @@ def mezo(
     weight_decay: float = 0.0,
     directions: str = "gaussian",
     key: Any = 0,
+    mesh: Any = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""MeZO: ZO-SGD with central Gaussian differences and decoupled weight decay.
 
@@ -293,6 +300,8 @@ def mezo(
       directions: MeZO's Gaussian :math:`z_i` by default; any family of
         :func:`fixed_estimator` (e.g. ``"sparse:0.1"`` for random sparse masks).
       key: integer seed or typed key.
+      mesh: split each step's directions over this mesh's devices (see
+        :func:`fixed_estimator`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`.
@@ -309,7 +318,8 @@ def mezo(
     """
     checks.non_negative("weight_decay", weight_decay)
     return _chain(
-        fixed_estimator(k=k, mu=mu, difference="central", directions=directions, key=key),
+        fixed_estimator(k=k, mu=mu, difference="central", directions=directions, key=key,
+                        mesh=mesh),
         optax.add_decayed_weights(weight_decay),
         learning_rate,
     )

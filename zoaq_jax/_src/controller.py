@@ -27,7 +27,7 @@ import optax
 
 from zoaq_jax._src import checks
 from zoaq_jax._src import directions as dirs
-from zoaq_jax._src import expansion, history, host, ledger, oracle, retained
+from zoaq_jax._src import expansion, history, host, ledger, oracle, retained, sharded
 from zoaq_jax._src.chain import Estimator
 
 
@@ -110,6 +110,8 @@ def adaptive_estimator(
     refresh: int = retained.REFRESH,
     evaluation: str = "loop",
     key: Any = 0,
+    mesh: jax.sharding.Mesh | None = None,
+    combine: str = "psum",
 ) -> optax.GradientTransformationExtraArgs:
     r"""An accept-or-expand estimator from a gate and a budget rule.
 
@@ -156,6 +158,11 @@ def adaptive_estimator(
         ``"unrolled"``/``"vectorized"`` (every predrawn candidate at once, no loop; for
         throughput measurements on accelerators).
       key: integer seed or typed key.
+      mesh: a :class:`jax.sharding.Mesh` to split each step's directions over its
+        devices (fixed budgets only: ``k_min == k_max``, ``n_hist=0``; see
+        :mod:`zoaq_jax._src.sharded`); None (default): one device.
+      combine: with ``mesh``, how the devices' records form the estimate:
+        ``"psum"`` or ``"gather"`` (see :func:`fixed_estimator`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` whose ``update(updates, state,
@@ -182,6 +189,8 @@ def adaptive_estimator(
     checks.choice("difference", difference, oracle.DIFFERENCES)
     family = dirs.family(directions)
     checks.choice("evaluation", evaluation, expansion.EVALUATIONS)
+    sharded.check(mesh, combine, k_min=k_min, k_max=k_max, n_hist=n_hist,
+                  evaluation=evaluation, second_moment=gate.second_moment)
     slots = k_max  # fresh records of one step: every K grid ends exactly at k_max
 
     def init_fn(params):
@@ -215,7 +224,9 @@ def adaptive_estimator(
         context = gate.prepare(state.gate)
 
         drawn, oldest = None, None
-        if predraw:  # the fresh candidates and the records they may evict, in one batch
+        # The fresh candidates and the records they may evict, in one batch (with a mesh,
+        # each device draws its own share instead).
+        if predraw and mesh is None:
             keys = None
             if n_hist:
                 keys = schedule.record_keys(state.ledger,
@@ -236,12 +247,16 @@ def adaptive_estimator(
             score, passed = gate.test(context, evidence(cand))
             return score, passed | step.centre_bad
 
-        cand = expansion.accept_or_expand(
-            expansion.fresh_acquirer(step, params, step_key, family, drawn, evaluation),
-            test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
-            second_moment=gate.second_moment, evaluation=evaluation,
-            k_cap=k_cap,
-        )
+        if mesh is None:
+            cand = expansion.accept_or_expand(
+                expansion.fresh_acquirer(step, params, step_key, family, drawn, evaluation),
+                test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
+                second_moment=gate.second_moment, evaluation=evaluation,
+                k_cap=k_cap,
+            )
+        else:  # k_min == k_max: a query limit either affords the step or skips it
+            cand = sharded.candidate(mesh, combine, step, params, step_key, family, k_max,
+                                     test)
         ev = evidence(cand)
         g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)
         value_estimate = step.value_estimate(cand)

@@ -16,6 +16,8 @@ def fixed_estimator(
     difference: str = "central",
     directions: str = "gaussian",
     key: Any = 0,
+    mesh: Any = None,
+    combine: str = "psum",
 ) -> optax.GradientTransformationExtraArgs:
     r"""Averages ``k`` fresh random-direction finite differences at the current point.
 
@@ -37,6 +39,14 @@ def fixed_estimator(
         ``"sparse:P"`` (mask density P) or ``"lowrank:R"`` (rank R on matrix leaves);
         math and references in :mod:`zoaq_jax._src.directions`.
       key: integer seed or typed key (``jax.random.key``).
+      mesh: a :class:`jax.sharding.Mesh` whose devices share each step's ``k``
+        directions (``k`` divisible by its size): each device draws and evaluates its
+        own ``k / n`` (:mod:`zoaq_jax._src.sharded`); None (default): one device.
+      combine: with ``mesh``: ``"psum"`` (default: one all-reduce of the devices'
+        partial sums) or ``"gather"`` (the ``k`` responses are all-gathered and every
+        device regenerates all ``k`` directions to form the sum: one collective fewer,
+        ``k - k / n`` more draws per device); the estimate equals one device's to
+        float32 rounding (bit for bit on a one-device mesh with ``"psum"``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`; its ``update(updates, state,
@@ -58,5 +68,5 @@ def fixed_estimator(
     k = checks.static_int("k", k, 1)
     return adaptive_estimator(
         gates.accept(), budgets.constant(k), k_min=k, k_max=k, mu=mu, difference=difference,
-        directions=directions, key=key,
+        directions=directions, key=key, mesh=mesh, combine=combine,
     )

@@ -1,0 +1,175 @@
+"""Speed: oracle calls/s of R-AdaZO with each step's directions split over n devices.
+
+R-AdaZO with ``k`` central directions on the quadratic, one seed, ``steps`` steps (a
+count per d) as one compiled program (``lax.fori_loop``), params and state replicated
+on the mesh (``zoaq_jax.replicate``); for every d, one device without a mesh (the reference) and
+each device count with ``combine="psum"`` and ``"gather"``. Compilation is excluded;
+the median of ``repeats`` interleaved timings is reported. On a CPU the devices are
+fake (``--xla_force_host_platform_device_count``, set here before JAX starts): they
+share the same cores, so the numbers show the overhead of the split, not a speed-up.
+
+Examples:
+  python -m benchmarks devices --out docs/results     # the committed page
+  python -m benchmarks devices --devices 1 --dims 1000000 --out out   # one GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from benchmarks import common, flags
+from benchmarks import record as run_record
+
+COMBINES = ("psum", "gather")
+
+
+PRESETS = {  # devices, dims, k, steps, repeats
+    "cpu": {"devices": [1, 2, 4, 8], "dims": [1000, 100_000], "k": 8, "steps": [400, 40],
+            "repeats": 3},
+    "smoke": {"devices": [1, 2], "dims": [8], "k": 2, "steps": [1], "repeats": 1},
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu",
+                        help="sizes (default cpu, the committed page; smoke: seconds); "
+                             "the flags below override them")
+    parser.add_argument("--devices", type=flags.positive_int, nargs="+")
+    parser.add_argument("--dims", type=flags.positive_int, nargs="+")
+    parser.add_argument("--k", type=flags.positive_int, help="directions a step")
+    parser.add_argument("--steps", type=flags.positive_int, nargs="+",
+                        help="steps per timing, one per dim (or one for all)")
+    parser.add_argument("--repeats", type=flags.positive_int, help="interleaved timings")
+    flags.add_outputs(parser, Path("out"), "OUT/devices.md")
+
+
+def program(d: int, k: int, steps: int, mesh, combine: str):
+    """The compiled run of ``steps`` R-AdaZO steps and its replicated inputs."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import zoaq_jax
+
+    # zoaq_jax.radazo(1e-3, k=k, mesh=mesh), with the combine chosen
+    opt = zoaq_jax.chain(zoaq_jax.fixed_estimator(k=k, mesh=mesh, combine=combine or "psum"),
+                         zoaq_jax.scale_by_radazo(), optax.scale_by_learning_rate(1e-3))
+
+    def quadratic(x):
+        return 0.5 * jnp.sum(x**2)
+
+    def run(params, state):
+        def body(_, carry):
+            params, state = carry
+            updates, state = opt.update(None, state, params, value_fn=quadratic)
+            return zoaq_jax.apply_updates(params, updates), state
+
+        return jax.lax.fori_loop(0, steps, body, (params, state))
+
+    params = jnp.ones(d)
+    inputs = (params, opt.init(params))
+    if mesh is not None:
+        inputs = zoaq_jax.replicate(inputs, mesh)
+    return jax.jit(run).lower(*inputs).compile(), inputs
+
+
+def measure(args: argparse.Namespace) -> list[dict]:
+    import jax
+
+    splits = [(1, None)] + [(n, c) for n in args.devices for c in COMBINES]
+    configs = [(d, n, c) for d in args.dims for n, c in splits]
+    steps = dict(zip(args.dims, args.steps))
+    compiled = {}
+    for d, n, combine in common.progress(configs, total=len(configs), desc="compile"):
+        mesh = None if combine is None else jax.make_mesh(
+            (n,), ("directions",), devices=jax.devices()[:n])
+        compiled[d, n, combine] = program(d, args.k, steps[d], mesh, combine)
+    times = {c: [] for c in configs}
+    for _ in range(args.repeats):  # interleaved
+        for c in configs:
+            fn, inputs = compiled[c]
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*inputs))
+            times[c].append(time.perf_counter() - start)
+    rows = []
+    for d, n, combine in configs:
+        seconds = statistics.median(times[d, n, combine])
+        reference = statistics.median(times[d, 1, None])
+        rows.append({"d": d, "devices": n, "combine": combine or "none (no mesh)",
+                     "steps": steps[d], "seconds": seconds,
+                     "calls_per_s": 2 * args.k * steps[d] / seconds,
+                     "time_vs_no_mesh": seconds / reference})
+    return rows
+
+
+def render(record: dict, path: Path) -> None:
+    rows = [(f"{r['d']:,}", r["devices"], r["combine"], r["steps"],
+             f"{r['calls_per_s']:,.0f}", f"{r['time_vs_no_mesh']:.2f}")
+            for r in record["rows"]]
+    machine = record["machine"]
+    fake = machine["backend"] == "cpu"
+    text = "\n\n".join([
+        f"Command: `{record['command']}`",
+        run_line(record),
+        run_record.machine_line(machine) + (
+            f" Devices: {machine['device_count']} fake CPU devices sharing those cores."
+            if fake else ""),
+        f"R-AdaZO, K = {record['k']} central directions, quadratic, one seed; median of "
+        f"{record['repeats']} interleaved timings of the steps shown, compilation excluded.",
+        common.markdown_table(
+            ["d", "devices", "combine", "steps", "calls/s", "time vs no mesh"], rows),
+    ])
+    common.write_markdown(path, "Directions across devices: calls/s against device count",
+                          text, "devices")
+
+
+def run_line(record: dict) -> str:
+    return (f"Run: started {record['started']}; load average before/after "
+            f"{record['load_before']} / {record['load_after']}.")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.render is not None:
+        target = args.report or args.render.parent / "devices.md"
+        render(common.read_json(args.render), target)
+        print(f"rendered {target}")
+        return 0
+    preset = PRESETS[args.preset]
+    if args.steps is None:  # the preset's count at its dims, its smallest elsewhere
+        table = dict(zip(preset["dims"], preset["steps"]))
+        args.steps = [table.get(d, min(preset["steps"])) for d in args.dims or preset["dims"]]
+    for name, value in preset.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if len(args.steps) == 1:
+        args.steps = args.steps * len(args.dims)
+    if len(args.steps) != len(args.dims):
+        flags.fail(f"--steps takes one count per dim ({len(args.dims)}) or one for all")
+    bad = [n for n in args.devices if args.k % n]
+    if bad:
+        flags.fail(f"--k {args.k} is not divisible by the device counts {bad}")
+    if "jax" not in sys.modules:  # fake CPU devices; no effect on accelerators
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_force_host_platform_device_count={max(args.devices)}")
+    import jax
+
+    if len(jax.devices()) < max(args.devices):
+        flags.fail(f"{len(jax.devices())} devices, fewer than --devices {max(args.devices)} "
+                   "(JAX was started before the flag for fake CPU devices could be set)")
+    command = flags.command_line("devices", args, skip=("render", "quiet"))
+    record = {"command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "load_before": run_record.load_average(), "k": args.k, "steps": args.steps,
+              "repeats": args.repeats, "versions": run_record.versions()}
+    record["rows"] = measure(args)
+    record["load_after"] = run_record.load_average()
+    record["machine"] = {**run_record.machine_info(), "device_count": len(jax.devices())}
+    common.write_json(args.out / f"devices{common.RESULTS}", record)
+    report = args.report or args.out / "devices.md"
+    render(record, report)
+    print(f"wrote {report}")
+    return 0
