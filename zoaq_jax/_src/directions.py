@@ -51,6 +51,25 @@ For i.i.d. zero-mean, unit-variance entries with fourth moment :math:`\\kappa`,
 (Gaussian :math:`\\kappa = 3`; Rademacher :math:`\\kappa = 1`, always lower;
 sparse :math:`\\kappa = 3/p`, higher as :math:`p` falls).
 
+Key implementations. A typed key's implementation (``jax.random.key(seed, impl=...)``)
+fixes the random stream; the estimators accept any implementation whose draws and key
+derivation are exact under ``vmap``, so that a direction drawn in a batch equals the same
+key's direction drawn alone (records are regenerated from their keys, and ``vmap`` over
+seeds equals unbatched runs):
+
+* ``"threefry2x32"`` (the default) and ``"philox4x32"``: counter-based, the same numbers
+  on CPU, GPU and TPU and under any sharding.
+* ``"rbg"`` (XLA's RngBitGenerator; key derivation as threefry): its numbers may differ
+  across backends and XLA versions, and JAX draws a vmapped batch of rbg keys from the
+  batch's first key. :func:`sample` therefore draws batched rbg keys one at a time
+  (a batching rule that maps over the keys), which restores the equalities above.
+* ``"unsafe_rbg"`` is refused at construction: its ``fold_in`` under ``vmap`` differs
+  from ``fold_in`` alone, so a record's key could not be derived again.
+
+On a CPU a threefry Gaussian costs several times less than an rbg one; the speed page
+(``docs/results/overhead_large_d.md``, parts table) has the measured costs of one
+direction drawn alone with each implementation.
+
 References:
   Dang et al., FZOO: Fast Zeroth-Order Optimizer for Fine-Tuning Large Language Models
   towards Adam-Scale Speed, arXiv:2506.09034, 2025 (``"rademacher"``).
@@ -74,9 +93,10 @@ KINDS = ("gaussian", "sphere", "rademacher", "sparse", "lowrank")
 _SPECS = "'gaussian', 'sphere', 'rademacher', 'sparse:P' (0 < P <= 1) or 'lowrank:R' (int R >= 1)"
 
 # Up to this many numbers (128 Ki, 512 KiB in float32) a batch of directions is drawn in
-# one vectorised call; above it, directions are drawn when and where they are used. On a
-# CPU a vectorised draw of more than about 10^5 numbers costs more per number than
-# separate draws (it leaves the caches), and predrawing would buy unused directions.
+# one vectorised call; above it, directions are drawn when and where they are used, in
+# chunks of at most this many numbers (at least one direction; `batch_size`). On a CPU a
+# vectorised draw of more than about 10^5 numbers costs more per number than separate
+# draws (it leaves the caches), and predrawing would buy unused directions.
 _BATCH_LIMIT = 1 << 17
 
 
