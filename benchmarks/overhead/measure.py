@@ -167,10 +167,14 @@ def measure(configs: list[tuple], repeats: int, progress) -> list[dict]:
     return [case.record() for case in cases]
 
 
+IMPLS = ("threefry2x32", "philox4x32", "rbg")  # key implementations timed drawing alone
+
+
 def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
     """µs per step of the parts of a K-direction step, ``lanes`` vmapped, in scans of
-    ``steps``: drawing ``k`` Gaussian directions, ``2k`` objective calls on drawn
-    directions, and an empty step (the loop's own cost)."""
+    ``steps``: drawing ``k`` Gaussian directions in one batch, ``2k`` objective calls on
+    drawn directions, an empty step (the loop's own cost) and, for each key
+    implementation of :data:`IMPLS`, drawing one direction alone (``alone_IMPL``)."""
     import jax
     import jax.numpy as jnp
 
@@ -192,8 +196,15 @@ def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
     def empty(x, lane, t):
         return x + 1e-9 * t.astype(x.dtype)
 
+    def alone(impl):
+        def draw_one(x, lane, t):
+            key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0, impl=impl), lane), t)
+            return x + 1e-9 * dirs.sample(dirs.family("gaussian"), key, x)
+        return draw_one
+
     out = {}
-    for label, fn in (("draw", draw), ("evaluate", evaluate), ("empty", empty)):
+    for label, fn in (("draw", draw), ("evaluate", evaluate), ("empty", empty),
+                      *((f"alone_{impl}", alone(impl)) for impl in IMPLS)):
         def run(x, fn=fn):
             lane = jnp.arange(lanes)
             return jax.lax.scan(lambda c, t: (jax.vmap(fn, (0, 0, None))(c, lane, t), None),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from benchmarks import common
 from benchmarks import record as run_record
+from benchmarks.overhead.measure import IMPLS
 
 REFERENCE = "open_es"  # the outside reference of the compare section
 FIXED_REFERENCE = "radazo"  # the per-call cost reference of the dims section
@@ -60,6 +61,13 @@ def dims_table(records: list[dict], parts: list[dict]) -> tuple[str, list[str]]:
                      "–" if ratio is None else f"{ratio:.2f}",
                      _mib(r["state_bytes_per_seed"]),
                      _mib(r["memory"].get("temp_size_in_bytes"))])
+        outside = next((o for o in records if o["d"] == r["d"] and o["method"] == REFERENCE),
+                       None)
+        if r["kind"] == "fixed" and outside is not None:
+            vs = outside["us_per_call"] / r["us_per_call"]
+            met = "met" if vs >= 1.0 else "not met"
+            verdicts.append(f"{r['label']} at d = {r['d']:,}: {vs:.2f}x Open_ES calls/s "
+                            f"(goal ≥ 1.0x): {met}.")
         if r["kind"] == "adaptive" and ratio is not None and r["d"] == max(ref):
             met = "met" if ratio <= DIMS_GOAL else "not met"
             verdicts.append(f"{r['label']} at d = {r['d']:,}: {ratio:.2f}x R-AdaZO K=10 per "
@@ -67,11 +75,14 @@ def dims_table(records: list[dict], parts: list[dict]) -> tuple[str, list[str]]:
     table = common.markdown_table(
         ["d", "method", "steps", "µs/call", "cost/call vs R-AdaZO K=10", "state MiB/seed",
          "XLA temp MiB"], rows)
-    prow = [[f"{p['d']:,}", f"{p['draw'] / 10:,.3f}", f"{p['evaluate'] / 20:,.3f}",
+    impls = [i for i in IMPLS if all(f"alone_{i}" in p for p in parts)]
+    prow = [[f"{p['d']:,}", f"{p['draw'] / 10:,.3f}",
+             *(f"{p[f'alone_{i}']:,.3f}" for i in impls), f"{p['evaluate'] / 20:,.3f}",
              f"{p['empty']:,.3f}"] for p in parts]
     ptable = common.markdown_table(
-        ["d", "µs to draw one Gaussian direction", "µs per objective call (batch of 20)",
-         "µs per empty scanned step"], prow)
+        ["d", "µs per Gaussian direction (batch of 10)",
+         *(f"µs per direction drawn alone, {i} keys" for i in impls),
+         "µs per objective call (batch of 20)", "µs per empty scanned step"], prow)
     return table + "\n\nParts of a step (one seed):\n\n" + ptable, verdicts
 
 

@@ -236,14 +236,45 @@ def separable(p):
     return sum(jnp.sum(x**2 * (1 + 0.1 * x)) for x in jax.tree.leaves(p))
 
 
-@pytest.mark.parametrize("spec", ["sparse:0.25", "lowrank:2"])
-def test_vmap_over_seeds_equals_unbatched_runs(spec):
-    """Lane s of a vmapped update is the update with key s, bit for bit."""
+@pytest.mark.parametrize("spec, impl", [("sparse:0.25", "threefry2x32"),
+                                        ("lowrank:2", "threefry2x32"), ("gaussian", "rbg")])
+def test_vmap_over_seeds_equals_unbatched_runs(spec, impl):
+    """Lane s of a vmapped update is the update with key s, bit for bit (rbg keys too:
+    see test_rbg_keys_draw_the_same_direction_batched_or_alone)."""
     def one(seed):
-        est = zoaq_jax.fixed_estimator(k=3, mu=0.05, directions=spec, key=seed)
+        est = zoaq_jax.fixed_estimator(k=3, mu=0.05, directions=spec,
+                                       key=jax.random.key(seed, impl=impl))
         return est.update(None, est.init(X), X, value_fn=separable)[0]
 
     batched = jax.jit(jax.vmap(one))(jnp.arange(3))
     for seed in range(3):
         lane = jax.tree.map(lambda x, seed=seed: x[seed], batched)
         chex.assert_trees_all_equal(lane, jax.jit(one)(seed))
+
+
+def test_rbg_keys_draw_the_same_direction_batched_or_alone():
+    """rbg keys: JAX draws a vmapped batch from its first key; sample's batching rule
+    maps over the keys instead, so a batch equals its keys' single draws, bit for bit."""
+    keys = jax.random.split(jax.random.key(0, impl="rbg"), 3)
+    fam = dirs.family("rademacher")
+    batch = jax.jit(lambda k: dirs.sample_many(fam, k, LIKE))(keys)
+    one = jax.jit(lambda k: dirs.sample(fam, k, LIKE))
+    for i in range(3):
+        chex.assert_trees_all_equal(jax.tree.map(lambda x, i=i: x[i], batch), one(keys[i]))
+
+
+def test_directions_over_the_batch_limit_are_drawn_in_chunks(monkeypatch):
+    """k = 5 directions with room for 2 at a time (2 + 2 + 1): the same directions and
+    calls as one predrawn batch, so the estimate agrees up to float32 rounding (the
+    chunks' sums are added in another order)."""
+    def estimate():
+        est = zoaq_jax.fixed_estimator(k=5, mu=0.05, key=3)
+        return jax.jit(lambda s: est.update(None, s, X, value_fn=separable))(est.init(X))
+
+    g_one, s_one = estimate()
+    monkeypatch.setattr(dirs, "_BATCH_LIMIT", 2 * dirs.dimension(X))
+    assert dirs.batch_size(X) == 2
+    g_chunked, s_chunked = estimate()
+    chex.assert_trees_all_close(g_chunked, g_one, rtol=1e-6, atol=1e-6)
+    assert int(optax.tree.get(s_chunked, "num_queries")) == 10
+    assert optax.tree.get(s_chunked, "num_queries") == optax.tree.get(s_one, "num_queries")

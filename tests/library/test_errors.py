@@ -62,6 +62,8 @@ def test_bad_keys_are_refused_when_the_estimator_is_built(factory):
         factory(key=jnp.zeros(2, jnp.uint32))
     with pytest.raises(ValueError, match="single key"):
         factory(key=jax.random.split(jax.random.key(0), 2))
+    with pytest.raises(ValueError, match="unsafe_rbg"):  # fold_in is not exact under vmap
+        factory(key=jax.random.key(0, impl="unsafe_rbg"))
     for bad in ("abc", 1.5, True):
         with pytest.raises(TypeError, match="integer seed"):
             factory(key=bad)

@@ -51,6 +51,25 @@ For i.i.d. zero-mean, unit-variance entries with fourth moment :math:`\\kappa`,
 (Gaussian :math:`\\kappa = 3`; Rademacher :math:`\\kappa = 1`, always lower;
 sparse :math:`\\kappa = 3/p`, higher as :math:`p` falls).
 
+Key implementations. A typed key's implementation (``jax.random.key(seed, impl=...)``)
+fixes the random stream; the estimators accept any implementation whose draws and key
+derivation are exact under ``vmap``, so that a direction drawn in a batch equals the same
+key's direction drawn alone (records are regenerated from their keys, and ``vmap`` over
+seeds equals unbatched runs):
+
+* ``"threefry2x32"`` (the default) and ``"philox4x32"``: counter-based, the same numbers
+  on CPU, GPU and TPU and under any sharding.
+* ``"rbg"`` (XLA's RngBitGenerator; key derivation as threefry): its numbers may differ
+  across backends and XLA versions, and JAX draws a vmapped batch of rbg keys from the
+  batch's first key. :func:`sample` therefore draws batched rbg keys one at a time
+  (a batching rule that maps over the keys), which restores the equalities above.
+* ``"unsafe_rbg"`` is refused at construction: its ``fold_in`` under ``vmap`` differs
+  from ``fold_in`` alone, so a record's key could not be derived again.
+
+On a CPU a threefry Gaussian costs several times less than an rbg one; the speed page
+(``docs/results/overhead_large_d.md``, parts table) has the measured costs of one
+direction drawn alone with each implementation.
+
 References:
   Dang et al., FZOO: Fast Zeroth-Order Optimizer for Fine-Tuning Large Language Models
   towards Adam-Scale Speed, arXiv:2506.09034, 2025 (``"rademacher"``).
@@ -74,9 +93,10 @@ KINDS = ("gaussian", "sphere", "rademacher", "sparse", "lowrank")
 _SPECS = "'gaussian', 'sphere', 'rademacher', 'sparse:P' (0 < P <= 1) or 'lowrank:R' (int R >= 1)"
 
 # Up to this many numbers (128 Ki, 512 KiB in float32) a batch of directions is drawn in
-# one vectorised call; above it, directions are drawn when and where they are used. On a
-# CPU a vectorised draw of more than about 10^5 numbers costs more per number than
-# separate draws (it leaves the caches), and predrawing would buy unused directions.
+# one vectorised call; above it, directions are drawn when and where they are used, in
+# chunks of at most this many numbers (at least one direction; `batch_size`). On a CPU a
+# vectorised draw of more than about 10^5 numbers costs more per number than separate
+# draws (it leaves the caches), and predrawing would buy unused directions.
 _BATCH_LIMIT = 1 << 17
 
 
@@ -166,6 +186,16 @@ def fits_in_batch(n: int, like: Any) -> bool:
     return n * dimension(like) <= _BATCH_LIMIT
 
 
+def batch_size(like: Any) -> int:
+    """The most directions shaped like ``like`` that :func:`fits_in_batch` allows (at least 1).
+
+    Drawn where they are used, larger batches go in chunks of this size: a vectorised
+    Gaussian draw of ``10 x 10^6`` numbers costs about 2.5 times as much per number as ten
+    draws of ``10^6`` (``docs/results/overhead_large_d.md``).
+    """
+    return max(1, _BATCH_LIMIT // max(dimension(like), 1))
+
+
 def _signs(key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
     """I.i.d. +-1 entries, one random bit each: 32 entries per 32-bit draw (the generator's
     cost is per word, so this is about 32 times fewer words than ``random.rademacher``)."""
@@ -191,8 +221,53 @@ def _draw_leaf(kind: Family, key: jax.Array, shape: tuple[int, ...], dtype) -> j
     return jax.random.normal(key, shape, dtype)
 
 
+def check_impl(impl: str) -> None:
+    """Raises unless keys of the PRNG implementation ``impl`` can regenerate directions.
+
+    ``"unsafe_rbg"`` is refused: its ``fold_in`` is not exact under ``vmap`` (the keys of
+    a step's directions derived in one batch differ from the same keys derived one at a
+    time), so a record's direction could not be regenerated from its key.
+    """
+    if impl == "unsafe_rbg":
+        raise ValueError(
+            "key: 'unsafe_rbg' keys cannot be used: their fold_in is not exact under vmap, "
+            "so the directions the estimators regenerate from record keys would differ from "
+            "the ones they drew. Use jax.random.key(seed) (threefry2x32, the default), or "
+            "impl='rbg' or 'philox4x32' (see zoaq_jax._src.directions).")
+
+
 def sample(kind: Family, key: jax.Array, like: Any) -> Any:
     """Draws one direction shaped like ``like`` from ``key``."""
+    if str(jax.random.key_impl(key)) in _INEXACT_UNDER_VMAP:
+        return _sample_exact(kind, like, key)
+    return _sample(kind, key, like)
+
+
+# XLA's RngBitGenerator keys: under vmap, JAX draws the whole batch from the first key of
+# the batch, so these draws go through a batching rule that maps over the keys instead.
+_INEXACT_UNDER_VMAP = ("rbg",)
+
+
+def _sample_exact(kind: Family, like: Any, key: jax.Array) -> Any:
+    """:func:`_sample` with a batching rule that draws batched keys one at a time
+    (``lax.map``), so that a batched draw equals the unbatched draws of its keys."""
+    impl = jax.random.key_impl(key)
+
+    @jax.custom_batching.custom_vmap
+    def draw(data):
+        return _sample(kind, jax.random.wrap_key_data(data, impl=impl), like)
+
+    @draw.def_vmap
+    def draw_batched(axis_size, in_batched, data):
+        del axis_size
+        (batched,) = in_batched
+        out = jax.lax.map(draw, data) if batched else draw(data)
+        return out, jax.tree.map(lambda _: batched, out)
+
+    return draw(jax.random.key_data(key))
+
+
+def _sample(kind: Family, key: jax.Array, like: Any) -> Any:
     leaves, treedef = jax.tree.flatten(like)
     z = [
         _draw_leaf(kind, jax.random.fold_in(key, i), jnp.shape(x), compute_dtype(x))

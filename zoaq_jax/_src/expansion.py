@@ -205,6 +205,20 @@ def accept_or_expand(
     slots = k_max  # fresh records of one step: every K grid ends exactly at k_max
 
     def absorb(cand: Candidate, first: jax.Array, size: int) -> Candidate:
+        # Directions drawn where they are used come in chunks of at most `chunk`: the same
+        # numbers and records, added one chunk after the other (a large vectorised draw
+        # and its 2 * size perturbed points cost more per number than chunks that stay
+        # in cache). Predrawn directions are sliced from one batch that fits anyway.
+        chunk = size if getattr(acquire, "precomputed", False) else dirs.batch_size(like)
+        if size > chunk:
+            cand = jax.lax.fori_loop(
+                0, size // chunk, lambda j, c: absorb_chunk(c, first + j * chunk, chunk), cand)
+            first, size = first + size // chunk * chunk, size % chunk
+            if not size:
+                return cand
+        return absorb_chunk(cand, first, size)
+
+    def absorb_chunk(cand: Candidate, first: jax.Array, size: int) -> Candidate:
         responses, values, directions = acquire(first, size)
         ok = jnp.isfinite(responses)
         coeffs = jnp.where(ok, responses, 0.0)

@@ -78,8 +78,11 @@ class KeySchedule(NamedTuple):
         """Validates ``key`` (see :func:`checks.check_key`) and records its implementation."""
         checks.check_key(key)
         if checks.is_typed_key(key):
-            return cls(key, str(jax.random.key_impl(key)))
-        return cls(key, str(jax.config.jax_default_prng_impl))
+            impl = str(jax.random.key_impl(key))
+        else:
+            impl = str(jax.config.jax_default_prng_impl)
+        dirs.check_impl(impl)
+        return cls(key, impl)
 
     def run_key(self, ledger: QueryLedger) -> jax.Array:
         """The run's typed key, rebuilt from the ledger's key data."""
