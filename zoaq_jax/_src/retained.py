@@ -81,12 +81,18 @@ def leaving_sums(
         count = jnp.sum(live, dtype=jnp.int32)
         return dirs.regenerate_sums(kind, _keys(schedule, book, steps, index), vectors, like,
                                     count)
-    # Fresh records sit at their index, the buffer's j-th oldest after the fresh ones.
+    # The buffer's j-th oldest record is row j, fresh record i row n_old + i (the order
+    # of the step's batch). The rows are picked by a one-hot product, exact for finite
+    # directions (one product by 1, the others by 0): XLA's CPU gather of a few rows cost
+    # more than the rest of ZoAQ's history bookkeeping (docs/results/overhead.md).
     fresh, old = drawn
     n_old = jax.tree.leaves(old)[0].shape[0]
-    row = jnp.where(steps == book.step, index, slots + jnp.arange(slots))
+    row = jnp.where(steps == book.step, n_old + index, jnp.arange(slots))
     row = jnp.minimum(row, slots + n_old - 1)  # past the live prefix: any row, weight 0
-    u = jax.tree.map(lambda f, o: jnp.concatenate([f, o])[row], fresh, old)
+    pick = (row[:, None] == jnp.arange(slots + n_old)).astype(jnp.float32)
+    u = jax.tree.map(lambda f, o: jnp.tensordot(
+        pick.astype(f.dtype), jnp.concatenate([o, f]), axes=1,
+        precision=jax.lax.Precision.HIGHEST), fresh, old)
     return tuple(dirs.weighted_sum(c, u) for c in vectors)
 
 
