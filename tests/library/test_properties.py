@@ -16,8 +16,8 @@ step of ``drive``; the axes that compile a program of their own run on represent
 of the code they exercise: scans (plain, under x64, ``inject_hyperparams``, ``vmap``) on
 ``REPRESENTATIVES``, Optax's wrappers on ``WRAPPED``, un-jitted Python-float updates on
 ``LEAF_CODE``, meshes on the mesh test's list. Every program is compiled with XLA's
-backend optimisations off (``FAST``), and the jitted step of ``drive`` takes committed
-arrays only, so that its one trace gives one executable.
+backend optimisations off (tests/conftest.py), and the jitted step of ``drive`` takes
+committed arrays only, so that its one trace gives one executable.
 """
 
 from __future__ import annotations
@@ -46,13 +46,6 @@ NAMES = sorted(REGISTRY)
 STEPS = 2
 TARGET = np.linspace(-1.0, 1.0, 6).astype(np.float32)
 SCALE = np.linspace(0.5, 2.0, 6).astype(np.float32)
-
-# XLA's backend (LLVM) optimisations off: the same programs and semantics, compiled about
-# twice as fast. Every property here is semantic (dtypes, counts, one executable, equal
-# runs of one program, equality to float rounding); the other test files (vmap and
-# sharding in test_transforms.py, identities, statistics) compile at default options.
-FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
-jit = functools.partial(jax.jit, compiler_options=FAST)
 
 # Representatives of the code paths, for the axes that compile a program of their own
 # (scans under x64, inject_hyperparams, vmap): the skeleton with a buffer, central
@@ -158,7 +151,7 @@ def same_key(a, b):
 def plain(name):
     entry = REGISTRY[name]
     opt = entry.make(key=0)
-    return jit(lambda p: scanned(opt, entry, p))(INJECTABLE), avals(opt.init(INJECTABLE))
+    return jax.jit(lambda p: scanned(opt, entry, p))(INJECTABLE), avals(opt.init(INJECTABLE))
 
 
 @functools.cache
@@ -189,7 +182,7 @@ def drive(name):
     user_key = jax.random.key(7)
     opt = entry.make(key=user_key)
 
-    @functools.partial(jit, donate_argnums=1)
+    @functools.partial(jax.jit, donate_argnums=1)
     @chex.assert_max_traces(n=1)
     def step(params, state, flag):
         u, state = opt.update(None, state, params, value_fn=value_fn, flag=flag)
@@ -251,7 +244,7 @@ def test_state_dtypes_and_shapes_are_stable_under_x64(name):
                   "s": 0.25, "k": jax.random.key(3)}
         opt = entry.make(key=0)
         init = avals(opt.init(params))
-        new_params, state, _ = jit(lambda p: scanned(opt, entry, p))(params)
+        new_params, state, _ = jax.jit(lambda p: scanned(opt, entry, p))(params)
         assert avals(state) == init
         assert avals(new_params) == avals(params)
         same_key(new_params["k"], params["k"])
@@ -331,7 +324,7 @@ def _injected(name):
 @pytest.mark.parametrize("name", REPRESENTATIVES)
 def test_inject_hyperparams_equals_the_plain_optimizer(name):
     entry = REGISTRY[name]
-    params, state, updates = jit(lambda p: scanned(_injected(name), entry, p))(INJECTABLE)
+    params, state, updates = jax.jit(lambda p: scanned(_injected(name), entry, p))(INJECTABLE)
     (p0, s0, u0), _ = plain(name)
     # Hyperparameters arrive as float32 arrays instead of Python floats; a constant
     # folded in double precision may differ by one ulp, amplified by 1/mu (and, on the
@@ -378,7 +371,7 @@ def test_vmap_over_seeds_equals_unbatched_runs(name):
     """Lane 0 of a vmapped run is the unbatched run with seed 0: counts exactly, floats
     to rounding (XLA may fuse batched arithmetic differently; see design.md)."""
     entry = REGISTRY[name]
-    batched = jit(jax.vmap(lambda seed: scanned(entry.make(key=seed), entry, INJECTABLE)))(
+    batched = jax.jit(jax.vmap(lambda seed: scanned(entry.make(key=seed), entry, INJECTABLE)))(
         jnp.arange(2))
     (params, state, updates), _ = plain(name)
     lane = jax.tree.map(lambda x: x[0], batched)
@@ -471,7 +464,7 @@ def test_float16_estimates_saturate_instead_of_overflowing(name):
     entry = REGISTRY[name]
     opt = entry.make(key=0)
     x = jnp.full(4, 30.0, jnp.float16)  # gradient 4 x^3 = 108000 > float16's 65504
-    u, _ = jit(lambda s, p: opt.update(None, s, p, value_fn=lambda y: jnp.sum(y**4)))(
+    u, _ = jax.jit(lambda s, p: opt.update(None, s, p, value_fn=lambda y: jnp.sum(y**4)))(
         opt.init(x), x)
     assert u.dtype == jnp.float16 and np.all(np.isfinite(np.asarray(u, np.float32)))
     if name == "zo_sgd":  # the raw estimate, cast: saturated somewhere, never inf
@@ -506,15 +499,15 @@ def test_multisteps_and_apply_if_finite_around_the_optimizer(name):
         return queries, updates
 
     nan_second = [False, True, False]
-    q_plain, u_plain = jit(lambda: steps(opt, nan_second))()
-    q_multi, u_multi = jit(lambda: steps(optax.MultiSteps(opt, 2), [False, False]))()
+    q_plain, u_plain = jax.jit(lambda: steps(opt, nan_second))()
+    q_multi, u_multi = jax.jit(lambda: steps(optax.MultiSteps(opt, 2), [False, False]))()
     first = jax.tree.map(lambda u: u[0], u_plain)
     # The first call only accumulates (zeros, no query); the second is the first step.
     chex.assert_trees_all_equal(jax.tree.map(lambda u: u[0], u_multi), zeros)
     close(jax.tree.map(lambda u: u[1], u_multi), first)  # compiled inside a cond: rounding
     np.testing.assert_array_equal(q_multi, [0, q_plain[0]])  # num_queries after each call
     # apply_if_finite: the all-NaN second step already gives finite (zero) updates.
-    q_guard, u_guard = jit(lambda: steps(optax.apply_if_finite(opt, 2), nan_second))()
+    q_guard, u_guard = jax.jit(lambda: steps(optax.apply_if_finite(opt, 2), nan_second))()
     chex.assert_trees_all_equal(u_guard, u_plain)
     np.testing.assert_array_equal(q_guard, q_plain)
 
@@ -527,7 +520,6 @@ _MESH_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, "tests/library")
     from registry import REGISTRY
     assert len(jax.devices()) == 8
-    FAST = %r
     params = {"w": jnp.linspace(-1, 1, 64), "m": jnp.ones((8, 16))}
     OVERRIDES = {"zoaq": {"directions": "sphere"}}  # the buffer and sphere normalisation
 
@@ -544,12 +536,12 @@ _MESH_SCRIPT = textwrap.dedent("""
     for name in sys.argv[1:]:
         opt = REGISTRY[name].make(key=1, **OVERRIDES.get(name, {}))
         scale = -1e-3 if REGISTRY[name].estimator else 1.0  # raw estimates at d = 192
-        (ref_p, ref_s) = jax.jit(lambda p: steps(opt, p), compiler_options=FAST)(params)
+        (ref_p, ref_s) = jax.jit(lambda p: steps(opt, p))(params)
         for kind in (AxisType.Explicit, AxisType.Auto):
             mesh = jax.make_mesh((8,), ("x",), axis_types=(kind,))
             sharded = {"w": jax.device_put(params["w"], NamedSharding(mesh, P("x"))),
                        "m": jax.device_put(params["m"], NamedSharding(mesh, P("x", None)))}
-            out_p, out_s = jax.jit(lambda p: steps(opt, p), compiler_options=FAST)(sharded)
+            out_p, out_s = jax.jit(lambda p: steps(opt, p))(sharded)
             assert len(out_p["w"].sharding.device_set) == 8, (name, kind)
             for a, b in zip(jax.tree.leaves(out_s), jax.tree.leaves(ref_s)):
                 if not jnp.issubdtype(a.dtype, jnp.floating):
@@ -557,7 +549,7 @@ _MESH_SCRIPT = textwrap.dedent("""
             jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4),
                          out_p, ref_p)
             print(name, kind, "ok")
-""" % FAST)
+""")
 
 
 def test_both_mesh_axis_types_give_the_unsharded_result():
@@ -571,7 +563,7 @@ def test_both_mesh_axis_types_give_the_unsharded_result():
     names = ["zoaq", "statzo_estimator_central", "zoar"]
     import os
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "XLA_FLAGS": os.environ["XLA_FLAGS"],  # tests/conftest.py's: 8 devices, FAST
            "JAX_PLATFORMS": "cpu"}
     root = Path(__file__).resolve().parents[2]  # this checkout's zoaq_jax, not another
     done = subprocess.run([sys.executable, "-c", _MESH_SCRIPT, *names], env=env, cwd=root,
