@@ -346,11 +346,13 @@ def plot(results: list[dict], path: Path, title: str, envelope: list[dict] = ())
 
 def title(payload: dict[str, Any]) -> str:
     """The page's ``#`` title: the model, task, preset, length, seeds and cores of the run,
-    which tell one LLM page from another."""
+    which tell one LLM page from another (for a ``--merge`` page, the cores of the runs
+    that trained, not of the run that merged them)."""
     cfg = payload["config"]
     model = payload["model"]["name"].split(" (")[0]
     length = f"{cfg['budget']:,} FE per method" if cfg.get("budget") else f"{cfg['steps']} steps"
-    seeds, cores = len(cfg["seeds"]), payload["record"]["machine"]["cores"]
+    trained = payload.get("merged_runs") or [payload["record"]]
+    seeds, cores = len(cfg["seeds"]), max(r["machine"]["cores"] for r in trained)
     return (f"Forward-only LoRA fine-tuning of {model} on {cfg['task']}: preset "
             f"{cfg['preset']}, {length}, {seeds} seed{'s' * (seeds > 1)}, "
             f"{cores} core{'s' * (cores > 1)}")

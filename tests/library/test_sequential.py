@@ -35,14 +35,17 @@ def test_vmap_equals_unbatched_calls_and_nests():
 
 def test_estimators_forward_data_keywords_and_give_the_vectorized_estimate():
     w, x, y = _data()
-    opt = zoaq_jax.radazo(learning_rate=1e-2, k=4, key=0)
+    opt = zoaq_jax.fixed_estimator(k=4, mu=1e-2, key=0)  # the raw estimate
     step = jax.jit(lambda p, s, f: opt.update(None, s, p, value_fn=f, x=x, y=y),
                    static_argnums=2)
     a, sa = step(w, opt.init(w), _loss)
     b, sb = step(w, opt.init(w), zoaq_jax.sequential(_loss))
     assert int(optax.tree.get(sa, "num_queries")) == int(optax.tree.get(sb, "num_queries")) == 8
+    # A loop and a batch may round f differently (float32: ~1e-7 of f ~ 1), and a response
+    # divides differences by 2 mu = 0.02, so estimates agree to ~1e-5 of their scale.
+    scale = max(float(jnp.max(jnp.abs(u))) for u in jax.tree.leaves(a))
     for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=0, atol=1e-4 * scale)
 
 
 def _temp(fn, *args):
