@@ -45,8 +45,9 @@ def fixed_estimator(
       combine: with ``mesh``: ``"psum"`` (default: one all-reduce of the devices'
         partial sums) or ``"gather"`` (the ``k`` responses are all-gathered and every
         device regenerates all ``k`` directions to form the sum: one collective fewer,
-        ``k - k / n`` more draws per device); the estimate equals one device's to
-        float32 rounding (bit for bit on a one-device mesh with ``"psum"``).
+        ``k`` more draws per device); the estimate equals one device's to float32
+        rounding (bit for bit on a one-device mesh with ``"psum"`` while ``k * d`` is at
+        most 128 Ki numbers).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`; its ``update(updates, state,

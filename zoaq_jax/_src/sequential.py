@@ -40,7 +40,9 @@ def sequential(value_fn: Callable[..., Any]) -> Callable[..., Any]:
     nested ``vmap`` (perturbations, seeds) runs as a loop. Values equal the vectorized
     ones up to floating-point reassociation. Positional and keyword arguments must be
     arrays (or PyTrees of arrays); the wrapper keeps ``value_fn``'s signature, so an
-    estimator forwards the same data keywords to it.
+    estimator forwards the same data keywords to it. Reverse-mode differentiation
+    through the wrapper is not supported (``custom_vmap``); differentiate ``value_fn``
+    itself.
 
     Args:
       value_fn: the objective, ``value_fn(params, **data) -> scalar``.

@@ -13,11 +13,13 @@ one all-reduce cross between devices. The estimate
   ``lax.psum`` adds the :math:`n` partial sums (one all-reduce of a params-shaped tree).
   No device draws more than :math:`K/n` directions; the additions' order differs from
   one device's, so the estimate equals the single-device one to float32 rounding
-  (below ``1e-6`` relative in the tests), bit for bit on a one-device mesh.
+  (below ``1e-6`` relative in the tests), bit for bit on a one-device mesh while a
+  step's directions fit one batch (:math:`K d` at most 128 Ki numbers; above it one
+  device draws and adds them in chunks, in another order).
 * ``"gather"``: the :math:`K` responses (and their free values of :math:`f(x)`) are
   all-gathered, :math:`2K` scalars, and every device regenerates all :math:`K`
-  directions to form the sum as one device does, at the cost of :math:`K - K/n` extra
-  draws per device. No params-shaped tree crosses devices. The additions are the
+  directions to form the sum as one device does: :math:`K/n + K` draws per device (its
+  own for the responses, then all :math:`K`). No params-shaped tree crosses devices. The additions are the
   single-device ones, but XLA may fuse them differently in the two programs, so the
   estimate too equals the single-device one to float32 rounding.
 
