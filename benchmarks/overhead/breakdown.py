@@ -21,7 +21,9 @@ Example:
 from __future__ import annotations
 
 import argparse
-import time
+import functools
+
+from benchmarks.overhead import measure as measure_lib
 
 
 def _configs():
@@ -43,7 +45,6 @@ def _configs():
 def _program(build, d: int, lanes: int, steps: int):
     """``seeds -> (points, num_queries)`` after ``steps`` estimator steps, jitted."""
     import jax
-    import jax.numpy as jnp
     import optax
 
     def one(seed):
@@ -52,7 +53,7 @@ def _program(build, d: int, lanes: int, steps: int):
 
         def body(carry, _):
             x, state = carry
-            g, state = est.update(None, state, x, value_fn=lambda y: 0.5 * jnp.sum(y**2))
+            g, state = est.update(None, state, x, value_fn=measure_lib.quadratic)
             return (x - 1e-3 * g, state), None
 
         (x, state), _ = jax.lax.scan(body, (x, est.init(x)), None, length=steps)
@@ -100,14 +101,10 @@ def measure(d: int, lanes: int, steps: int, repeats: int) -> list[dict]:
     seeds = jnp.arange(lanes)
     programs = {name: _program(build, d, lanes, steps) for name, build in _configs().items()}
     programs.update({f"draw {n}": _draw_program(n, d, lanes, steps) for n in (1, 10, 18)})
-    calls, times = {}, {name: [] for name in programs}
-    for name, f in programs.items():  # compile and warm up
-        calls[name] = int(np.sum(jax.block_until_ready(f(seeds))[1]))
-    for _ in range(repeats):
-        for name, f in programs.items():
-            start = time.perf_counter()
-            jax.block_until_ready(f(seeds))
-            times[name].append(time.perf_counter() - start)
+    calls = {name: int(np.sum(jax.block_until_ready(f(seeds))[1]))  # compile, warm up
+             for name, f in programs.items()}
+    times = measure_lib.round_robin(
+        {name: functools.partial(f, seeds) for name, f in programs.items()}, repeats)
     base = np.median(times["fixed K=10"])
     rows = []
     for name in programs:

@@ -16,6 +16,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from benchmarks import common, flags
 from benchmarks import record as run_record
+from benchmarks.overhead import measure as measure_lib
 
 COMBINES = ("psum", "gather")
 
@@ -60,13 +62,10 @@ def program(d: int, k: int, steps: int, mesh, combine: str):
     opt = zoaq_jax.chain(zoaq_jax.fixed_estimator(k=k, mesh=mesh, combine=combine or "psum"),
                          zoaq_jax.scale_by_radazo(), optax.scale_by_learning_rate(1e-3))
 
-    def quadratic(x):
-        return 0.5 * jnp.sum(x**2)
-
     def run(params, state):
         def body(_, carry):
             params, state = carry
-            updates, state = opt.update(None, state, params, value_fn=quadratic)
+            updates, state = opt.update(None, state, params, value_fn=measure_lib.quadratic)
             return zoaq_jax.apply_updates(params, updates), state
 
         return jax.lax.fori_loop(0, steps, body, (params, state))
@@ -89,13 +88,9 @@ def measure(args: argparse.Namespace) -> list[dict]:
         mesh = None if combine is None else jax.make_mesh(
             (n,), ("directions",), devices=jax.devices()[:n])
         compiled[d, n, combine] = program(d, args.k, steps[d], mesh, combine)
-    times = {c: [] for c in configs}
-    for _ in range(args.repeats):  # interleaved
-        for c in configs:
-            fn, inputs = compiled[c]
-            start = time.perf_counter()
-            jax.block_until_ready(fn(*inputs))
-            times[c].append(time.perf_counter() - start)
+    times = measure_lib.round_robin(
+        {c: functools.partial(fn, *inputs) for c, (fn, inputs) in compiled.items()},
+        args.repeats)
     rows = []
     for d, n, combine in configs:
         seconds = statistics.median(times[d, n, combine])

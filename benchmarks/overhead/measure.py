@@ -35,6 +35,20 @@ def quadratic(x):
     return 0.5 * jnp.sum(x**2)
 
 
+def round_robin(calls: dict, repeats: int) -> dict[Any, list[float]]:
+    """Seconds of each of ``calls`` (name -> a function of no arguments, already compiled
+    and warm), ``repeats`` rounds, the calls interleaved within each round."""
+    import jax
+
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            jax.block_until_ready(call())
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
 def _initial_point(seed, d: int):
     import jax
 
