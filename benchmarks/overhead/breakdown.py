@@ -66,9 +66,7 @@ def _jit_lanes(one, lanes: int):
     """``one`` over a batch of seeds, jitted: vmapped, or unbatched for one seed."""
     import jax
 
-    if lanes > 1:
-        return jax.jit(jax.vmap(one))
-    return jax.jit(lambda s: jax.tree.map(lambda a: a[None], one(s[0])))
+    return jax.jit(measure_lib.over_lanes(one, lanes))
 
 
 def _draw_program(n: int, d: int, lanes: int, steps: int):

@@ -15,6 +15,7 @@ others go on (its further steps are computed and discarded). This is what
   of lanes that already reached the budget as executed and not useful. ``1 - lane use``
   is the wasted fraction of objective evaluations.
 
+One seed (``lanes == 1``) runs unbatched, as a user runs one seed (:func:`over_lanes`).
 Compilation is excluded from the run time and reported separately; calls/s is useful
 calls (all lanes) per second of run time.
 """
@@ -33,6 +34,30 @@ def quadratic(x):
     import jax.numpy as jnp
 
     return 0.5 * jnp.sum(x**2)
+
+
+def over_lanes(fn, lanes: int, in_axes: Any = 0):
+    """``jax.vmap(fn, in_axes)`` over ``lanes`` seeds; for one seed, ``fn`` unbatched, with
+    the lane axis taken off its batched arguments and put back on its outputs.
+
+    XLA:CPU compiles a batch of one to other kernels than the unbatched program, some
+    much slower: at d = 10^4 the estimators' sum of ``K = 10`` weighted directions, a
+    reduction of shape ``(1, K, d)`` under ``vmap`` over one seed, took about 20 times
+    as long as the same reduction of shape ``(K, d)`` (``docs/results/overhead_large_d.md``,
+    section "d = 10^4").
+    """
+    import jax
+
+    if lanes > 1:
+        return jax.vmap(fn, in_axes)
+    axes = in_axes if isinstance(in_axes, tuple) else None
+
+    def one(*args):
+        args = [a if (axes and axes[i] is None) else jax.tree.map(lambda x: x[0], a)
+                for i, a in enumerate(args)]
+        return jax.tree.map(lambda x: x[None], fn(*args))
+
+    return one
 
 
 def round_robin(calls: dict, repeats: int) -> dict[Any, list[float]]:
@@ -64,20 +89,23 @@ def program(name: str, d: int, lanes: int, budget: int):
     algo = methods_mod.algo(name, quadratic, d)
     max_steps = budget // 2 + 1  # every step makes at least 2 calls
 
+    def lanes_of(fn):
+        return over_lanes(fn, lanes)
+
     def run(seeds):
-        keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 1))(seeds)
-        x0 = jax.vmap(lambda s: _initial_point(s, d))(seeds)
-        state = jax.vmap(algo.init)(keys, x0)
+        keys = lanes_of(lambda s: jax.random.fold_in(jax.random.key(s), 1))(seeds)
+        x0 = lanes_of(lambda s: _initial_point(s, d))(seeds)
+        state = lanes_of(algo.init)(keys, x0)
 
         def cond(carry):
             state, steps, _, _ = carry
-            return (steps < max_steps) & jnp.any(jax.vmap(algo.calls)(state) < budget)
+            return (steps < max_steps) & jnp.any(lanes_of(algo.calls)(state) < budget)
 
         def body(carry):
             state, steps, useful, executed = carry
-            active = jax.vmap(algo.calls)(state) < budget
-            new = jax.vmap(algo.step)(state)
-            k = jax.vmap(algo.last_k)(new).astype(jnp.uint32)
+            active = lanes_of(algo.calls)(state) < budget
+            new = lanes_of(algo.step)(state)
+            k = lanes_of(algo.last_k)(new).astype(jnp.uint32)
 
             def keep(n, o):
                 mask = active.reshape(active.shape + (1,) * (n.ndim - 1))
@@ -92,8 +120,8 @@ def program(name: str, d: int, lanes: int, budget: int):
         zero = jnp.zeros((), jnp.uint32)
         state, steps, useful, executed = jax.lax.while_loop(
             cond, body, (state, jnp.zeros((), jnp.int32), zero, zero))
-        gaps = jax.vmap(quadratic)(jax.vmap(algo.params)(state))
-        return {"calls": jax.vmap(algo.calls)(state), "gap": gaps, "steps": steps,
+        gaps = jax.vmap(quadratic)(lanes_of(algo.params)(state))
+        return {"calls": lanes_of(algo.calls)(state), "gap": gaps, "steps": steps,
                 "useful": useful, "executed": executed}
 
     return jax.jit(run), algo
@@ -185,8 +213,8 @@ IMPLS = ("threefry2x32", "philox4x32", "rbg")  # key implementations timed drawi
 
 
 def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
-    """µs per step of the parts of a K-direction step, ``lanes`` vmapped, in scans of
-    ``steps``: drawing ``k`` Gaussian directions in one batch, ``2k`` objective calls on
+    """µs per step of the parts of a K-direction step, ``lanes`` seeds (:func:`over_lanes`),
+    in scans of ``steps``: drawing ``k`` Gaussian directions in one batch, ``2k`` objective calls on
     drawn directions, an empty step (the loop's own cost) and, for each key
     implementation of :data:`IMPLS`, drawing one direction alone (``alone_IMPL``)."""
     import jax
@@ -221,7 +249,8 @@ def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
                       *((f"alone_{impl}", alone(impl)) for impl in IMPLS)):
         def run(x, fn=fn):
             lane = jnp.arange(lanes)
-            return jax.lax.scan(lambda c, t: (jax.vmap(fn, (0, 0, None))(c, lane, t), None),
+            step = over_lanes(fn, lanes, (0, 0, None))
+            return jax.lax.scan(lambda c, t: (step(c, lane, t), None),
                                 x, jnp.arange(steps))[0]
 
         x = jnp.zeros((lanes, d))

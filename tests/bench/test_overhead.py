@@ -62,6 +62,21 @@ def test_fixed_method_accounting_is_exact():
     assert r["useful_calls"] == 3 * 60 and r["steps"] == 3 and r["lane_use"] == 1.0
 
 
+def test_one_seed_runs_unbatched_and_more_are_vmapped():
+    def fn(x, t):
+        return {"sum": jnp.sum(x) + t, "x": 2 * x}
+
+    x = jnp.arange(6.0).reshape(2, 3)
+    one = measure.over_lanes(fn, 1, (0, None))(x[:1], 1.0)
+    assert jax.tree.map(jnp.shape, one) == {"sum": (1,), "x": (1, 3)}
+    np.testing.assert_array_equal(one["x"][0], fn(x[0], 1.0)["x"])  # fn on the lane itself
+    both = measure.over_lanes(fn, 2, (0, None))(x, 1.0)
+    np.testing.assert_array_equal(both["sum"], [4.0, 13.0])
+    case = measure.Case("radazo", 4, 1, 60)  # the dims section's one seed
+    case.time_once()
+    assert case.record()["useful_calls"] == 60 and case.out["calls"].shape == (1,)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--methods", "nope"], "unknown method"),
     (["--render", "missing.json.xz"], "no such file"),
