@@ -78,6 +78,28 @@ def test_split_equals_single_device_and_compiles_once(single, shape, combine):
     assert len(g["w"].sharding.device_set) == n  # replicated on the mesh
 
 
+@pytest.mark.parametrize("combine, drawn", [("psum", [K // 4]), ("gather", [K])])
+def test_directions_drawn_per_device(combine, drawn, monkeypatch):
+    """Each device draws its ``K / n`` directions (psum), or all ``K`` once and evaluates
+    its slice of them (gather): no direction is drawn twice in a step."""
+    from zoaq_jax._src import directions as dirs
+
+    batches = []
+    sample_many = dirs.sample_many
+
+    def counting(kind, keys, like):
+        batches.append(keys.shape[0])
+        return sample_many(kind, keys, like)
+
+    monkeypatch.setattr(dirs, "sample_many", counting)
+    mesh = mesh_of(4)
+    est = zoaq_jax.fixed_estimator(k=K, key=3, mesh=mesh, combine=combine)
+    state, params = zoaq_jax.replicate((est.init(PARAMS), PARAMS), mesh)
+    jax.eval_shape(lambda s, p: est.update(None, s, p, value_fn=objective, a=PARAMS["w"]),
+                   state, params)  # traces the per-device program once
+    assert batches == drawn
+
+
 def test_alias_under_vmap_over_seeds_and_query_limit_equals_single_device():
     """``zo_sgd(difference="forward", mesh=...)`` (the default ``"psum"``) run by
     :func:`zoaq_jax.run` for three seeds under ``vmap``, with a query limit that stops it

@@ -40,14 +40,14 @@ def fixed_estimator(
         math and references in :mod:`zoaq_jax._src.directions`.
       key: integer seed or typed key (``jax.random.key``).
       mesh: a :class:`jax.sharding.Mesh` whose devices share each step's ``k``
-        directions (``k`` divisible by its size): each device draws and evaluates its
-        own ``k / n`` (:mod:`zoaq_jax._src.sharded`); None (default): one device.
+        directions (``k`` divisible by its size): each device evaluates its own ``k / n``
+        (:mod:`zoaq_jax._src.sharded`); None (default): one device.
       combine: with ``mesh``: ``"psum"`` (default: one all-reduce of the devices'
-        partial sums) or ``"gather"`` (the ``k`` responses are all-gathered and every
-        device regenerates all ``k`` directions to form the sum: one collective fewer,
-        ``k`` more draws per device); the estimate equals one device's to float32
-        rounding (bit for bit on a one-device mesh with ``"psum"`` while ``k * d`` is at
-        most 128 Ki numbers).
+        partial sums) or ``"gather"`` (every device draws all ``k`` directions and
+        evaluates its ``k / n``, and the ``k`` responses are all-gathered to form the
+        sum: one collective fewer, ``k - k / n`` more draws per device); the estimate
+        equals one device's to float32 rounding (bit for bit on a one-device mesh with
+        ``"psum"`` while ``k * d`` is at most 128 Ki numbers).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`; its ``update(updates, state,

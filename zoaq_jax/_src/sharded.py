@@ -16,16 +16,18 @@ one all-reduce cross between devices. The estimate
   (below ``1e-6`` relative in the tests), bit for bit on a one-device mesh while a
   step's directions fit one batch (:math:`K d` at most 128 Ki numbers; above it one
   device draws and adds them in chunks, in another order).
-* ``"gather"``: the :math:`K` responses (and their free values of :math:`f(x)`) are
-  all-gathered, :math:`2K` scalars, and every device regenerates all :math:`K`
-  directions to form the sum as one device does: :math:`K/n + K` draws per device (its
-  own for the responses, then all :math:`K`). No params-shaped tree crosses devices. The additions are the
-  single-device ones, but XLA may fuse them differently in the two programs, so the
-  estimate too equals the single-device one to float32 rounding.
+* ``"gather"``: every device draws all :math:`K` directions once, evaluates its own
+  :math:`K/n` of them (a slice of the batch: the same numbers), and the :math:`K`
+  responses (and their free values of :math:`f(x)`) are all-gathered, :math:`2K`
+  scalars, to form the sum as one device does: :math:`K` draws per device, no
+  params-shaped tree crosses devices. The additions are the single-device ones, but XLA
+  may fuse them differently in the two programs, so the estimate too equals the
+  single-device one to float32 rounding.
 
 ``"psum"`` is the default: on 1 to 8 fake CPU devices sharing one core it took 0.90 to
 1.08 times the time of one device without a mesh at :math:`d = 10^5`, while
-``"gather"``'s extra draws took up to 6 times (``docs/results/devices.md``). ``"gather"`` saves one collective a step (the
+``"gather"`` took up to 6 times (``docs/results/devices.md``, measured when it drew
+:math:`K/n + K` directions per device). ``"gather"`` saves one collective a step (the
 all-reduce), which can pay on accelerators for small :math:`d`, where drawing
 directions is cheap and a step is bound by collective latency (not measured here).
 
@@ -120,15 +122,19 @@ def split_responses(
 
     def local(params, key, centre):
         first = jax.lax.axis_index(axes) * per_device
-        u = dirs.sample_many(kind, ledger.direction_keys(key, first, per_device), params)
+        if combine == "psum":
+            u = dirs.sample_many(kind, ledger.direction_keys(key, first, per_device), params)
+        else:  # all k once: the device's own k / n are a slice of them (the same numbers)
+            u_all = dirs.sample_many(kind, ledger.direction_keys(key, 0, k), params)
+            u = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, first, per_device),
+                             u_all)
         r, v = diff.responses(params, u, centre)
         r_all = jax.lax.all_gather(r, axes, tiled=True)
         v_all = jax.lax.all_gather(v, axes, tiled=True)
         if combine == "psum":
             total = jax.lax.psum(dirs.weighted_sum(jnp.where(jnp.isfinite(r), r, 0.0), u), axes)
         else:
-            u = dirs.sample_many(kind, ledger.direction_keys(key, 0, k), params)
-            total = dirs.weighted_sum(jnp.where(jnp.isfinite(r_all), r_all, 0.0), u)
+            total = dirs.weighted_sum(jnp.where(jnp.isfinite(r_all), r_all, 0.0), u_all)
         return r_all, v_all, total
 
     # The outputs are replicated (all-gathered, psum-med, or formed from those and the
