@@ -100,6 +100,31 @@ def test_directions_drawn_per_device(combine, drawn, monkeypatch):
     assert batches == drawn
 
 
+@pytest.mark.parametrize("combine", ["psum", "gather"])
+def test_over_the_batch_limit_devices_draw_in_chunks(single, combine, monkeypatch):
+    """With room for one direction at a time, each device draws its K / n directions one
+    by one (gather then regenerates all K one by one for the sum): no batch of more than
+    one direction, and the estimates agree with one device's to float32 rounding."""
+    from zoaq_jax._src import directions as dirs
+
+    batches = []
+    sample_many = dirs.sample_many
+
+    def counting(kind, keys, like):
+        batches.append(keys.shape[0])
+        return sample_many(kind, keys, like)
+
+    monkeypatch.setattr(dirs, "sample_many", counting)
+    monkeypatch.setattr(dirs, "_BATCH_LIMIT", dirs.dimension(PARAMS))
+    estimates, state, _ = two_steps(
+        zoaq_jax.fixed_estimator(k=K, key=3, mesh=mesh_of(2), combine=combine), mesh_of(2))
+    ref_estimates, ref_state, _ = single
+    assert batches and max(batches) == 1
+    for g, ref in zip(estimates, ref_estimates):
+        assert relative_error(g, ref) < 1e-6
+    assert optax.tree.get(state, "num_queries") == optax.tree.get(ref_state, "num_queries")
+
+
 def test_alias_under_vmap_over_seeds_and_query_limit_equals_single_device():
     """``zo_sgd(difference="forward", mesh=...)`` (the default ``"psum"``) run by
     :func:`zoaq_jax.run` for three seeds under ``vmap``, with a query limit that stops it

@@ -47,7 +47,7 @@ def fixed_estimator(
         evaluates its ``k / n``, and the ``k`` responses are all-gathered to form the
         sum: one collective fewer, ``k - k / n`` more draws per device); the estimate
         equals one device's to float32 rounding (bit for bit on a one-device mesh with
-        ``"psum"`` while ``k * d`` is at most 128 Ki numbers).
+        ``"psum"``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`; its ``update(updates, state,

@@ -13,16 +13,22 @@ one all-reduce cross between devices. The estimate
   ``lax.psum`` adds the :math:`n` partial sums (one all-reduce of a params-shaped tree).
   No device draws more than :math:`K/n` directions; the additions' order differs from
   one device's, so the estimate equals the single-device one to float32 rounding
-  (below ``1e-6`` relative in the tests), bit for bit on a one-device mesh while a
-  step's directions fit one batch (:math:`K d` at most 128 Ki numbers; above it one
-  device draws and adds them in chunks, in another order).
+  (below ``1e-6`` relative in the tests), bit for bit on a one-device mesh.
 * ``"gather"``: every device draws all :math:`K` directions once, evaluates its own
   :math:`K/n` of them (a slice of the batch: the same numbers), and the :math:`K`
-  responses (and their free values of :math:`f(x)`) are all-gathered, :math:`2K`
-  scalars, to form the sum as one device does: :math:`K` draws per device, no
-  params-shaped tree crosses devices. The additions are the single-device ones, but XLA
-  may fuse them differently in the two programs, so the estimate too equals the
-  single-device one to float32 rounding.
+  responses (and the devices' sums of their free values of :math:`f(x)`) are
+  all-gathered, :math:`K + n` scalars, to form the sum as one device does: :math:`K`
+  draws per device, no params-shaped tree crosses devices. The additions are the
+  single-device ones, but XLA may fuse them differently in the two programs, so the
+  estimate too equals the single-device one to float32 rounding.
+
+Each device buys its :math:`K/n` directions as one device buys a fixed budget
+(:func:`expansion.accept_or_expand`): where they would exceed the batch limit
+(:func:`directions.fits_in_batch`, 128 Ki numbers) they are drawn where they are used,
+in chunks of at most :func:`directions.batch_size` directions, so a device's memory is
+bounded at any :math:`d`. Above the limit ``"gather"`` cannot keep all :math:`K`
+directions: it draws its own in chunks for the responses and regenerates all :math:`K`
+one at a time for the sum (:math:`K/n + K` draws per device).
 
 ``"psum"`` is the default: on 1 to 8 fake CPU devices sharing one core it took 0.90 to
 1.08 times the time of one device without a mesh at :math:`d = 10^5`, while
@@ -97,51 +103,64 @@ def check(mesh: Any, combine: str, *, k_min: int, k_max: int, n_hist: int,
             f"{mesh.size} devices; choose k a multiple of {mesh.size} or a smaller mesh.")
 
 
-def split_responses(
-    mesh: jax.sharding.Mesh, combine: str, diff: Any, params: Any, key: jax.Array,
-    kind: dirs.Family, k: int, centre: jax.Array | None,
+def split_records(
+    mesh: jax.sharding.Mesh, combine: str, step: expansion.StepOracle, params: Any,
+    key: jax.Array, kind: dirs.Family, k: int,
 ) -> tuple[jax.Array, jax.Array, Any]:
-    """The responses, free values and ``sum_i r_i u_i`` of a step's ``k`` directions.
+    """The responses, their summed free values and ``sum_i r_i u_i`` of a step's ``k``
+    directions.
+
+    Each device buys its ``k / n`` directions as one device buys a fixed budget
+    (:func:`expansion.accept_or_expand`): drawn where they are used, in chunks of at most
+    :func:`directions.batch_size` directions, so memory stays bounded at large ``d``.
+    ``"gather"`` draws all ``k`` directions once when they fit one batch
+    (:func:`directions.fits_in_batch`) and evaluates its slice of them; above it, it
+    draws its own in chunks and then regenerates all ``k`` one at a time for the sum.
 
     Args:
       mesh: the devices the directions are split over (all of its axes).
       combine: ``"psum"`` or ``"gather"``.
-      diff: the step's :class:`oracle.FiniteDifference`.
+      step: the step's objective (:class:`expansion.StepOracle`).
       params: the current point (replicated on every device).
       key: the step key; direction ``i`` comes from ``ledger.direction_keys(key, i, 1)``.
       kind: the family of directions.
       k: directions of the step, divisible by ``mesh.size``.
-      centre: the forward centre value ``f(x)`` (``None`` for central differences).
 
     Returns:
-      ``(responses [k], values [k], total)``, replicated; ``total`` sums ``r_i u_i`` over
-      the finite responses in the compute dtypes (``None`` on carried leaves).
+      ``(responses [k], value_sum, total)``, replicated: ``value_sum`` adds the finite
+      records' free estimates of ``f(x)``, ``total`` sums ``r_i u_i`` over the finite
+      responses in the compute dtypes (``None`` on carried leaves).
     """
     axes = tuple(mesh.axis_names)
     per_device = k // mesh.size
 
     def local(params, key, centre):
         first = jax.lax.axis_index(axes) * per_device
+        drawn = None
+        if combine == "gather" and dirs.fits_in_batch(k, params):
+            drawn = dirs.sample_many(kind, ledger.direction_keys(key, 0, k), params)
+        acquire = expansion.fresh_acquirer(step._replace(centre=centre), params, key, kind,
+                                           drawn)
+        own = expansion.accept_or_expand(
+            lambda i, size: acquire(first + i, size), lambda cand: (0.0, True), params,
+            k_min=per_device, k_max=per_device, k_step=per_device, k_start=per_device)
+        r_all = jax.lax.all_gather(own.responses, axes, tiled=True)
+        value_sum = jnp.sum(jax.lax.all_gather(own.value_sum, axes))  # n partial sums
         if combine == "psum":
-            u = dirs.sample_many(kind, ledger.direction_keys(key, first, per_device), params)
-        else:  # all k once: the device's own k / n are a slice of them (the same numbers)
-            u_all = dirs.sample_many(kind, ledger.direction_keys(key, 0, k), params)
-            u = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, first, per_device),
-                             u_all)
-        r, v = diff.responses(params, u, centre)
-        r_all = jax.lax.all_gather(r, axes, tiled=True)
-        v_all = jax.lax.all_gather(v, axes, tiled=True)
-        if combine == "psum":
-            total = jax.lax.psum(dirs.weighted_sum(jnp.where(jnp.isfinite(r), r, 0.0), u), axes)
-        else:
-            total = dirs.weighted_sum(jnp.where(jnp.isfinite(r_all), r_all, 0.0), u_all)
-        return r_all, v_all, total
+            return r_all, value_sum, jax.lax.psum(own.total, axes)
+        coeffs = jnp.where(jnp.isfinite(r_all), r_all, 0.0)
+        if drawn is not None:
+            return r_all, value_sum, dirs.weighted_sum(coeffs, drawn)
+        (total,) = dirs.regenerate_sums(
+            kind, lambda i, size: ledger.direction_keys(key, i, size), (coeffs,), params,
+            jnp.asarray(k, jnp.int32))
+        return r_all, value_sum, total
 
     # The outputs are replicated (all-gathered, psum-med, or formed from those and the
     # replicated inputs), which JAX does not infer through all_gather: check_vma=False.
     replicated = PartitionSpec()
     return jax.shard_map(local, mesh=mesh, in_specs=replicated, out_specs=replicated,
-                         check_vma=False)(params, key, centre)
+                         check_vma=False)(params, key, step.centre)
 
 
 def candidate(
@@ -153,14 +172,14 @@ def candidate(
     split over ``mesh``: the one :func:`expansion.accept_or_expand` returns for
     ``k_min = k_max = k`` (same fields, same additions to its zero start), scored by
     ``test``."""
-    r, v, total = split_responses(mesh, combine, step.diff, params, key, kind, k, step.centre)
+    r, value_sum, total = split_records(mesh, combine, step, params, key, kind, k)
     ok = jnp.isfinite(r)
     zero = jnp.zeros((), jnp.float32)
     cand = expansion.Candidate(
         k=jnp.asarray(k, jnp.int32),
         total=jax.tree.map(jnp.add, dirs.zeros(params), total),
         sq_norm=zero,
-        value_sum=zero + jnp.sum(jnp.where(ok, v, 0.0)),
+        value_sum=zero + value_sum,
         n_ok=jnp.zeros((), jnp.int32) + jnp.sum(ok, dtype=jnp.int32),
         responses=r, ok=ok, score=zero, accepted=jnp.ones((), bool))
     return cand._replace(score=jnp.asarray(test(cand)[0], jnp.float32))
