@@ -123,7 +123,7 @@ ENVELOPE = {"color": "k", "linestyle": "--"}
 def curves(path: Path, plots: Sequence[tuple[str, Sequence[tuple], dict]], *, cols: int = 3,
            size: tuple[float, float] = (5.2, 3.8), legend: tuple[int, float] | None = (0, 7),
            title_size: float | None = None, grid: bool = True, suptitle: str | None = None,
-           **axes: Any) -> Path:
+           marks: Sequence[float] = (), **axes: Any) -> Path:
     """A figure of curves (by default against oracle calls on a log axis), one panel a plot.
 
     Args:
@@ -134,6 +134,7 @@ def curves(path: Path, plots: Sequence[tuple[str, Sequence[tuple], dict]], *, co
       cols, size: panels a row and inches per panel (:func:`panels`).
       legend: ``(panel, font size)`` of the one legend, or None.
       title_size, grid, suptitle: panel title font size, light grid lines, figure title.
+      marks: x positions marked by a grey vertical line in every panel (a switch).
       **axes: ``Axes.set`` settings of every panel (``xlabel``, ``yscale``, ``ylim``, ...).
 
     Returns:
@@ -144,6 +145,8 @@ def curves(path: Path, plots: Sequence[tuple[str, Sequence[tuple], dict]], *, co
     for ax, (title, lines, own) in zip(ax_list, plots):
         for x, y, label, style in lines:
             (ax.step if "where" in style else ax.plot)(x, y, label=label, **style)
+        for x in marks:
+            ax.axvline(x, color="grey", lw=0.8)
         ax.set(**settings | own)
         if title:
             ax.set_title(title, **({"fontsize": title_size} if title_size else {}))
