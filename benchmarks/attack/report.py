@@ -6,20 +6,19 @@ protocol x dataset) and ``runs`` (settings, machine, timings, the exact command)
 run replaces the records and the run entry of the same (dataset, protocol, goal,
 method). The report is rendered from the whole file, so every number in it comes with
 the command and machine that produced it; hand-written analysis lives in the report page
-outside its generated block (:func:`benchmarks.common.write_markdown`).
+outside its generated block (:func:`benchmarks.pages.write_markdown`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common
+from benchmarks import anytime, pages
 from benchmarks import record as run_record
 from benchmarks.attack import methods as methods_lib
 
@@ -81,11 +80,11 @@ def summarize(records: Sequence[dict]) -> dict[str, Any]:
 
 
 def _fmt(x: float, digits: int = 0) -> str:
-    return "—" if x is None or not np.isfinite(x) else f"{x:,.{digits}f}"
+    return pages.num(x, f"{{:,.{digits}f}}")
 
 
 def _paper(pair: tuple[float, float] | None) -> str:
-    return "—" if pair is None else f"{pair[0]:,.0f} ± {pair[1]:,.0f}"
+    return pages.MISSING if pair is None else pages.pm(*pair, "{:,.0f}")
 
 
 def _groups(results: dict) -> dict[tuple, dict[str, list[dict]]]:
@@ -115,7 +114,7 @@ def _order(specs: Iterable[str]) -> list[str]:
 def write(results: dict, report_path: Path, figures: Path, drawn: Path) -> Path:
     """Writes the report page of ``results`` (:func:`render`), keeping the hand-written
     text around its generated block."""
-    return common.write_markdown(report_path, TITLE,
+    return pages.write_markdown(report_path, TITLE,
                                  render(results, report_path, figures, drawn), "attack")
 
 
@@ -168,7 +167,7 @@ def render(results: dict, report_path: Path, figures: Path, drawn: Path) -> str:
                          f"{_fmt(s['mean'])} ± {_fmt(s['std'])}", _fmt(s["median"]),
                          _fmt(float(np.mean(shared)) if shared else float("nan")),
                          _fmt(s["calls_per_step"], 2), _paper(paper)])
-        lines += [common.markdown_table(
+        lines += [pages.table(
             ["Method", "Spec", "Success",
              *([f"Success within {budget:,} queries"] if failures else []),
              "Queries mean ± std", "Median",
@@ -201,8 +200,7 @@ def render(results: dict, report_path: Path, figures: Path, drawn: Path) -> str:
                 (figures, "consistency", "Momentum consistency cos(g_t, m_{t-1})")):
             png = folder / f"{name}_{dataset}_{protocol}_{goal}.png"
             if png.exists():
-                rel = os.path.relpath(png, report_path.parent)
-                lines += [f"![{caption}]({rel})", ""]
+                lines += [f"![{caption}]({pages.link(png, report_path)})", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -363,7 +361,7 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
         "attacks (success rate), the best of each family in bold; the last column takes "
         "each attack's best K of the family after the fact (no fixed K can beat it).",
         "",
-        common.markdown_table(["Family", *(f"K={k}" for k in ks), "Per-attack best K"], grid),
+        pages.table(["Family", *(f"K={k}" for k in ks), "Per-attack best K"], grid),
         "",
         f"Query regret = mean queries / those of the best fixed K in hindsight, "
         f"{best_name}; the median is over the per-attack ratios against the same method. "
@@ -371,7 +369,7 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
         + ", ".join("none" if b is None else methods_lib.label(b)
                     for b in regret["family_best"].values()) + ".",
         "",
-        common.markdown_table(
+        pages.table(
             ["Method", "Spec", "Success", "Mean queries", "Calls/iter", "Query regret",
              "Median per-attack regret",
              *(f"Regret vs {_family_name(base)} best K" for base in families)],
@@ -424,7 +422,7 @@ def _sweep_tables(dataset: str, goal: str, protocol: str,
             rows.append([value, f"{s['success_rate']:.0%}", f"{_fmt(s['mean'])} ± {_fmt(s['std'])}",
                          _fmt(s["median"]), _fmt(s["calls_per_step"], 2), _paper(paper)])
         lines += [f"Sweep: {title}.", "",
-                  common.markdown_table([param, "Success", "Queries mean ± std", "Median",
+                  pages.table([param, "Success", "Queries mean ± std", "Median",
                                          "Calls/iter", "Paper (targeted)"], rows), ""]
     return lines
 
@@ -445,13 +443,13 @@ def _speed_table(results: dict, group: tuple, specs: list[str]) -> list[str]:
         return []
     return ["Speed (wall time per method includes compilation; with several workers it is "
             "the slowest worker's share):", "",
-            common.markdown_table(["Method", "Attacks", "Seconds", "Attacks/s", "Calls/s",
+            pages.table(["Method", "Attacks", "Seconds", "Attacks/s", "Calls/s",
                                    "Lane-iters executed", "Useful", "Waste"], rows), ""]
 
 
 def plot_queries(path: Path, by_method: dict[str, list[dict]], title: str) -> Path:
     """Per-method distribution of queries (successful attacks; failures marked at the cap)."""
-    plt = common.pyplot()
+    plt = pages.pyplot()
     specs = list(by_method)
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(specs), 4.2))
     rng = np.random.default_rng(0)
@@ -473,33 +471,27 @@ def plot_queries(path: Path, by_method: dict[str, list[dict]], title: str) -> Pa
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         ax.legend(handles[:1], labels[:1], fontsize=7)
-    return common.save_figure(fig, path)
+    return pages.save_figure(fig, path)
 
 
 def plot_success_curve(path: Path, by_method: dict[str, list[dict]], title: str,
                        styles: dict[str, dict] | None = None) -> Path:
     """Fraction of attacks that succeeded within a query budget, per method (``styles``:
     line keyword arguments per spec)."""
-    plt = common.pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    lines = []
     for spec, records in by_method.items():
         q = np.sort([r["num_queries"] for r in records if r["success"]])
-        ax.step(np.concatenate([[1], q]), np.arange(len(q) + 1) / len(records), where="post",
-                label=methods_lib.label(spec), **(styles or {}).get(spec, {}))
-    ax.set_xscale("log")
-    ax.set_xlabel("query budget")
-    ax.set_ylabel("fraction of attacks succeeded")
-    ax.set_ylim(0, 1)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return common.save_figure(fig, path)
+        lines.append((np.concatenate([[1], q]), np.arange(len(q) + 1) / len(records),
+                      methods_lib.label(spec), {"where": "post", **(styles or {}).get(spec, {})}))
+    return pages.curves(path, [(title, lines, {})], size=(6.5, 3.8), title_size=10,
+                        xlabel="query budget", ylabel="fraction of attacks succeeded",
+                        ylim=(0, 1))
 
 
 def plot_examples(path: Path, image0: np.ndarray, adversarial: dict[str, np.ndarray],
                   succeeded: dict[str, bool], eps: float, title: str) -> Path:
     """The clean image, then per method its final image (top) and perturbation."""
-    plt = common.pyplot()
+    plt = pages.pyplot()
     cols = 1 + len(adversarial)
     fig, axes = plt.subplots(2, cols, figsize=(1.5 * cols, 3.6), squeeze=False)
     gray = image0.shape[-1] == 1
@@ -520,27 +512,20 @@ def plot_examples(path: Path, image0: np.ndarray, adversarial: dict[str, np.ndar
         ax.set_xticks([]), ax.set_yticks([])
     axes[1, 1].set_ylabel(f"perturbation\n(±{eps})", fontsize=7)
     fig.suptitle(title, fontsize=8)
-    return common.save_figure(fig, path)
+    return pages.save_figure(fig, path)
 
 
 def plot_traces(path: Path, traces: dict[str, np.ndarray], ylabel: str, title: str,
                 smooth: int = 20) -> Path:
     """Mean over attacks of a per-iteration trace (NaN after an attack stopped), smoothed."""
-    plt = common.pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    lines = []
     for spec, trace in traces.items():
         alive = np.isfinite(trace).sum(0)
         mean = np.where(alive > 0, np.nansum(trace, 0) / np.maximum(alive, 1), np.nan)
-        kernel = np.ones(smooth) / smooth
         valid = np.flatnonzero(np.isfinite(mean))
         if len(valid) > smooth:
-            mean = np.convolve(np.nan_to_num(mean[: valid[-1] + 1]), kernel, mode="valid")
-        ax.plot(mean, label=methods_lib.label(spec), lw=1.2)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return common.save_figure(fig, path)
-
-
+            mean = np.convolve(np.nan_to_num(mean[: valid[-1] + 1]), np.ones(smooth) / smooth,
+                               mode="valid")
+        lines.append((np.arange(len(mean)), mean, methods_lib.label(spec), {"lw": 1.2}))
+    return pages.curves(path, [(title, lines, {})], size=(7, 3.6), title_size=10,
+                        xscale="linear", xlabel="iteration", ylabel=ylabel)
