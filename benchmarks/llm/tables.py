@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import record
-from benchmarks.common import markdown_table, mean_std
+from benchmarks import pages, record
+from benchmarks.pages import mean_std
 from benchmarks.llm.report import by_method
 
 TARGET_ACCURACY = 0.84  # issue 22: best zeroth-order method, mean test accuracy
@@ -164,7 +164,7 @@ def sections(payload: dict[str, Any]) -> list[str]:
             "chosen on dev accuracy. Test accuracy of the best-dev-loss checkpoint for "
             "trained rows.",
             "",
-            markdown_table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload)),
+            pages.table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload)),
             "",
         ]
     if payload["config"].get("budget"):
@@ -178,9 +178,9 @@ def sections(payload: dict[str, Any]) -> list[str]:
             "spread (the sum of the two stds; no mark with one seed). Unmarked differences "
             "are not resolved.",
             "",
-            markdown_table(["Method"] + [f"B={b}" for b in budgets], acc),
+            pages.table(["Method"] + [f"B={b}" for b in budgets], acc),
             "",
-            markdown_table(["Method"] + [f"B={b}" for b in budgets], loss),
+            pages.table(["Method"] + [f"B={b}" for b in budgets], loss),
             "",
         ]
     if payload.get("baselines"):
@@ -196,7 +196,7 @@ def sections(payload: dict[str, Any]) -> list[str]:
             "with K is the K directions and 2K perturbed copies of the trainable "
             "parameters).",
             "",
-            markdown_table(["Computation", "MiB", "x forward"], memory_rows(payload)),
+            pages.table(["Computation", "MiB", "x forward"], memory_rows(payload)),
             "",
         ]
     return lines
