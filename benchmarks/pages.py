@@ -64,6 +64,15 @@ def bold(text: str, best: bool) -> str:
     return f"**{text}**" if best else text
 
 
+def columns(definitions: dict[str, str]) -> str:
+    """The definitions of a table's columns, one paragraph.
+
+    >>> columns({"calls": "oracle calls spent", "saving": "1 - calls / reference calls"})
+    'Columns: *calls*: oracle calls spent; *saving*: 1 - calls / reference calls.'
+    """
+    return "Columns: " + "; ".join(f"*{k}*: {v}" for k, v in definitions.items()) + "."
+
+
 def bullets(items: Iterable[str]) -> str:
     """One Markdown bullet line per item."""
     return "\n".join(f"- {item}" for item in items)
