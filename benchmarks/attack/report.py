@@ -131,6 +131,21 @@ def write(results: dict, report_path: Path, figures: Path, drawn: Path) -> Path:
     return pages.page(report_path, TITLE, parts, "attack")
 
 
+COLUMNS = pages.columns({
+    "Success": "share of the attacks that succeeded within the iteration cap",
+    "Success within N queries": "where some failed, the share that succeeded within the "
+                                "smallest query count every method reached",
+    "Queries mean ± std, Median": "over the method's own successful attacks",
+    "Mean on the N attacks all solved": "mean queries on the attacks every method of the "
+                                        "table solved, the like-for-like comparison. Fewer "
+                                        "queries are bought with fewer perturbed calls an "
+                                        "iteration: read them with Success (a method that "
+                                        "fails on hard attacks has a lower mean over the "
+                                        "rest)",
+    "Calls/iter": "queries per iteration, the centre call plus the perturbed ones",
+    "Paper": "the paper's queries (targeted, test image 1, five seeds)"})
+
+
 def _commands(results: dict, group: tuple, specs: Iterable[str]) -> list[str]:
     """The commands of the runs that produced the rows of ``specs``, each once."""
     runs = (_run_of(results, group, spec) for spec in specs)
@@ -167,11 +182,11 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
                      *([f"{within:.0%}"] if failures else []), _queries(s), _fmt(s["median"]),
                      _fmt(float(np.mean(shared)) if shared else float("nan")),
                      _fmt(s["calls_per_step"], 2), _paper(paper)])
-    parts.append(pages.table(
+    parts += [COLUMNS, pages.table(
         ["Method", "Spec", "Success",
          *([f"Success within {budget:,} queries"] if failures else []), "Queries mean ± std",
          "Median", f"Mean on the {len(common_keys)} attacks all solved", "Calls/iter",
-         "Paper (targeted, image 1)"], rows))
+         "Paper (targeted, image 1)"], rows)]
     parts += _sweep_tables(dataset, goal, protocol, by_method)
     regret = anytime_regret(by_method) if has_comparison(by_method) else None
     if regret is not None:
