@@ -284,7 +284,7 @@ def markdown(payload: dict[str, Any], figure: str) -> list[str]:
                      "FE saved at matched loss"], matched_rows(results)),
         f"![dev loss and accuracy vs FE]({figure})",
         *(_regret_section(payload) if payload.get("regret") else ()),
-        "\n".join(tables.sections(payload)).rstrip("\n"),
+        *tables.sections(payload),
         "## Speed",
         "FE/s = FE / time inside training steps. Overhead = share of step time outside the "
         "forward passes, where forward time is the step's oracle calls (one vmapped call "
