@@ -28,6 +28,18 @@ MISSING = "—"
 """The cell of a value that does not exist (no reference, not run, not finite)."""
 
 
+def grouped(rows: Iterable[dict], key: str) -> dict[Any, list[dict]]:
+    """``rows`` by their ``key`` value, in order of first appearance.
+
+    >>> grouped([{"f": "a", "x": 1}, {"f": "b", "x": 2}, {"f": "a", "x": 3}], "f")["a"]
+    [{'f': 'a', 'x': 1}, {'f': 'a', 'x': 3}]
+    """
+    out: dict[Any, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r[key], []).append(r)
+    return out
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A GitHub-flavoured Markdown table."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]

@@ -85,13 +85,11 @@ def _label(name: str) -> str:
 
 def plot_curves(results, path: Path, key: str, ylabel: str) -> Path:
     """Mean gap (or K) against calls per problem: fixed K thin, auto_k thick."""
-    groups: dict[str, list] = {}
-    for r in results:
-        groups.setdefault(r["problem"], []).append(r)
     plots = [(_label(name), [
         (experiment.grid_of(r["budget"]), np.mean(r[key], axis=0), r["label"],
          {"lw": 0.8, "alpha": 0.7} if r["fixed_k"] else {"lw": 2.0, "alpha": 1.0})
-        for r in rs if not (key == "k_curves" and r["fixed_k"])], {}) for name, rs in groups.items()]
+        for r in rs if not (key == "k_curves" and r["fixed_k"])], {})
+        for name, rs in pages.grouped(results, "problem").items()]
     return pages.curves(path, plots, cols=4, size=(4.4, 3.3), legend=(0, 6), title_size=9,
                         yscale="log" if key == "curves" else "linear", ylabel=ylabel,
                         xlim=(experiment.FIRST_BUDGET / 4, None))

@@ -11,7 +11,6 @@ results", OPT-1.3B, three seeds, 5,000 steps), whose numbers are copied below.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +50,7 @@ PAPER_HEADERS = ["Method", "Total FE", "Avg K", "FE savings", "Best eval loss",
 
 
 def by_method(results: list[dict]) -> dict[str, list[dict]]:
-    groups = defaultdict(list)
-    for r in results:
-        groups[r["method"]].append(r)
-    return dict(groups)
+    return pages.grouped(results, "method")
 
 
 def _reference(groups: dict[str, list[dict]]) -> str | None:

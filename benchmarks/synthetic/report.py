@@ -98,10 +98,7 @@ def _smooth(y: np.ndarray, width: int) -> np.ndarray:
 
 
 def _by_function(results):
-    out: dict[str, list] = {}
-    for r in results:
-        out.setdefault(r["function"], []).append(r)
-    return out
+    return pages.grouped(results, "function")
 
 
 def _mean(r, key: str, **kw) -> np.ndarray:
