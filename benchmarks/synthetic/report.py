@@ -101,16 +101,12 @@ def _by_function(results):
     return pages.grouped(results, "function")
 
 
-def _mean(r, key: str, **kw) -> np.ndarray:
-    return np.nanmean(np.asarray(r[key] if key in r else r["trace"][key], np.float64), axis=0,
-                      **kw)
-
-
 def plot_curves(results, path: Path, x: str) -> Path:
     """Mean gap over seeds against oracle calls (``x="calls"``) or steps."""
     plots = [(function_label(f), [
         (np.mean(r["trace"]["num_queries"], axis=0) if x == "calls" else r["trace"]["step"],
-         _mean(r, "value"), r["label"], {"lw": 1.3}) for r in rs], {})
+         np.nanmean(np.asarray(r["trace"]["value"], np.float64), axis=0), r["label"],
+         {"lw": 1.3}) for r in rs], {})
         for f, rs in _by_function(results).items()]
     return pages.curves(path, plots, xscale="linear", yscale="log", ylabel="gap f(x) - f*",
                         xlabel="oracle calls" if x == "calls" else "steps")
@@ -123,7 +119,8 @@ def plot_diagnostic(results, path: Path, key: str, ylabel: str, methods=None) ->
     for function, rs in _by_function(results).items():
         lines = []
         for j, r in enumerate(r for r in rs if methods is None or r["method"] in methods):
-            y, steps = _mean(r, key)[1:], r["trace"]["step"][1:]
+            y = np.nanmean(np.asarray(r["trace"][key], np.float64)[:, 1:], axis=0)
+            steps = r["trace"]["step"][1:]
             lines += [(steps, y, None, {"lw": 0.5, "alpha": 0.3, "color": f"C{j}"}),
                       (steps, _smooth(y, max(1, len(y) // 40)), r["label"],
                        {"lw": 1.5, "color": f"C{j}"})]
