@@ -243,9 +243,10 @@ def anytime_regret(by_method: dict[str, list[dict]],
     family's fewest queries on that attack (its best K chosen per attack after the fact, a
     bound no fixed K of the family beats). An adaptive method's regret is its mean
     queries over the best fixed method's (:func:`benchmarks.anytime.ratio`, the project's
-    one query regret; the target, success, is yes or no, so no near-tie tolerance applies); its per-attack regrets are its queries over the
-    best fixed method's on the same attack (median given). Means and regrets are NaN, and
-    no best is chosen, when no attack counts.
+    one query regret; the target, success, is yes or no, so no near-tie tolerance
+    applies); its per-attack regrets are its queries over the best fixed method's on the
+    same attack (median given). Means and regrets are NaN, and no best is chosen, when no
+    attack counts.
 
     Returns:
       ``None`` if no adaptive or no fixed method is present, else ``{"attacks",

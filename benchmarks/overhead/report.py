@@ -108,7 +108,7 @@ def _lines(rows: list[dict], x: str, y: str) -> list[tuple]:
             for label in dict.fromkeys(r["label"] for r in rows)]
 
 
-def figures(record: dict, folder: Path, stem: str) -> list[str]:
+def figures(record: dict, folder: Path, stem: str) -> list[Path]:
     out, s = [], record["sections"]
     if s.get("seeds"):
         out.append(pages.curves(folder / stem / "seeds.png", [
@@ -121,7 +121,7 @@ def figures(record: dict, folder: Path, stem: str) -> list[str]:
             folder / stem / "dims.png", [("", _lines(s["dims"], "d", "us_per_call"), {})],
             size=(6, 4), grid=False, xlabel="d", yscale="log",
             ylabel="µs per useful oracle call (1 seed)"))
-    return [str(p) for p in out]
+    return out
 
 
 def render(record: dict, path: Path, folder: Path) -> Path:
@@ -135,18 +135,18 @@ def render(record: dict, path: Path, folder: Path) -> Path:
     parts = [f"Command: `{record['command']}`"]
     if record.get("record"):  # the harness's run record (start, wall time, versions)
         parts.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
-    parts += [
-        (f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
-         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} MiB. Run time "
-         f"excludes compilation; median of {p['repeats']} interleaved timings (compare, "
-         f"dims), {max(1, p['repeats'] // 3)} (seeds)."),
-    ]
+    parts.append(
+        f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
+        f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} "
+        f"MiB. Run time excludes compilation; median of {p['repeats']} interleaved timings "
+        f"(compare, dims), {max(1, p['repeats'] // 3)} (seeds).")
     s = record["sections"]
     if s.get("compare"):
         table, verdicts = compare_table(s["compare"])
         parts += [
-            (f"## Compare: quadratic, d = {p['compare_dim']:,}, {_count(p['compare_seeds'])} vmapped "
-             f"seeds, {p['compare_calls']:,} oracle calls per seed"), table,
+            (f"## Compare: quadratic, d = {p['compare_dim']:,}, "
+             f"{_count(p['compare_seeds'])} vmapped seeds, {p['compare_calls']:,} oracle calls "
+             "per seed"), table,
             pages.bullets(verdicts)]
     if s.get("dims"):
         table, verdicts = dims_table(s["dims"], s.get("parts", []))
@@ -155,7 +155,5 @@ def render(record: dict, path: Path, folder: Path) -> Path:
     if s.get("seeds"):
         parts += [(f"## Seed sweep: quadratic, d = {p['seeds_dim']:,}, {p['seeds_calls']:,} "
                    "oracle calls per seed"), seeds_table(s["seeds"], s.get("seeds_parts", []))]
-    rel = [Path(x).relative_to(path.parent) if Path(x).is_relative_to(path.parent) else x
-           for x in paths]
-    parts += [f"![{Path(x).stem}]({x})" for x in rel]
+    parts += [f"![{x.stem}]({pages.link(x, path)})" for x in paths]
     return pages.page(path, "Speed: oracle calls per second", parts, "overhead")
