@@ -3,13 +3,12 @@ the set, how K moved, and the anytime figures."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common
+from benchmarks import anytime, pages
 from benchmarks import record as run_record
 from benchmarks.generalization import experiment
 from benchmarks.generalization.objectives import SETS
@@ -29,8 +28,7 @@ def header(config: experiment.Config, results, record: run_record.RunRecord) -> 
              f"{experiment.settings_of(p).lr:.3g}", f"{experiment.settings_of(p).mu:.3g}"]
             for p in problems]
     return "\n".join([
-        f"Command: `{record.command}`", "",
-        f"- {run_record.run_line(record)}", f"- {run_record.machine_line(record.machine)}",
+        *pages.record_lines(record),
         f"- Protocol: preset `{config.preset}`, set `{config.set}`, seeds {list(config.seeds)}, "
         "R-AdaZO backbone (betas 0.9, 0.99, eps 1e-8), central differences; every run stops "
         "at its problem's largest budget and its anytime curve gives the smaller ones.",
@@ -39,7 +37,7 @@ def header(config: experiment.Config, results, record: run_record.RunRecord) -> 
         "- lr and mu from one rule chosen on the tuning set: lr = 1e-3 s, mu = 5e-3 s, with "
         "s the RMS of the start distribution (never tuned per problem).",
         f"- {anytime.rule()}",
-        "", common.markdown_table(["problem", "d", "largest budget", "x0", "lr", "mu"], rows),
+        "", pages.table(["problem", "d", "largest budget", "x0", "lr", "mu"], rows),
     ])
 
 
@@ -49,7 +47,7 @@ def regret_table(rows) -> str:
     table = [[_label(r["problem"]), r["label"],
               *(anytime.fmt(x) for x in r["regret"]), *([""] * (width - len(r["regret"]))),
               anytime.fmt(r["median"]), anytime.fmt(r["max"])] for r in rows]
-    return common.markdown_table(["problem", "method", *(_calls(b) for b in budgets), "median",
+    return pages.table(["problem", "method", *(_calls(b) for b in budgets), "median",
                                   "worst"], table)
 
 
@@ -61,7 +59,7 @@ def summary_table(summary: dict[str, dict[str, Any]]) -> str:
               s["larger_k_cells"],
               "—" if s["larger_k_median"] is None else anytime.fmt(s["larger_k_median"])]
              for m, s in summary.items()]
-    return common.markdown_table(
+    return pages.table(
         ["method", "(problem, budget) cells", "median regret", "worst regret",
          f"median <= {TARGETS['median']}", f"worst <= {TARGETS['max']}", "problems above 1",
          "cells where a K > 1 is best", "median regret there"],
@@ -73,7 +71,7 @@ def k_table(rows) -> str:
               " → ".join(f"{k:.3g}" for k in r["k_at"]),
               " → ".join(r["best_fixed"]).replace("R-AdaZO ", ""),
               f"{np.mean(r['k_changes']):.3g}"] for r in rows]
-    return common.markdown_table(["problem", "method", "mean K at each budget",
+    return pages.table(["problem", "method", "mean K at each budget",
                                   "best fixed K at each budget", "K changes a run (logged)"],
                                  table)
 
@@ -87,32 +85,14 @@ def _label(name: str) -> str:
 
 def plot_curves(results, path: Path, key: str, ylabel: str) -> Path:
     """Mean gap (or K) against calls per problem: fixed K thin, auto_k thick."""
-    groups: dict[str, list] = {}
-    for r in results:
-        groups.setdefault(r["problem"], []).append(r)
-    plt = common.pyplot()
-    cols = min(len(groups), 4)
-    n_rows = -(-len(groups) // cols)
-    fig, axes = plt.subplots(n_rows, cols, figsize=(4.4 * cols, 3.3 * n_rows), squeeze=False)
-    for ax in axes.flat[len(groups):]:
-        ax.set_visible(False)
-    for ax, (name, rs) in zip(axes.flat, groups.items()):
-        grid = experiment.grid_of(rs[0]["budget"])
-        for r in rs:
-            if key == "k_curves" and r["fixed_k"]:
-                continue
-            ax.plot(grid, np.mean(r[key], axis=0), lw=0.8 if r["fixed_k"] else 2.0,
-                    alpha=0.7 if r["fixed_k"] else 1.0, label=r["label"])
-        ax.set_xscale("log")
-        if key == "curves":
-            ax.set_yscale("log")
-        ax.set_xlim(experiment.FIRST_BUDGET / 4, None)
-        ax.set_title(_label(name), fontsize=9)
-        ax.set_xlabel("oracle calls")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=6)
-    return common.save_figure(fig, path)
+    plots = [(_label(name), [
+        (experiment.grid_of(r["budget"]), np.mean(r[key], axis=0), r["label"],
+         {"lw": 0.8, "alpha": 0.7} if r["fixed_k"] else {"lw": 2.0, "alpha": 1.0})
+        for r in rs if not (key == "k_curves" and r["fixed_k"])], {})
+        for name, rs in pages.grouped(results, "problem").items()]
+    return pages.curves(path, plots, cols=4, size=(4.4, 3.3), legend=(0, 6), title_size=9,
+                        yscale="log" if key == "curves" else "linear", ylabel=ylabel,
+                        xlim=(experiment.FIRST_BUDGET / 4, None))
 
 
 def page(config: experiment.Config, results, rows, summary, record, out: Path,
@@ -122,12 +102,9 @@ def page(config: experiment.Config, results, rows, summary, record, out: Path,
                    results, out / "generalization" / f"{stem}_gap.png", "curves", "gap")),
                ("auto_k's K against oracle calls (mean over seeds)", plot_curves(
                    results, out / "generalization" / f"{stem}_k.png", "k_curves", "K"))]
-    images = "\n\n".join(
-        f"**{t}**\n\n![{t}]({Path(os.path.relpath(p, report_path.parent)).as_posix()})"
-        for t, p in figures)
-    parts = [header(config, results, record),
-             "## Median and worst query regret over the set", summary_table(summary),
-             "## Query regret per problem and budget (calls)", regret_table(rows),
-             "## How K moved", k_table(rows), "## Figures", images]
-    return common.write_markdown(report_path, TITLES[config.set], "\n\n".join(parts),
-                                 "generalization")
+    return pages.page(report_path, TITLES[config.set], [
+        header(config, results, record),
+        "## Median and worst query regret over the set", summary_table(summary),
+        "## Query regret per problem and budget (calls)", regret_table(rows),
+        "## How K moved", k_table(rows), "## Figures", pages.images(figures, report_path)],
+        "generalization")

@@ -11,14 +11,14 @@ results", OPT-1.3B, three seeds, 5,000 steps), whose numbers are copied below.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common, record
-from benchmarks.common import markdown_table, mean_std, write_json
+from benchmarks import anytime, common, pages, record
+from benchmarks.common import write_json
+from benchmarks.pages import mean_std
 from benchmarks.llm.methods import is_fixed
 
 # The paper's Table "Complete LLM fine-tuning results" (OPT-1.3B rows): total FE,
@@ -27,129 +27,57 @@ PAPER_OPT_1_3B = {
     "sst2": [
         ("MeZO K=4", "40000 ± 0", "4.00", "0.00%", "0.240", "0.240", "0.910", "0.910", "0.476"),
         ("R-AdaZO K=4", "40000 ± 0", "4.00", "0.00%", "0.198", "0.199", "0.920", "0.910", "0.288"),
-        (
-            "StatZO K∈[2,4]",
-            "30746 ± 412",
-            "3.07",
-            "23.14%",
-            "0.206",
-            "0.240",
-            "0.910",
-            "0.880",
-            "0.302",
-        ),
-        (
-            "ZoAQ K∈[1,2]",
-            "12662 ± 235",
-            "1.27",
-            "68.35%",
-            "0.209",
-            "0.237",
-            "0.870",
-            "0.910",
-            "0.335",
-        ),
-        (
-            "ZoAQ K∈[1,4]",
-            "21714 ± 318",
-            "2.17",
-            "45.72%",
-            "0.195",
-            "0.198",
-            "0.920",
-            "0.910",
-            "0.285",
-        ),
+        ("StatZO K∈[2,4]", "30746 ± 412", "3.07", "23.14%", "0.206", "0.240", "0.910", "0.880",
+         "0.302"),
+        ("ZoAQ K∈[1,2]", "12662 ± 235", "1.27", "68.35%", "0.209", "0.237", "0.870", "0.910",
+         "0.335"),
+        ("ZoAQ K∈[1,4]", "21714 ± 318", "2.17", "45.72%", "0.195", "0.198", "0.920", "0.910",
+         "0.285"),
     ],
     "copa": [
         ("MeZO K=4", "40000 ± 0", "4.00", "0.00%", "0.532", "0.532", "0.770", "0.750", "0.537"),
         ("R-AdaZO K=4", "40000 ± 0", "4.00", "0.00%", "0.431", "0.476", "0.780", "0.780", "0.423"),
-        (
-            "StatZO K∈[2,4]",
-            "30498 ± 505",
-            "3.05",
-            "23.76%",
-            "0.461",
-            "0.461",
-            "0.790",
-            "0.780",
-            "0.459",
-        ),
-        (
-            "ZoAQ K∈[1,2]",
-            "12740 ± 288",
-            "1.27",
-            "68.15%",
-            "0.490",
-            "0.490",
-            "0.790",
-            "0.770",
-            "0.499",
-        ),
-        (
-            "ZoAQ K∈[1,4]",
-            "21946 ± 345",
-            "2.19",
-            "45.14%",
-            "0.485",
-            "0.492",
-            "0.790",
-            "0.770",
-            "0.460",
-        ),
+        ("StatZO K∈[2,4]", "30498 ± 505", "3.05", "23.76%", "0.461", "0.461", "0.790", "0.780",
+         "0.459"),
+        ("ZoAQ K∈[1,2]", "12740 ± 288", "1.27", "68.15%", "0.490", "0.490", "0.790", "0.770",
+         "0.499"),
+        ("ZoAQ K∈[1,4]", "21946 ± 345", "2.19", "45.14%", "0.485", "0.492", "0.790", "0.770",
+         "0.460"),
     ],
 }
-PAPER_HEADERS = [
-    "Method",
-    "Total FE",
-    "Avg K",
-    "FE savings",
-    "Best eval loss",
-    "Last eval loss",
-    "Accuracy",
-    "Dev acc",
-    "Train loss",
-]
+PAPER_HEADERS = ["Method", "Total FE", "Avg K", "FE savings", "Best eval loss",
+                 "Last eval loss", "Accuracy", "Dev acc", "Train loss"]
 
 
 def by_method(results: list[dict]) -> dict[str, list[dict]]:
-    groups = defaultdict(list)
-    for r in results:
-        groups[r["method"]].append(r)
-    return dict(groups)
+    return pages.grouped(results, "method")
+
+
+def _reference(groups: dict[str, list[dict]]) -> str | None:
+    """The fixed-K reference of the savings: R-AdaZO K=4, else MeZO, if run."""
+    return next((n for n in ("radazo", "mezo") if n in groups), None)
 
 
 def summary_rows(results: list[dict]) -> list[list[str]]:
     """One row per method: means ± std over seeds; savings relative to fixed K=4."""
     groups = by_method(results)
-    reference = None
-    for name in ("radazo", "mezo"):
-        if name in groups:
-            reference = np.mean([r["total_fe"] for r in groups[name]])
-            break
+    ref = _reference(groups)
+    reference = None if ref is None else np.mean([r["total_fe"] for r in groups[ref]])
     rows = []
     for name, runs in groups.items():
         fe = [r["total_fe"] for r in runs]
-        saving = (
-            "–"
-            if reference is None
-            else mean_std([100 * (1 - f / reference) for f in fe], "{:.2f}") + "%"
-        )
         train = [r["train_loss"] for r in runs if r["train_loss"] is not None]
-        rows.append(
-            [
-                runs[0]["label"],
-                mean_std(fe, "{:.0f}"),
-                mean_std([r["avg_k"] for r in runs], "{:.2f}"),
-                saving,
-                mean_std([r["best_eval_loss"] for r in runs], "{:.4f}"),
-                mean_std([r["last_eval_loss"] for r in runs], "{:.4f}"),
-                mean_std([r["accuracy"] for r in runs], "{:.3f}"),
-                mean_std([r["dev_accuracy"] for r in runs], "{:.3f}"),
-                mean_std(train, "{:.4f}") if train else "–",
-                _accept_rate(name, runs),
-            ]
-        )
+        rows.append([
+            runs[0]["label"], mean_std(fe, "{:.0f}"),
+            mean_std([r["avg_k"] for r in runs], "{:.2f}"),
+            "–" if reference is None
+            else mean_std([100 * (1 - f / reference) for f in fe], "{:.2f}") + "%",
+            *(mean_std([r[k] for r in runs], f) for k, f in (
+                ("best_eval_loss", "{:.4f}"), ("last_eval_loss", "{:.4f}"),
+                ("accuracy", "{:.3f}"), ("dev_accuracy", "{:.3f}"))),
+            mean_std(train, "{:.4f}") if train else "–",
+            "–" if is_fixed(name)  # share of steps accepted at K_min (adaptive methods)
+            else f"{100 * np.mean([r['immediate_accept_rate'] for r in runs]):.1f}%"])
     return rows
 
 
@@ -224,36 +152,24 @@ def regret(results: list[dict], budget: int, every: int,
 def regret_rows(payload: dict[str, Any]) -> list[list[str]]:
     """One row per method: its regret at each budget, the median and the maximum."""
     labels = {r["method"]: r["label"] for r in payload["results"]}
-    return [
-        [labels[name] + (" (envelope)" if is_fixed(name) else "")]
-        + [_regret_cell(v) for v in (*entry["regret"], entry["median"], entry["max"])]
-        for name, entry in payload["regret"]["methods"].items()
-    ]
-
-
-def _regret_cell(value) -> str:
-    value = float(value)  # JSON stores infinity as "inf"
-    return "∞" if np.isinf(value) else f"{value:.2f}"
+    return [[labels[name] + (" (envelope)" if is_fixed(name) else ""),
+             *(anytime.fmt(float(v))  # JSON stores infinity as "inf"
+               for v in (*entry["regret"], entry["median"], entry["max"]))]
+            for name, entry in payload["regret"]["methods"].items()]
 
 
 def matched_rows(results: list[dict]) -> list[list[str]]:
     """FE the fixed-K reference (same seed) needs to reach each method's best dev loss."""
     groups = by_method(results)
-    ref_name = next((n for n in ("radazo", "mezo") if n in groups), None)
+    ref_name = _reference(groups)
     if ref_name is None:
         return []
     ref = {r["seed"]: r for r in groups[ref_name]}
     rows = []
     for name, runs in groups.items():
-        if name == ref_name:
-            continue
-        pairs = []
-        for r in runs:
-            if r["seed"] in ref:
-                pairs.append(
-                    (r["total_fe"], fe_to_reach(ref[r["seed"]]["curve"], r["best_eval_loss"]))
-                )
-        if not pairs:
+        pairs = [(r["total_fe"], fe_to_reach(ref[r["seed"]]["curve"], r["best_eval_loss"]))
+                 for r in runs if r["seed"] in ref]
+        if name == ref_name or not pairs:
             continue
         reached = [(fe, need) for fe, need in pairs if need is not None]
         if len(reached) == len(pairs):
@@ -261,23 +177,9 @@ def matched_rows(results: list[dict]) -> list[list[str]]:
             saved = mean_std([100 * (1 - fe / n) for fe, n in reached], "{:.1f}") + "%"
         else:
             need, saved = f"not reached in {len(pairs) - len(reached)} of {len(pairs)} seeds", "–"
-        rows.append(
-            [
-                runs[0]["label"],
-                mean_std([fe for fe, _ in pairs], "{:.0f}"),
-                mean_std([r["best_eval_loss"] for r in runs], "{:.4f}"),
-                need,
-                saved,
-            ]
-        )
+        rows.append([runs[0]["label"], mean_std([fe for fe, _ in pairs], "{:.0f}"),
+                     mean_std([r["best_eval_loss"] for r in runs], "{:.4f}"), need, saved])
     return rows
-
-
-def _accept_rate(name: str, runs: list[dict]) -> str:
-    """Share of steps accepted at K_min (adaptive methods only)."""
-    if is_fixed(name):
-        return "–"
-    return f"{100 * np.mean([r['immediate_accept_rate'] for r in runs]):.1f}%"
 
 
 def _interleaved(timings: list[dict]) -> str:
@@ -290,58 +192,38 @@ def _interleaved(timings: list[dict]) -> str:
 
 def timing_rows(results: list[dict]) -> list[list[str]]:
     rows = []
-    for name, runs in by_method(results).items():
+    for runs in by_method(results).values():
         t = [r["timing"] for r in runs]
-        calls = t[0]["forward_call_s"]
-        rows.append(
-            [
-                runs[0]["label"],
-                f"{np.mean([x['fe_per_s'] for x in t]):.2f}",
-                f"{np.mean([x['step_s_mean'] for x in t]):.2f}",
-                f"{100 * np.mean([x['overhead_share'] for x in t]):.1f}%",
-                _interleaved(t),
-                ", ".join(f"{k}: {v:.3f}" for k, v in calls.items()),
-                f"{np.mean([x['compile_s'] for x in t]):.1f}",
-                f"{np.mean([x['eval_s'] for x in t]):.0f}",
-                f"{np.mean([x['wall_s'] for x in t]):.0f}",
-            ]
-        )
+
+        def mean(key: str) -> float:
+            return float(np.mean([x[key] for x in t]))
+
+        rows.append([runs[0]["label"], f"{mean('fe_per_s'):.2f}", f"{mean('step_s_mean'):.2f}",
+                     f"{100 * mean('overhead_share'):.1f}%", _interleaved(t),
+                     ", ".join(f"{k}: {v:.3f}" for k, v in t[0]["forward_call_s"].items()),
+                     f"{mean('compile_s'):.1f}", f"{mean('eval_s'):.0f}",
+                     f"{mean('wall_s'):.0f}"])
     return rows
 
 
 def plot(results: list[dict], path: Path, title: str, envelope: list[dict] = ()) -> Path:
     """Dev loss and dev accuracy against cumulative FE, one line per method and seed;
     the fixed-K envelope (anytime mode) as a dashed black line on the dev loss."""
-    fig, axes = common.pyplot().subplots(1, 2, figsize=(11, 4))
-    colors = {}
+    colors, lines = {}, {"dev_loss": [], "dev_accuracy": []}
     for r in results:
-        color = colors.setdefault(r["method"], f"C{len(colors)}")
-        fe = [c["fe"] for c in r["curve"]]
-        label = (
-            r["label"]
-            if r["seed"] == min(x["seed"] for x in results if x["method"] == r["method"])
-            else None
-        )
-        axes[0].plot(fe, [c["dev_loss"] for c in r["curve"]], "o-", ms=3, color=color, label=label)
-        axes[1].plot(
-            fe, [c["dev_accuracy"] for c in r["curve"]], "o-", ms=3, color=color, label=label
-        )
+        style = {"marker": "o", "ms": 3, "color": colors.setdefault(r["method"], f"C{len(colors)}")}
+        first = r["seed"] == min(x["seed"] for x in results if x["method"] == r["method"])
+        for key, keyed in lines.items():
+            keyed.append(([c["fe"] for c in r["curve"]], [c[key] for c in r["curve"]],
+                          r["label"] if first else None, style))
     if envelope:
-        axes[0].plot(
-            [e["budget"] for e in envelope],
-            [e["dev_loss"] for e in envelope],
-            "k--",
-            lw=1,
-            label="fixed-K envelope E(B)",
-        )
-    axes[0].set_ylabel("dev loss")
-    axes[1].set_ylabel("dev accuracy")
-    for ax in axes:
-        ax.set_xlabel("forward evaluations (FE)")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    return common.save_figure(fig, path)
+        lines["dev_loss"].append(([e["budget"] for e in envelope],
+                                  [e["dev_loss"] for e in envelope], "fixed-K envelope E(B)",
+                                  {**pages.ENVELOPE, "lw": 1}))
+    return pages.curves(path, [("", keyed, {"ylabel": key.replace("_", " ")})
+                               for key, keyed in lines.items()],
+                        cols=2, size=(5.5, 4), legend=(0, 8), suptitle=title, xscale="linear",
+                        xlabel="forward evaluations (FE)")
 
 
 def title(payload: dict[str, Any]) -> str:
@@ -358,76 +240,48 @@ def title(payload: dict[str, Any]) -> str:
             f"{cores} core{'s' * (cores > 1)}")
 
 
-def markdown(payload: dict[str, Any], figure: str) -> str:
-    """The generated part of the results page: setup, our table, timing, the paper's
-    table, how the run differs from the paper."""
+def markdown(payload: dict[str, Any], figure: str) -> list[str]:
+    """The sections of the generated part of the results page: setup, our table, timing,
+    the paper's table, how the run differs from the paper."""
     from benchmarks.llm import tables
 
-    cfg, results = payload["config"], payload["results"]
+    cfg, results, data = payload["config"], payload["results"], payload["data"]
     zs = payload.get("zero_shot") or {}
     run = record.RunRecord.from_dict(payload["record"])
-    lines = [
-        f"Generated by `{run.command}`.",
-        "",
-        record.machine_line(run.machine),
-        record.run_line(run),
-        "",
-        "## Setup",
-        "",
-        f"- Model: {payload['model']['name']} ({payload['model']['architecture']}), base "
+    setup = [
+        f"Model: {payload['model']['name']} ({payload['model']['architecture']}), base "
         f"weights {payload['model']['dtype']}, LoRA r=8, alpha=16 on q/v projections "
         f"({payload['lora_params']:,} trainable parameters, float32).",
-        f"- Task: {cfg['task']} on {payload['data']['source']}; splits "
-        f"{payload['data']['sizes']}; sequences padded to {payload['data']['max_length']} "
-        f"tokens; single-token fast path: {payload['data']['fast_path']}.",
-        f"- Preset `{cfg['preset']}`: {cfg['steps']} steps, eval every {cfg['eval_every']} steps, "
-        f"batch {cfg['batch_size']}, lr {cfg['lr']}, mu {cfg['mu']}, seeds "
-        f"{cfg['seeds']}.",
-        "- FE = forward passes made by the method (the estimator's `num_queries`); "
+        f"Task: {cfg['task']} on {data['source']}; splits {data['sizes']}; sequences padded "
+        f"to {data['max_length']} tokens; single-token fast path: {data['fast_path']}.",
+        f"Preset `{cfg['preset']}`: {cfg['steps']} steps, eval every {cfg['eval_every']} steps, "
+        f"batch {cfg['batch_size']}, lr {cfg['lr']}, mu {cfg['mu']}, seeds {cfg['seeds']}.",
+        "FE = forward passes made by the method (the estimator's `num_queries`); "
         "evaluation and the train-loss probe are not FE. Best checkpoint = lowest dev loss; "
-        "Accuracy = test accuracy of that checkpoint; Dev acc = its dev accuracy.",
-    ]
+        "Accuracy = test accuracy of that checkpoint; Dev acc = its dev accuracy."]
     if zs:
-        lines.append(
-            f"- Base model before any update (B = 0): dev loss {zs['dev_loss']:.4f}, dev "
-            f"accuracy {zs['dev_accuracy']:.3f}, test accuracy {zs['accuracy']:.3f}."
-        )
+        setup.append(f"Base model before any update (B = 0): dev loss {zs['dev_loss']:.4f}, "
+                     f"dev accuracy {zs['dev_accuracy']:.3f}, test accuracy "
+                     f"{zs['accuracy']:.3f}.")
     if cfg.get("budget") is not None:
-        lines.append(
-            f"- Anytime mode: every method runs until it has spent {cfg['budget']} FE "
-            f"(its last step may overshoot), dev loss every {cfg['eval_every_fe']} FE; "
-            "the preset's step count is not used."
-        )
-    lines += [
-        "",
-        "## Results (mean ± std over seeds)",
-        "",
-        markdown_table(PAPER_HEADERS + ["Accept at K_min"], summary_rows(results)),
-        "",
+        setup.append(f"Anytime mode: every method runs until it has spent {cfg['budget']} FE "
+                     f"(its last step may overshoot), dev loss every {cfg['eval_every_fe']} "
+                     "FE; the preset's step count is not used.")
+    return [
+        f"Generated by `{run.command}`.",
+        f"{record.machine_line(run.machine)}\n{record.run_line(run)}",
+        "## Setup", pages.bullets(setup),
+        "## Results (mean ± std over seeds)", result_columns(results),
+        pages.table(PAPER_HEADERS + ["Accept at K_min"], summary_rows(results)),
         "FE to matched quality: the FE the fixed-K reference (R-AdaZO K=4, else MeZO; same "
         "seed) needed to reach each method's best dev loss, interpolated linearly between "
         "evaluations, and the FE saved at that matched loss.",
-        "",
-        markdown_table(
-            [
-                "Method",
-                "FE used",
-                "Best dev loss",
-                "Reference FE at that loss",
-                "FE saved at matched loss",
-            ],
-            matched_rows(results),
-        ),
-        "",
+        pages.table(["Method", "FE used", "Best dev loss", "Reference FE at that loss",
+                     "FE saved at matched loss"], matched_rows(results)),
         f"![dev loss and accuracy vs FE]({figure})",
-        "",
-    ]
-    if payload.get("regret"):
-        lines += _regret_section(payload)
-    lines += tables.sections(payload)
-    lines += [
+        *(_regret_section(payload) if payload.get("regret") else ()),
+        *tables.sections(payload),
         "## Speed",
-        "",
         "FE/s = FE / time inside training steps. Overhead = share of step time outside the "
         "forward passes, where forward time is the step's oracle calls (one vmapped call "
         "per acquisition chunk) timed in isolation. *Run*: all steps of the run against "
@@ -436,31 +290,28 @@ def markdown(payload: dict[str, Any], figure: str) -> str:
         f"{cfg.get('timing_reps', 3)} times from the final state, each repeat followed at "
         "once by its oracle calls (the more robust figure). Oracle call lists the call "
         "times (s) by the number of forward passes batched in the call.",
-        "",
-        markdown_table(
-            [
-                "Method",
-                "FE/s",
-                "s/step",
-                "Overhead (run)",
-                "Overhead (back to back)",
-                "Oracle call (s)",
-                "Compile (s)",
-                "Eval (s)",
-                "Wall (s)",
-            ],
-            timing_rows(results),
-        ),
-        "",
+        pages.table(["Method", "FE/s", "s/step", "Overhead (run)", "Overhead (back to back)",
+                     "Oracle call (s)", "Compile (s)", "Eval (s)", "Wall (s)"],
+                    timing_rows(results)),
         f"## The paper (OPT-1.3B, {cfg['task'].upper()}, 3 seeds, 5,000 steps, fp16, GPU)",
-        "",
-        markdown_table(PAPER_HEADERS, PAPER_OPT_1_3B.get(cfg["task"], [])),
-        "",
-        "## How this run differs from the paper",
-        "",
-        _run_notes(cfg) + NOTES,
-    ]
-    return "\n".join(lines) + "\n"
+        pages.table(PAPER_HEADERS, PAPER_OPT_1_3B.get(cfg["task"], [])),
+        "## How this run differs from the paper", _run_notes(cfg) + NOTES]
+
+
+def result_columns(results: list[dict]) -> str:
+    """The definitions of the columns of :func:`summary_rows`."""
+    groups = by_method(results)
+    ref = _reference(groups)
+    return pages.columns({
+        "Total FE": "forward passes the method spent", "Avg K": "directions a step",
+        "FE savings": "1 - Total FE / that of the fixed-K reference, "
+                      f"{groups[ref][0]['label'] if ref else 'none'}. A saving is bought with "
+                      "fewer directions a step, a noisier estimate: read it with the loss and "
+                      "accuracy columns beside it (a saving with a worse loss is a trade, not "
+                      "a win)",
+        "Best eval loss, Last eval loss": "lowest and last dev loss of the run",
+        "Train loss": "the last train-loss probe (one forward pass on the current batch)",
+        "Accept at K_min": "share of steps an adaptive method accepted at its smallest K"})
 
 
 def _run_notes(cfg: dict[str, Any]) -> str:
@@ -482,27 +333,19 @@ def _run_notes(cfg: dict[str, Any]) -> str:
 
 def _regret_section(payload: dict[str, Any]) -> list[str]:
     reg = payload["regret"]
-    env = ", ".join(
-        f"{e['budget']}: {e['dev_loss']:.4f} ({e['method']})" for e in reg["envelope"]
-    )
+    env = ", ".join(f"{e['budget']}: {e['dev_loss']:.4f} ({e['method']})"
+                    for e in reg["envelope"])
     return [
         "## Anytime: query regret against the fixed-K envelope",
-        "",
         "E(B) = lowest mean dev loss any fixed-K method reached within B FE (linear "
         "interpolation between evaluations); a method's regret at B = the FE its mean "
         "curve needed to first reach E(B), divided by B (∞: never reached within its "
         f"run; within {anytime.TOLERANCE:.0%} of E(B) counts as reached, the near-tie "
-        "tolerance of `benchmarks/anytime.py`). Regret <= 1 means the method was at least as good as the best fixed K "
-        "chosen in hindsight for that budget.",
-        "",
+        "tolerance of `benchmarks/anytime.py`). Regret <= 1 means the method was at least as "
+        "good as the best fixed K chosen in hindsight for that budget.",
         f"Envelope (B: E(B), from): {env}.",
-        "",
-        markdown_table(
-            ["Method"] + [f"B={b}" for b in reg["budgets"]] + ["Median", "Max"],
-            regret_rows(payload),
-        ),
-        "",
-    ]
+        pages.table(["Method", *(f"B={b}" for b in reg["budgets"]), "Median", "Max"],
+                    regret_rows(payload))]
 
 
 NOTES = """\
@@ -543,7 +386,7 @@ def write(out_dir: Path | None, report_path: Path | None,
                    envelope)
         paths["report json"] = write_json(beside / f"{report_path.stem}{common.RESULTS}",
                                           payload)
-        generated = markdown(payload, str(fig.relative_to(report_path.parent)))
-        paths["markdown"] = common.write_markdown(report_path, title(payload), generated, "llm")
+        paths["markdown"] = pages.page(report_path, title(payload),
+                                      markdown(payload, pages.link(fig, report_path)), "llm")
         paths["figure"] = fig
     return paths

@@ -8,7 +8,7 @@ noise at this number of seeds.
 
 Example::
 
-    lines = sections(payload)  # [] unless the payload has "baselines"
+    parts = sections(payload)  # [] unless the payload has "prompt" in its config
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import record
-from benchmarks.common import markdown_table, mean_std
+from benchmarks import pages, record
+from benchmarks.pages import mean_std
 from benchmarks.llm.report import by_method
 
 TARGET_ACCURACY = 0.84  # issue 22: best zeroth-order method, mean test accuracy
@@ -41,29 +41,30 @@ def target_lines(payload: dict[str, Any]) -> list[str]:
     groups = by_method(payload["results"])
     acc = {name: _stats([r["accuracy"] for r in runs]) for name, runs in groups.items()}
     best = max(acc, key=lambda n: acc[n][0])
-    label = groups[best][0]["label"]
+
+    def met(ok: bool) -> str:
+        return f"**{'met' if ok else 'not met'}**"
+
     lines = [
-        "## Accuracy against the targets",
-        "",
-        f"Zero-shot test accuracy of the run's prompt (`{payload['config']['prompt']}`): "
-        f"{zero:.3f}. Best zeroth-order method: {label}, {acc[best][0]:.3f} ± "
-        f"{acc[best][1]:.3f} over {len(groups[best])} seeds.",
-        "",
-        f"- best >= {TARGET_ACCURACY}: **{'met' if acc[best][0] >= TARGET_ACCURACY else 'not met'}**"
+        f"best >= {TARGET_ACCURACY}: {met(acc[best][0] >= TARGET_ACCURACY)}"
         f" (shortfall {max(0.0, TARGET_ACCURACY - acc[best][0]):.3f}).",
-        f"- best >= zero-shot + {TARGET_GAIN} = {zero + TARGET_GAIN:.3f}: "
-        f"**{'met' if acc[best][0] >= zero + TARGET_GAIN else 'not met'}**.",
-    ]
+        f"best >= zero-shot + {TARGET_GAIN} = {zero + TARGET_GAIN:.3f}: "
+        f"{met(acc[best][0] >= zero + TARGET_GAIN)}."]
     for name, (mean, std) in acc.items():
+        label = groups[name][0]["label"]
         if len(groups[name]) < 2:
-            lines.append(f"- {groups[name][0]['label']}: {mean:.3f}, gain over zero-shot "
-                         f"{mean - zero:+.3f}; seed spread not measured (1 seed).")
-            continue
-        ok = mean - zero > std
-        lines.append(f"- {groups[name][0]['label']}: {mean:.3f} ± {std:.3f}, gain over "
-                     f"zero-shot {mean - zero:+.3f} {'>' if ok else '<='} seed spread "
-                     f"{std:.3f}: **{'met' if ok else 'not met'}**.")
-    return lines + [""]
+            lines.append(f"{label}: {mean:.3f}, gain over zero-shot {mean - zero:+.3f}; seed "
+                         "spread not measured (1 seed).")
+        else:
+            ok = mean - zero > std
+            lines.append(f"{label}: {mean:.3f} ± {std:.3f}, gain over zero-shot "
+                         f"{mean - zero:+.3f} {'>' if ok else '<='} seed spread {std:.3f}: "
+                         f"{met(ok)}.")
+    return ["## Accuracy against the targets",
+            f"Zero-shot test accuracy of the run's prompt (`{payload['config']['prompt']}`): "
+            f"{zero:.3f}. Best zeroth-order method: {groups[best][0]['label']}, "
+            f"{acc[best][0]:.3f} ± {acc[best][1]:.3f} over {len(groups[best])} seeds.",
+            pages.bullets(lines)]
 
 
 def baseline_rows(payload: dict[str, Any]) -> list[list[str]]:
@@ -139,54 +140,41 @@ def merged_lines(payload: dict[str, Any]) -> list[str]:
     """The commands and wall times of the runs a ``--merge`` page joins."""
     if not payload.get("merged_runs"):
         return []
-    lines = ["## Runs merged into this page", "",
-             "The zeroth-order results come from these runs (side by side, one process "
-             "each); the command above loaded the model again for the zero-shot row and "
-             "the baselines.", ""]
-    for rec in payload["merged_runs"]:
-        run = record.RunRecord.from_dict(rec)
-        lines.append(f"- `{run.command}`. {record.run_line(run)}")
-    return lines + [""]
+    runs = [record.RunRecord.from_dict(rec) for rec in payload["merged_runs"]]
+    return ["## Runs merged into this page",
+            "The zeroth-order results come from these runs (side by side, one process "
+            "each); the command above loaded the model again for the zero-shot row and "
+            "the baselines.",
+            pages.bullets(f"`{run.command}`. {record.run_line(run)}" for run in runs)]
 
 
 def sections(payload: dict[str, Any]) -> list[str]:
     """The page's sections for runs made since the prompt list (none for older JSON)."""
     if "prompt" not in payload["config"]:
         return []
-    lines = merged_lines(payload) + target_lines(payload)
+    parts = merged_lines(payload) + target_lines(payload)
     if payload.get("baselines"):
-        lines += [
+        parts += [
             "## Baselines in the same table",
-            "",
             "Same data splits; zero-shot rows score the base model with each prompt of the "
             "list (calibrated: the score difference thresholded at its median over 200 "
             "unlabeled training examples); the prompt the zeroth-order methods use was "
             "chosen on dev accuracy. Test accuracy of the best-dev-loss checkpoint for "
             "trained rows.",
-            "",
-            markdown_table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload)),
-            "",
-        ]
+            pages.table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload))]
     if payload["config"].get("budget"):
         budgets, acc = anytime_rows(payload, "dev_accuracy", max, "{:.3f}")
         _, loss = anytime_rows(payload, "dev_loss", min, "{:.4f}")
-        lines += [
+        headers = ["Method", *(f"B={b}" for b in budgets)]
+        parts += [
             "## Equal queries: best dev accuracy and loss within B FE",
-            "",
             "Mean ± std over seeds of the best dev value reached within B forward passes; "
             "bold: the best mean at B; †: its difference from the best exceeds the seed "
             "spread (the sum of the two stds; no mark with one seed). Unmarked differences "
-            "are not resolved.",
-            "",
-            markdown_table(["Method"] + [f"B={b}" for b in budgets], acc),
-            "",
-            markdown_table(["Method"] + [f"B={b}" for b in budgets], loss),
-            "",
-        ]
+            "are not resolved.", pages.table(headers, acc), pages.table(headers, loss)]
     if payload.get("baselines"):
-        lines += [
+        parts += [
             "## Memory",
-            "",
             "Compiled memory (temp + output bytes of `jax.jit(f).lower(...).compile()."
             "memory_analysis()`; the frozen weights and the batch are arguments and not "
             "counted) of one step on one training batch, and its ratio to one forward "
@@ -195,8 +183,5 @@ def sections(payload: dict[str, Any]) -> list[str]:
             "nothing is hoisted, so activations are those of one pass; what still grows "
             "with K is the K directions and 2K perturbed copies of the trainable "
             "parameters).",
-            "",
-            markdown_table(["Computation", "MiB", "x forward"], memory_rows(payload)),
-            "",
-        ]
-    return lines
+            pages.table(["Computation", "MiB", "x forward"], memory_rows(payload))]
+    return parts

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import common, flags
+from benchmarks import common, flags, pages
 from benchmarks import record as run_record
 from benchmarks.overhead import measure as measure_lib
 
@@ -108,7 +108,7 @@ def render(record: dict, path: Path) -> None:
             for r in record["rows"]]
     machine = record["machine"]
     fake = machine["backend"] == "cpu"
-    text = "\n\n".join([
+    pages.page(path, "Directions across devices: calls/s against device count", [
         f"Command: `{record['command']}`",
         run_line(record),
         run_record.machine_line(machine) + (
@@ -116,11 +116,8 @@ def render(record: dict, path: Path) -> None:
             if fake else ""),
         f"R-AdaZO, K = {record['k']} central directions, quadratic, one seed; median of "
         f"{record['repeats']} interleaved timings of the steps shown, compilation excluded.",
-        common.markdown_table(
-            ["d", "devices", "combine", "steps", "calls/s", "time vs no mesh"], rows),
-    ])
-    common.write_markdown(path, "Directions across devices: calls/s against device count",
-                          text, "devices")
+        pages.table(["d", "devices", "combine", "steps", "calls/s", "time vs no mesh"], rows),
+    ], "devices")
 
 
 def run_line(record: dict) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks import common
+from benchmarks import pages
 from benchmarks import record as run_record
 from benchmarks.overhead.measure import IMPLS
 
@@ -15,11 +15,7 @@ DIMS_GOAL = 1.1  # adaptive cost per call against R-AdaZO K=10 at d = 10^6
 
 
 def _mib(n: float | None) -> str:
-    return "–" if n is None else f"{n / 2**20:,.2f}"
-
-
-def _gap(values) -> str:
-    return common.mean_std(values, "{:.3g}")
+    return pages.num(None if n is None else n / 2**20, "{:,.2f}", "–")
 
 
 def _count(seeds: int | list[int]) -> int:
@@ -35,16 +31,15 @@ def compare_table(records: list[dict]) -> tuple[str, list[str]]:
         vs_fixed = r["us_per_call"] / fixed["us_per_call"] if fixed else None
         rows.append([
             r["label"], r["kind"], f"{r['calls_per_second']:,.0f}", f"{r['us_per_call']:.3f}",
-            "–" if vs_ref is None else f"{vs_ref:.2f}",
-            "–" if vs_fixed is None else f"{vs_fixed:.2f}",
+            pages.num(vs_ref, "{:.2f}", "–"), pages.num(vs_fixed, "{:.2f}", "–"),
             f"{r['steps']:,}", f"{r['useful_calls'] / r['steps'] / r['seeds']:.1f}",
-            f"{r['lane_use']:.2f}", _gap(r["final_gap"]), f"{r['compile_seconds']:.1f}"])
+            f"{r['lane_use']:.2f}", pages.mean_std(r["final_gap"]), f"{r['compile_seconds']:.1f}"])
         if vs_ref is not None and r["kind"] in ("fixed", "adaptive"):
             goal = FIXED_GOAL if r["kind"] == "fixed" else ADAPTIVE_GOAL
             met = "met" if vs_ref >= goal else "not met"
             verdicts.append(f"{r['label']}: {vs_ref:.2f}x Open_ES calls/s (goal ≥ {goal}x): "
                             f"{met}.")
-    table = common.markdown_table(
+    table = pages.table(
         ["method", "kind", "useful calls/s", "µs/call", "calls/s vs Open_ES",
          "cost/call vs R-AdaZO K=10", "steps", "calls/step/seed", "lane use",
          "final gap (mean ± std over seeds)", "compile s"], rows)
@@ -58,7 +53,7 @@ def dims_table(records: list[dict], parts: list[dict]) -> tuple[str, list[str]]:
         base = ref.get(r["d"])
         ratio = r["us_per_call"] / base["us_per_call"] if base else None
         rows.append([f"{r['d']:,}", r["label"], f"{r['steps']:,}", f"{r['us_per_call']:,.3f}",
-                     "–" if ratio is None else f"{ratio:.2f}",
+                     pages.num(ratio, "{:.2f}", "–"),
                      _mib(r["state_bytes_per_seed"]),
                      _mib(r["memory"].get("temp_size_in_bytes"))])
         outside = next((o for o in records if o["d"] == r["d"] and o["method"] == REFERENCE),
@@ -72,14 +67,14 @@ def dims_table(records: list[dict], parts: list[dict]) -> tuple[str, list[str]]:
             met = "met" if ratio <= DIMS_GOAL else "not met"
             verdicts.append(f"{r['label']} at d = {r['d']:,}: {ratio:.2f}x R-AdaZO K=10 per "
                             f"call (goal ≤ {DIMS_GOAL}x): {met}.")
-    table = common.markdown_table(
+    table = pages.table(
         ["d", "method", "steps", "µs/call", "cost/call vs R-AdaZO K=10", "state MiB/seed",
          "XLA temp MiB"], rows)
     impls = [i for i in IMPLS if all(f"alone_{i}" in p for p in parts)]
     prow = [[f"{p['d']:,}", f"{p['draw'] / 10:,.3f}",
              *(f"{p[f'alone_{i}']:,.3f}" for i in impls), f"{p['evaluate'] / 20:,.3f}",
              f"{p['empty']:,.3f}"] for p in parts]
-    ptable = common.markdown_table(
+    ptable = pages.table(
         ["d", "µs per Gaussian direction (batch of 10)",
          *(f"µs per direction drawn alone, {i} keys" for i in impls),
          "µs per objective call (batch of 20)", "µs per empty scanned step"], prow)
@@ -95,47 +90,37 @@ def seeds_table(records: list[dict], parts: list[dict]) -> str:
                      f"{r['wasted_fraction']:.2f}", f"{r['state_bytes_per_seed']:,}",
                      _mib(m.get("temp_size_in_bytes")), _mib(m.get("argument_size_in_bytes")),
                      f"{r['run_seconds']:.2f}"])
-    table = common.markdown_table(
+    table = pages.table(
         ["seeds", "method", "useful calls/s", "µs/call", "lane use", "wasted evaluations",
          "state bytes/seed", "XLA temp MiB", "XLA arguments MiB", "run s"], rows)
     prow = [[f"{p['seeds']:,}", f"{p['draw'] / 10 / p['seeds']:,.4f}",
              f"{p['evaluate'] / 20 / p['seeds']:,.4f}", f"{p['empty']:,.2f}"] for p in parts]
-    ptable = common.markdown_table(
+    ptable = pages.table(
         ["seeds", "µs per direction drawn", "µs per objective call", "µs per empty step"],
         prow)
     return table + f"\n\nParts of a step at d = {records[0]['d']:,}, per seed:\n\n" + ptable
 
 
-def figures(record: dict, folder: Path, stem: str) -> list[str]:
-    plt = common.pyplot()
-    out = []
-    sections = record["sections"]
-    if sections.get("seeds"):
-        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-        for label in dict.fromkeys(r["label"] for r in sections["seeds"]):
-            rs = [r for r in sections["seeds"] if r["label"] == label]
-            s = [r["seeds"] for r in rs]
-            a.plot(s, [r["calls_per_second"] for r in rs], marker="o", label=label)
-            b.plot(s, [r["lane_use"] for r in rs], marker="o", label=label)
-        for ax, y in ((a, "useful oracle calls / s"), (b, "lane use")):
-            ax.set_xscale("log")
-            ax.set_xlabel("vmapped seeds")
-            ax.set_ylabel(y)
-        a.set_yscale("log")
-        b.legend(fontsize=7)
-        out.append(str(common.save_figure(fig, folder / stem / "seeds.png")))
-    if sections.get("dims"):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for label in dict.fromkeys(r["label"] for r in sections["dims"]):
-            rs = [r for r in sections["dims"] if r["label"] == label]
-            ax.plot([r["d"] for r in rs], [r["us_per_call"] for r in rs], marker="o",
-                    label=label)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("d")
-        ax.set_ylabel("µs per useful oracle call (1 seed)")
-        ax.legend(fontsize=7)
-        out.append(str(common.save_figure(fig, folder / stem / "dims.png")))
+def _lines(rows: list[dict], x: str, y: str) -> list[tuple]:
+    """One line per method of ``rows``: ``y`` against ``x``, dots at the measurements."""
+    return [([r[x] for r in rows if r["label"] == label],
+             [r[y] for r in rows if r["label"] == label], label, {"marker": "o"})
+            for label in dict.fromkeys(r["label"] for r in rows)]
+
+
+def figures(record: dict, folder: Path, stem: str) -> list[Path]:
+    out, s = [], record["sections"]
+    if s.get("seeds"):
+        out.append(pages.curves(folder / stem / "seeds.png", [
+            ("", _lines(s["seeds"], "seeds", "calls_per_second"),
+             {"yscale": "log", "ylabel": "useful oracle calls / s"}),
+            ("", _lines(s["seeds"], "seeds", "lane_use"), {"ylabel": "lane use"})],
+            size=(5, 4), legend=(1, 7), grid=False, xlabel="vmapped seeds"))
+    if s.get("dims"):
+        out.append(pages.curves(
+            folder / stem / "dims.png", [("", _lines(s["dims"], "d", "us_per_call"), {})],
+            size=(6, 4), grid=False, xlabel="d", yscale="log",
+            ylabel="µs per useful oracle call (1 seed)"))
     return out
 
 
@@ -150,29 +135,25 @@ def render(record: dict, path: Path, folder: Path) -> Path:
     parts = [f"Command: `{record['command']}`"]
     if record.get("record"):  # the harness's run record (start, wall time, versions)
         parts.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
-    parts += [
-        (f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
-         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} MiB. Run time "
-         f"excludes compilation; median of {p['repeats']} interleaved timings (compare, "
-         f"dims), {max(1, p['repeats'] // 3)} (seeds)."),
-    ]
+    parts.append(
+        f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
+        f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} "
+        f"MiB. Run time excludes compilation; median of {p['repeats']} interleaved timings "
+        f"(compare, dims), {max(1, p['repeats'] // 3)} (seeds).")
     s = record["sections"]
     if s.get("compare"):
         table, verdicts = compare_table(s["compare"])
         parts += [
-            (f"## Compare: quadratic, d = {p['compare_dim']:,}, {_count(p['compare_seeds'])} vmapped "
-             f"seeds, {p['compare_calls']:,} oracle calls per seed"), table,
-            "\n".join(f"- {v}" for v in verdicts)]
+            (f"## Compare: quadratic, d = {p['compare_dim']:,}, "
+             f"{_count(p['compare_seeds'])} vmapped seeds, {p['compare_calls']:,} oracle calls "
+             "per seed"), table,
+            pages.bullets(verdicts)]
     if s.get("dims"):
         table, verdicts = dims_table(s["dims"], s.get("parts", []))
         parts += ["## Per-call cost against d (quadratic, one seed)", table,
-                  "\n".join(f"- {v}" for v in verdicts)]
+                  pages.bullets(verdicts)]
     if s.get("seeds"):
         parts += [(f"## Seed sweep: quadratic, d = {p['seeds_dim']:,}, {p['seeds_calls']:,} "
                    "oracle calls per seed"), seeds_table(s["seeds"], s.get("seeds_parts", []))]
-    rel = [Path(x).relative_to(path.parent) if Path(x).is_relative_to(path.parent) else x
-           for x in paths]
-    parts += [f"![{Path(x).stem}]({x})" for x in rel]
-    common.write_markdown(path, "Speed: oracle calls per second", "\n\n".join(parts),
-                          "overhead")
-    return path
+    parts += [f"![{x.stem}]({pages.link(x, path)})" for x in paths]
+    return pages.page(path, "Speed: oracle calls per second", parts, "overhead")
