@@ -11,7 +11,8 @@ build them; ``SPEC+eager`` and ``SPEC+vectorized`` time the same method with the
 estimator's ``evaluation="unrolled"`` and ``"vectorized"`` (every predrawn candidate
 evaluated at once, no ``while_loop``; ``zoaq_jax._src.expansion.EVALUATIONS``).
 
-``open_es`` (:data:`benchmarks.methods.EXTERNAL`) is evosax 0.3.2's ``Open_ES`` with antithetic sampling, population 20,
+``open_es`` (:data:`benchmarks.methods.EXTERNAL`) is evosax 0.3.2's ``Open_ES`` with
+antithetic sampling, population 20,
 ``std`` = ``mu``, raw fitness (``identity_fitness_shaping_fn``) and ZO-AdaMM's moments
 as its optax optimizer: its gradient ``fitness @ z / (20 std)`` is exactly ZO-AdaMM K=10's
 ``mean_i r_i u_i`` with central responses ``r_i = (f(x + mu u_i) - f(x - mu u_i)) / (2 mu)``,
