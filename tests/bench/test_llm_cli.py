@@ -11,8 +11,9 @@ import pytest
 
 from benchmarks import presets
 from benchmarks.common import read_json
-from benchmarks.llm import cli, config, data, experiment, models, opt
-from benchmarks.llm import tokenizer as tok
+from benchmarks.llm import cli, config, data, experiment, models
+from benchmarks.llm.models import opt
+from benchmarks.llm.models import tokenizer as tok
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 TINY = ["--data", "synthetic", "--steps", "2", "--eval-every", "1", "--n-train", "8",

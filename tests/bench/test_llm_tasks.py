@@ -7,7 +7,8 @@ import pytest
 from flax import nnx
 from llm_helpers import tiny
 
-from benchmarks.llm import lora, tasks
+from benchmarks.llm import tasks
+from benchmarks.llm.models import lora
 from benchmarks.llm.data import CopaExample, SentimentExample
 
 

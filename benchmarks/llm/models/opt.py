@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from benchmarks.llm.layers import (
+from benchmarks.llm.models.layers import (
     CausalLM,
     Embedding,
     LayerNorm,
