@@ -4,7 +4,8 @@
 ``--out``      folder for the results files, figures and (by default) the report
 ``--report``   the Markdown page to write (default: inside ``--out``)
 ``--render``   re-render the report from a results file, computing nothing
-``--workers``  processes, one pinned core each (1: in this process)
+``--workers``  processes, one pinned core each (1: in this process; a command that runs
+               in one process takes only 1 and says why)
 ``--seeds``    seeds as a list: ``0 1 2``, ``0,1,2`` or ranges ``0-999``
 ``--methods``  method specs of :mod:`benchmarks.methods` (``zoaq``, ``radazo:k=4``)
 ``--preset``   sizes: ``smoke`` (seconds, for tests) and the command's larger ones
@@ -131,7 +132,14 @@ def add_outputs(parser: argparse.ArgumentParser, out: Path | None, report: str,
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def add_workers(parser: argparse.ArgumentParser, default: int | None = None) -> None:
+def add_workers(parser: argparse.ArgumentParser, default: int | None = None,
+                single: str = "") -> None:
+    """``--workers``; ``single`` says why a command runs in one process (it then takes
+    only 1)."""
+    if single:
+        parser.add_argument("--workers", type=int, choices=[1], default=1,
+                            help=f"1: this command runs in one process ({single})")
+        return
     default = default or len(available_cores())
     parser.add_argument("--workers", type=positive_int, default=default,
                         help=f"processes, one pinned core each; 1: in this process "

@@ -111,7 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cores", nargs="+", metavar="CORE",
         help="CPU cores the (single) process may run on, e.g. 0 or 0-3 (default: all). The "
         "LLM runs in one process that loads the model once (on a GPU, the one device), so "
-        "it has no --workers; this restricts that process, e.g. to time one core")
+        "--workers is 1; this restricts that process, e.g. to time one core")
+    flags.add_workers(parser, single="it loads the model once; --cores picks its cores")
     flags.add_outputs(parser, None, "OUT/llm.md; with --render, llm.md next to the results "
                       "file; 'none': no page",
                       out_help="folder for llm.json.xz and llm.png (default out/llm-<preset>)")
@@ -159,7 +160,7 @@ def _run(args: argparse.Namespace, cfg, chosen) -> dict:
     from benchmarks import record
     from benchmarks.llm import experiment
 
-    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
         setup = experiment.prepare(cfg)
         print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
               f"{setup.data['source']} {setup.data['sizes']}; length "
@@ -201,7 +202,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
                 "results": results, "merged_runs": [p["record"] for p in payloads],
                 **({"regret": report.regret(results, cfg.budget, cfg.eval_every_fe)}
                    if cfg.budget is not None else {})}
-    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
         setup = experiment.prepare(cfg)
         zero = experiment.zero_shot(cfg, setup)
         prompts = _read_json(args.prompt_table)["prompts"] if args.prompt_table else None
@@ -217,7 +218,7 @@ def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
     from benchmarks import record
     from benchmarks.llm import baselines, experiment
 
-    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
         rows = baselines.prompt_table(cfg, experiment.prepare(cfg), show=not args.quiet)
     out = (args.out or Path(f"out/llm-{args.preset}")) / f"llm_prompts{common.RESULTS}"
     common.write_json(out, {"record": run.record.as_dict(), "prompts": rows})

@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin to one core (default: the preset's; on for cpu)")
     flags.add_outputs(parser, Path("out"), "OUT/overhead.md")
+    flags.add_workers(parser, single="its timings are interleaved in one process")
 
 
 def _counts(values: list[str] | None) -> tuple[int, ...] | None:
@@ -108,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
             import evosax  # noqa: F401
         except ImportError:
             flags.fail("open_es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
-    command = flags.command_line("overhead", args, skip=("render",))
+    command = flags.command_line("overhead", args, skip=("render", "workers"))
     with run_record.Recorder(command) as recorder:
         record = run(preset, command=command)
     record["record"] = recorder.record.as_dict()  # the harness's run record

@@ -48,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps per timing, one per dim (or one for all)")
     parser.add_argument("--repeats", type=flags.positive_int, help="interleaved timings")
     flags.add_outputs(parser, Path("out"), "OUT/devices.md")
+    flags.add_workers(parser, single="one process spreads each step over the devices")
 
 
 def program(d: int, k: int, steps: int, mesh, combine: str):
@@ -156,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
     if len(jax.devices()) < max(args.devices):
         flags.fail(f"{len(jax.devices())} devices, fewer than --devices {max(args.devices)} "
                    "(JAX was started before the flag for fake CPU devices could be set)")
-    command = flags.command_line("devices", args, skip=("render", "quiet"))
+    command = flags.command_line("devices", args, skip=("render", "quiet", "workers"))
     record = {"command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "load_before": run_record.load_average(), "k": args.k, "steps": args.steps,
               "repeats": args.repeats, "versions": run_record.versions()}
