@@ -77,8 +77,9 @@ def items(values: Sequence[str] | None) -> list[str]:
     return out
 
 
-def seeds(values: Sequence[str] | None) -> list[int] | None:
-    """The seeds of ``--seeds``: integers and inclusive ranges ``a-b``, in order, once."""
+def seeds(values: Sequence[str] | None, option: str = "--seeds") -> list[int] | None:
+    """The integers of ``--seeds`` (or of ``option``, e.g. ``--cores``): integers and
+    inclusive ranges ``a-b``, in order, once."""
     if not values:
         return None
     out: list[int] = []
@@ -87,9 +88,9 @@ def seeds(values: Sequence[str] | None) -> list[int] | None:
         try:
             span = range(int(first), int(last) + 1) if dash else [int(first)]
         except ValueError:
-            fail(f"--seeds takes integers and ranges such as 0-999, got {item!r}")
+            fail(f"{option} takes integers and ranges such as 0-999, got {item!r}")
         if dash and not span:
-            fail(f"empty seed range {item!r}")
+            fail(f"empty range {item!r} in {option}")
         out += span
     return list(dict.fromkeys(out))
 
@@ -115,6 +116,16 @@ def writable_dir(text: str) -> Path:
 def writable_file(text: str) -> Path:
     """An ``argparse`` type: a file that can be written (``none`` passes: no page)."""
     return Path(text) if text == "none" else _writable(Path(text), "file")
+
+
+def read_results(path: Path, option: str = "--render") -> dict:
+    """The results file ``path`` (``.json.xz``) of ``option``; a missing file ends the
+    command (:func:`fail`)."""
+    if not Path(path).is_file():
+        fail(f"{option} {path} does not exist")
+    from benchmarks import common
+
+    return common.read_json(path)
 
 
 def add_outputs(parser: argparse.ArgumentParser, out: Path | None, report: str,

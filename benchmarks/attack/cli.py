@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import common, flags, pool, presets
+from benchmarks import flags, pool, presets
 from benchmarks import record as run_record
 
 DEFAULT_OUT = Path("out/attack")
@@ -97,9 +97,7 @@ def preset_of(args: argparse.Namespace):
 
 def main(args: argparse.Namespace) -> int:
     if args.render:
-        if not args.render.is_file():
-            flags.fail(f"--render {args.render} does not exist")
-        return _render(args, common.read_json(args.render), args.render.parent)
+        return _render(args, flags.read_results(args.render), args.render.parent)
     # Validate everything cheap before any data, training or compilation.
     preset = preset_of(args)
     if args.data is not None and not Path(args.data).exists():

@@ -78,9 +78,7 @@ def write(config, results, record: RunRecord, args) -> Path:
 
 def main(args: argparse.Namespace) -> int:
     if args.render:
-        if not args.render.is_file():
-            flags.fail(f"--render {args.render} does not exist")
-        data = common.read_json(args.render)
+        data = flags.read_results(args.render)
         config = presets.from_dict(experiment.Config, data["config"])
         write(config, data["results"], RunRecord.from_dict(data["record"]), args)
         return 0

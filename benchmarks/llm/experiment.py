@@ -22,8 +22,8 @@ import numpy as np
 
 from benchmarks import presets
 from benchmarks.llm import data, fetch, models, tasks, train
-from benchmarks.llm.models import lora
 from benchmarks.llm.config import Config
+from benchmarks.llm.models import lora
 from benchmarks.methods import Method
 
 

@@ -95,9 +95,7 @@ def _preset(args: argparse.Namespace) -> config.Preset:
 
 def main(args: argparse.Namespace) -> int:
     if args.render is not None:
-        if not args.render.exists():
-            flags.fail(f"--render: no such file {args.render}")
-        record = common.read_json(args.render)
+        record = flags.read_results(args.render)
         stem = args.render.name.removesuffix(common.RESULTS).removesuffix(".json")
         target = args.report or args.render.parent / f"{stem}.md"
         report.render(record, target, target.parent)

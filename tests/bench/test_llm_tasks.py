@@ -8,8 +8,8 @@ from flax import nnx
 from llm_helpers import tiny
 
 from benchmarks.llm import tasks
-from benchmarks.llm.models import lora
 from benchmarks.llm.data import CopaExample, SentimentExample
+from benchmarks.llm.models import lora
 
 
 def test_templates():

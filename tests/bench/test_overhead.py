@@ -64,7 +64,7 @@ def test_fixed_method_accounting_is_exact():
 
 @pytest.mark.parametrize("argv, message", [
     (["--methods", "nope"], "unknown method"),
-    (["--render", "missing.json.xz"], "no such file"),
+    (["--render", "missing.json.xz"], "--render missing.json.xz does not exist"),
 ])
 def test_errors_are_clear(argv, message, capsys):
     with pytest.raises(SystemExit) as err:

@@ -25,8 +25,10 @@ from benchmarks.llm.models.layers import (
     Linear,
     as_param,
     causal_attention,
+    check_weights,
     module_list,
 )
+from benchmarks.llm.models.layers import random_weights as random_shaped
 
 POSITION_OFFSET = 2  # OPT's learned position table starts at index 2
 
@@ -128,7 +130,7 @@ class OPT(CausalLM):
     """An OPT causal language model (``hidden`` / ``logits`` as in :class:`Llama`)."""
 
     def __init__(self, cfg: OPTConfig, weights: Mapping[str, np.ndarray], *, dtype=jnp.float32):
-        _check_weights(cfg, weights)
+        check_weights("OPT", weight_shapes(cfg), weights)
         self.config = cfg
         w = weights
         self.embed_tokens = Embedding(w["decoder.embed_tokens.weight"], dtype=dtype)
@@ -206,21 +208,6 @@ def weight_shapes(cfg: OPTConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def random_weights(cfg: OPTConfig, seed: int = 0, std: float = 0.1) -> dict[str, np.ndarray]:
+def random_weights(cfg, seed: int = 0, std: float = 0.1) -> dict[str, np.ndarray]:
     """Random float32 weights (norm weights near 1) for tiny test and smoke models."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape in weight_shapes(cfg).items():
-        base = 1.0 if ("norm" in name and name.endswith(".weight")) else 0.0
-        out[name] = (base + std * rng.standard_normal(shape)).astype(np.float32)
-    return out
-
-
-def _check_weights(cfg: OPTConfig, weights: Mapping[str, np.ndarray]) -> None:
-    for name, shape in weight_shapes(cfg).items():
-        if name not in weights:
-            raise ValueError(f"OPT checkpoint is missing tensor {name!r} (config says it exists).")
-        if tuple(np.shape(weights[name])) != shape:
-            raise ValueError(
-                f"OPT tensor {name} has shape {tuple(np.shape(weights[name]))}, expected {shape}."
-            )
+    return random_shaped(weight_shapes(cfg), seed, std)
