@@ -62,8 +62,21 @@ def test_fixed_method_accounting_is_exact():
     assert r["useful_calls"] == 3 * 60 and r["steps"] == 3 and r["lane_use"] == 1.0
 
 
+def test_timed_methods_are_specs_of_the_one_registry():
+    from benchmarks.overhead.methods import timed
+
+    assert timed("open_es").kind == "outside"
+    eager = timed("zoaq+eager")
+    assert (eager.name, eager.spec, eager.evaluation, eager.k_max) == (
+        "zoaq+eager", "zoaq:evaluation=unrolled", "unrolled", 10)
+    assert (timed("radazo:k=4").kind, timed("radazo:k=4").k_max) == ("fixed", 4)
+    assert timed("zoar").kind == "adaptive"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--methods", "nope"], "unknown method"),
+    (["--methods", "zoaq+fast"], "unknown suffix +fast"),
+    (["--methods", "radazo+eager"], "bad override 'evaluation=unrolled'"),
     (["--render", "missing.json.xz"], "--render missing.json.xz does not exist"),
 ])
 def test_errors_are_clear(argv, message, capsys):
