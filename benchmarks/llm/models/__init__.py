@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from benchmarks.llm.models import llama, opt
 from benchmarks.llm.models import tokenizer as tok
+from benchmarks.llm.models.layers import random_weights
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -74,10 +75,10 @@ def load_model(spec: str, *, dtype: str = "float32", words: Sequence[str] = (), 
         tk = tok.word_level(words)
         if spec == "tiny-llama":
             cfg = tiny_llama_config(tk.vocab_size)
-            model = llama.Llama(cfg, llama.random_weights(cfg, seed), dtype=jdtype)
+            model = llama.Llama(cfg, random_weights(llama.weight_shapes(cfg), seed), dtype=jdtype)
         else:
             cfg = tiny_opt_config(tk.vocab_size)
-            model = opt.OPT(cfg, opt.random_weights(cfg, seed), dtype=jdtype)
+            model = opt.OPT(cfg, random_weights(opt.weight_shapes(cfg), seed), dtype=jdtype)
         info = {"architecture": spec.split("-")[1], "name": f"{spec} (random, seed {seed})"}
     else:
         raise ValueError(

@@ -27,7 +27,6 @@ from benchmarks.llm.models.layers import (
     check_weights,
     module_list,
 )
-from benchmarks.llm.models.layers import random_weights as random_shaped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,8 +205,3 @@ def weight_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, d)
     return shapes
-
-
-def random_weights(cfg, seed: int = 0, std: float = 0.1) -> dict[str, np.ndarray]:
-    """Random float32 weights (norm weights near 1) for tiny test and smoke models."""
-    return random_shaped(weight_shapes(cfg), seed, std)

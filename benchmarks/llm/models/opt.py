@@ -28,7 +28,6 @@ from benchmarks.llm.models.layers import (
     check_weights,
     module_list,
 )
-from benchmarks.llm.models.layers import random_weights as random_shaped
 
 POSITION_OFFSET = 2  # OPT's learned position table starts at index 2
 
@@ -206,8 +205,3 @@ def weight_shapes(cfg: OPTConfig) -> dict[str, tuple[int, ...]]:
             shapes[f"{q}.fc1.bias"] = (f,)
             shapes[f"{q}.fc2.bias"] = (d,)
     return shapes
-
-
-def random_weights(cfg, seed: int = 0, std: float = 0.1) -> dict[str, np.ndarray]:
-    """Random float32 weights (norm weights near 1) for tiny test and smoke models."""
-    return random_shaped(weight_shapes(cfg), seed, std)
