@@ -4,7 +4,8 @@
 ``--out``      folder for the results files, figures and (by default) the report
 ``--report``   the Markdown page to write (default: inside ``--out``)
 ``--render``   re-render the report from a results file, computing nothing
-``--workers``  processes, one pinned core each (1: in this process)
+``--workers``  processes, one pinned core each (1: in this process; a command that runs
+               in one process takes only 1 and says why)
 ``--seeds``    seeds as a list: ``0 1 2``, ``0,1,2`` or ranges ``0-999``
 ``--methods``  method specs of :mod:`benchmarks.methods` (``zoaq``, ``radazo:k=4``)
 ``--preset``   sizes: ``smoke`` (seconds, for tests) and the command's larger ones
@@ -76,8 +77,9 @@ def items(values: Sequence[str] | None) -> list[str]:
     return out
 
 
-def seeds(values: Sequence[str] | None) -> list[int] | None:
-    """The seeds of ``--seeds``: integers and inclusive ranges ``a-b``, in order, once."""
+def seeds(values: Sequence[str] | None, option: str = "--seeds") -> list[int] | None:
+    """The integers of ``--seeds`` (or of ``option``, e.g. ``--cores``): integers and
+    inclusive ranges ``a-b``, in order, once."""
     if not values:
         return None
     out: list[int] = []
@@ -86,9 +88,9 @@ def seeds(values: Sequence[str] | None) -> list[int] | None:
         try:
             span = range(int(first), int(last) + 1) if dash else [int(first)]
         except ValueError:
-            fail(f"--seeds takes integers and ranges such as 0-999, got {item!r}")
+            fail(f"{option} takes integers and ranges such as 0-999, got {item!r}")
         if dash and not span:
-            fail(f"empty seed range {item!r}")
+            fail(f"empty range {item!r} in {option}")
         out += span
     return list(dict.fromkeys(out))
 
@@ -116,6 +118,16 @@ def writable_file(text: str) -> Path:
     return Path(text) if text == "none" else _writable(Path(text), "file")
 
 
+def read_results(path: Path, option: str = "--render") -> dict:
+    """The results file ``path`` (``.json.xz``) of ``option``; a missing file ends the
+    command (:func:`fail`)."""
+    if not Path(path).is_file():
+        fail(f"{option} {path} does not exist")
+    from benchmarks import common
+
+    return common.read_json(path)
+
+
 def add_outputs(parser: argparse.ArgumentParser, out: Path | None, report: str,
                 out_help: str | None = None) -> None:
     """The output flags of every command: ``--out`` (default ``out``; ``out_help`` says
@@ -131,7 +143,14 @@ def add_outputs(parser: argparse.ArgumentParser, out: Path | None, report: str,
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def add_workers(parser: argparse.ArgumentParser, default: int | None = None) -> None:
+def add_workers(parser: argparse.ArgumentParser, default: int | None = None,
+                single: str = "") -> None:
+    """``--workers``; ``single`` says why a command runs in one process (it then takes
+    only 1)."""
+    if single:
+        parser.add_argument("--workers", type=int, choices=[1], default=1,
+                            help=f"1: this command runs in one process ({single})")
+        return
     default = default or len(available_cores())
     parser.add_argument("--workers", type=positive_int, default=default,
                         help=f"processes, one pinned core each; 1: in this process "

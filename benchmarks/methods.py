@@ -24,6 +24,11 @@ Example:
   ('zoaq:n_hist=4', 'ZoAQ K∈[1,10], n_hist=4')
   >>> registry.parse("radazo").label
   'R-AdaZO K=10'
+
+Beside the library's methods, :data:`EXTERNAL` names the methods of other libraries a
+benchmark runs as references (evosax's ``Open_ES`` in the speed benchmark), and
+:data:`SYNTHETIC` / :class:`Settings` are the synthetic benchmark's defaults, which the
+benchmarks on its objectives share (synthetic, generalization, overhead).
 """
 
 from __future__ import annotations
@@ -210,3 +215,43 @@ def _coerce(text: str, default: Any, item: str) -> Any:
         return type(default)(text)
     except ValueError:
         raise ValueError(f"bad value in {item!r}: expected {type(default).__name__}") from None
+
+
+@dataclass(frozen=True)
+class External:
+    """A method of another library, run as a reference (its own code, not a chain)."""
+
+    spec: str
+    label: str
+    k: int  # directions a step (2k calls: antithetic pairs)
+
+
+EXTERNAL = {"open_es": External("open_es", "evosax Open_ES (pop. 20)", 10)}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The synthetic benchmark's hyperparameters, shared by all its methods (the paper's
+    Table "Common hyperparameters")."""
+
+    lr: float = 1e-3
+    mu: float = 5e-3
+    b1: float = 0.9
+    b2: float = 0.99
+    eps: float = 1e-8
+
+    @property
+    def hyper(self) -> Hyper:
+        return Hyper(lr=self.lr, mu=self.mu, b1=self.b1, b2=self.b2, eps=self.eps)
+
+
+# The paper's synthetic defaults (Appendix, Tables 5-6); auto_k keeps the library's (no
+# tuning per problem).
+SYNTHETIC = Registry({
+    "zoaq": {"k_min": 1, "k_max": 10, "n_hist": 8},
+    "radazo": {"k": 10},
+    "zo_adamm": {"k": 10},
+    "statzo": {"k_min": 1, "k_max": 10, "theta": 0.5},
+    "zoar": {"k": 10, "n_hist": 8},
+    "auto_k": {},
+})

@@ -6,9 +6,10 @@ vmapped program per method and share of the attacks, and writes ``OUT/attack.jso
 ``OUT/attack.md``; hand-written text outside its generated block is kept).
 
 Examples:
-  python -m benchmarks attack --dataset mnist --protocol paper --sweep nhist kmax
-  python -m benchmarks attack --dataset mnist --protocol extended --goal targeted
-  python -m benchmarks attack --dataset mnist --protocol paper --compare anytime
+  python -m benchmarks attack --preset smoke --out /tmp/attack   # seconds
+  python -m benchmarks attack --dataset mnist --preset paper --sweep nhist kmax
+  python -m benchmarks attack --dataset mnist --preset extended --goal targeted
+  python -m benchmarks attack --dataset mnist --preset paper --compare anytime
   python -m benchmarks attack --dataset cifar10 --data ~/data/cifar-10-batches-py
   python -m benchmarks attack --render docs/results/attack/attack.json.xz \
       --out docs/results/attack --report docs/results/attack.md
@@ -20,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import common, flags, pool, presets
+from benchmarks import flags, pool, presets
 from benchmarks import record as run_record
 
 DEFAULT_OUT = Path("out/attack")
@@ -33,12 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from benchmarks.attack.protocol import PROTOCOLS
 
     parser.add_argument("--dataset", choices=DATASETS, default="mnist")
-    parser.add_argument("--protocol", "--preset", dest="protocol", choices=PROTOCOLS,
+    parser.add_argument("--preset", "--protocol", dest="preset", choices=PROTOCOLS,
                         default="paper",
-                        help="the preset: paper (test image 1, all methods, width 32, traces "
-                             "of 2,000 iterations), extended (100 images, the paper's five "
-                             "methods, width 16, no traces) or smoke (test image 1, one seed, "
-                             "zoaq and radazo, 200 iterations)")
+                        help="the protocol (--protocol is an alias): paper (test image 1, "
+                             "all methods, width 32, traces of 2,000 iterations), extended "
+                             "(100 images, the paper's five methods, width 16, no traces) or "
+                             "smoke (seconds: test image 1, one seed, zoaq and radazo, 200 "
+                             "iterations)")
     parser.add_argument("--goal", nargs="+", choices=GOALS, default=list(GOALS),
                         help="targeted (the ZoAR code's attack) and/or untargeted "
                              "(default: both)")
@@ -83,7 +85,7 @@ def preset_of(args: argparse.Namespace):
     from benchmarks.attack import experiment
     from benchmarks.attack.protocol import PRESETS
 
-    preset = presets.from_args(PRESETS[args.protocol], argparse.Namespace(
+    preset = presets.from_args(PRESETS[args.preset], argparse.Namespace(
         **{**vars(args), "methods": None, "seeds": flags.seeds(args.seeds)}))
     try:
         specs = experiment.method_specs(preset, flags.items(args.methods), args.sweep,
@@ -95,9 +97,7 @@ def preset_of(args: argparse.Namespace):
 
 def main(args: argparse.Namespace) -> int:
     if args.render:
-        if not args.render.is_file():
-            flags.fail(f"--render {args.render} does not exist")
-        return _render(args, common.read_json(args.render), args.render.parent)
+        return _render(args, flags.read_results(args.render), args.render.parent)
     # Validate everything cheap before any data, training or compilation.
     preset = preset_of(args)
     if args.data is not None and not Path(args.data).exists():

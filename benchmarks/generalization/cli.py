@@ -1,12 +1,14 @@
 """Generalization: auto_k's query regret against the best fixed K in hindsight, on a
 held-out set of objectives never used to choose a default (and on the tuning set).
 
-Presets: ``smoke`` (4 held-out problems, 10^4 calls, 2 seeds: about 3 min on 2 cores),
+Presets: ``smoke`` (seconds, for tests: one problem, 10^3 calls, one seed), ``quick`` (4
+held-out problems, 10^4 calls, 2 seeds: about 3 min on 2 cores),
 ``full`` (the 10 held-out problems, 10^3 to 10^6 calls, 3 seeds), ``tuning`` (the tuning
 set at the same scale). See :mod:`benchmarks.generalization.objectives` for both sets.
 
 Examples:
-  python -m benchmarks generalization --preset smoke
+  python -m benchmarks generalization --preset smoke --out /tmp/generalization   # seconds
+  python -m benchmarks generalization --preset quick
   python -m benchmarks generalization --preset full --out docs/results --workers 2
   python -m benchmarks generalization --preset tuning --budget 100000 --methods auto_k:growth=0.5
   python -m benchmarks generalization --render docs/results/generalization_heldout.json.xz
@@ -28,8 +30,9 @@ from benchmarks.synthetic.methods import REGISTRY, parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=tuple(experiment.PRESETS), default="smoke",
-                        help="smoke: ~3 min on 2 cores; full: the held-out report")
+    parser.add_argument("--preset", choices=tuple(experiment.PRESETS), default="quick",
+                        help="smoke: seconds, for tests; quick: ~3 min on 2 cores; full: "
+                             "the held-out report")
     parser.add_argument("--set", choices=tuple(SETS), help="problem set (default: the preset's)")
     parser.add_argument("--problems", nargs="+", metavar="NAME",
                         help="problems of the set (default: the preset's)")
@@ -75,9 +78,7 @@ def write(config, results, record: RunRecord, args) -> Path:
 
 def main(args: argparse.Namespace) -> int:
     if args.render:
-        if not args.render.is_file():
-            flags.fail(f"--render {args.render} does not exist")
-        data = common.read_json(args.render)
+        data = flags.read_results(args.render)
         config = presets.from_dict(experiment.Config, data["config"])
         write(config, data["results"], RunRecord.from_dict(data["record"]), args)
         return 0

@@ -49,7 +49,10 @@ class Config:
 
 
 PRESETS = {
-    "smoke": Config("smoke", "heldout", ("ellipsoid_1e6", "sum_powers", "rastrigin",
+    # seconds, for tests: one problem, 10^3 calls, one seed
+    "smoke": Config("smoke", "heldout", ("sum_powers",), ("radazo:k=1", "radazo:k=4", "auto_k"),
+                    (0,), FIRST_BUDGET),
+    "quick": Config("quick", "heldout", ("ellipsoid_1e6", "sum_powers", "rastrigin",
                                          "noisy_ellipsoid"),
                     ("radazo:k=1", "radazo:k=4", "radazo:k=16", "auto_k"), (0, 1), 10_000),
     "full": Config("full", "heldout", tuple(SETS["heldout"]), FIXED + ADAPTIVE, (0, 1, 2),

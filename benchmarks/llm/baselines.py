@@ -30,8 +30,8 @@ import numpy as np
 import optax
 
 from benchmarks.common import progress
-from benchmarks.llm import lora as lora_lib
 from benchmarks.llm import tasks, train
+from benchmarks.llm.models import lora as lora_lib
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1)
 

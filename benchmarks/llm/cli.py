@@ -111,7 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cores", nargs="+", metavar="CORE",
         help="CPU cores the (single) process may run on, e.g. 0 or 0-3 (default: all). The "
         "LLM runs in one process that loads the model once (on a GPU, the one device), so "
-        "it has no --workers; this restricts that process, e.g. to time one core")
+        "--workers is 1; this restricts that process, e.g. to time one core")
+    flags.add_workers(parser, single="it loads the model once; --cores picks its cores")
     flags.add_outputs(parser, None, "OUT/llm.md; with --render, llm.md next to the results "
                       "file; 'none': no page",
                       out_help="folder for llm.json.xz and llm.png (default out/llm-<preset>)")
@@ -139,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
         return _render(args)
     cfg, chosen = configure(args)
     if args.cores:
-        pool.pin_to_cores(_cores(args.cores))
+        pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
     args.methods = [m.spec for m in chosen] if args.methods else None
     args.seeds = cfg.seeds if args.seeds else None
     try:
@@ -153,13 +154,17 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace, cfg, chosen) -> dict:
+def _run(args: argparse.Namespace, cfg, chosen, merged: list[dict] | None = None) -> dict:
+    """Trains the ``chosen`` methods (or takes the ``merged`` results of earlier runs),
+    with the zero-shot row and the baselines of ``cfg``; the payload."""
     import jax
 
     from benchmarks import record
     from benchmarks.llm import experiment
 
-    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+    prompts = (flags.read_results(args.prompt_table, "--prompt-table")["prompts"]
+               if args.prompt_table else None)
+    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
         setup = experiment.prepare(cfg)
         print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
               f"{setup.data['source']} {setup.data['sizes']}; length "
@@ -167,9 +172,10 @@ def _run(args: argparse.Namespace, cfg, chosen) -> dict:
               f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
               f"{jax.default_backend()}", file=sys.stderr)
         zero = experiment.zero_shot(cfg, setup)
-        results = experiment.run(cfg, setup, chosen, show=not args.quiet)
-        extra = (experiment.run_baselines(cfg, setup, results, show=not args.quiet)
-                 if cfg.baselines else None)
+        results = merged if merged is not None else experiment.run(cfg, setup, chosen,
+                                                                   show=not args.quiet)
+        extra = (experiment.run_baselines(cfg, setup, results, show=not args.quiet,
+                                          prompts=prompts) if cfg.baselines else None)
     payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
                                  extra)
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
@@ -180,10 +186,9 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
     seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
     import dataclasses
 
-    from benchmarks import presets, record
-    from benchmarks.llm import experiment, report
+    from benchmarks.llm import report
 
-    payloads = [_read_json(p) for p in args.merge]
+    payloads = [flags.read_results(p, "--merge") for p in args.merge]
     ignore = ("seeds", "baselines", "preset")
     want = {k: v for k, v in json.loads(json.dumps(presets.as_dict(cfg))).items()
             if k not in ignore}
@@ -201,45 +206,21 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
                 "results": results, "merged_runs": [p["record"] for p in payloads],
                 **({"regret": report.regret(results, cfg.budget, cfg.eval_every_fe)}
                    if cfg.budget is not None else {})}
-    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
-        setup = experiment.prepare(cfg)
-        zero = experiment.zero_shot(cfg, setup)
-        prompts = _read_json(args.prompt_table)["prompts"] if args.prompt_table else None
-        extra = (experiment.run_baselines(cfg, setup, results, show=not args.quiet,
-                                          prompts=prompts) if cfg.baselines else None)
-    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
-                                 extra)
+    payload = _run(args, cfg, None, merged=results)
     payload["merged_runs"] = [p["record"] for p in payloads]
-    return json.loads(json.dumps(to_jsonable(payload)))
+    return payload
 
 
 def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
     from benchmarks import record
     from benchmarks.llm import baselines, experiment
 
-    with record.Recorder(flags.command_line("llm", args, skip=("render",))) as run:
+    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
         rows = baselines.prompt_table(cfg, experiment.prepare(cfg), show=not args.quiet)
     out = (args.out or Path(f"out/llm-{args.preset}")) / f"llm_prompts{common.RESULTS}"
     common.write_json(out, {"record": run.record.as_dict(), "prompts": rows})
     print(f"wrote prompt table: {out}", file=sys.stderr)
     return 0
-
-
-def _read_json(path: Path) -> dict:
-    if not Path(path).is_file():
-        flags.fail(f"{path} does not exist.")
-    return common.read_json(path)
-
-
-def _cores(values: list[str]) -> list[int]:
-    cores = []
-    for item in flags.items(values):
-        first, dash, last = item.partition("-")
-        try:
-            cores += range(int(first), int(last) + 1) if dash else [int(first)]
-        except ValueError:
-            flags.fail(f"--cores takes integers and ranges such as 0-3, got {item!r}")
-    return cores
 
 
 def _report_path(args: argparse.Namespace, default: Path) -> Path | None:
@@ -256,8 +237,6 @@ def _write(out_dir: Path | None, report_path: Path | None, payload: dict) -> Non
 
 
 def _render(args: argparse.Namespace) -> int:
-    path = Path(args.render)
-    if not path.is_file():
-        flags.fail(f"{path} does not exist.")
-    _write(args.out, _report_path(args, path.parent / "llm.md"), _read_json(path))
+    _write(args.out, _report_path(args, args.render.parent / "llm.md"),
+           flags.read_results(args.render))
     return 0

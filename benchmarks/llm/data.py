@@ -121,16 +121,8 @@ def load_copa_jsonl(path: Path) -> list[CopaExample]:
     return out
 
 
-def mezo_splits(
-    train_pool: Sequence,
-    test_pool: Sequence,
-    *,
-    n_train: int,
-    n_dev: int,
-    n_test: int,
-    seed: int,
-    source: str,
-) -> Splits:
+def mezo_splits(train_pool: Sequence, test_pool: Sequence, *, n_train: int, n_dev: int,
+                n_test: int, seed: int, source: str) -> Splits:
     """Dev then train from one seeded permutation of ``train_pool``; test from ``test_pool``."""
     if len(train_pool) <= n_dev:
         raise ValueError(
@@ -164,44 +156,20 @@ def load_splits(
     """Splits of ``task`` from ``source``: a movie-review file, a GLUE SST-2 folder or a
     SuperGLUE COPA folder."""
     source = Path(source)
+    sizes = dict(n_train=n_train, n_dev=n_dev, n_test=n_test, seed=seed)
+    if task == "sst2" and source.is_dir():
+        return mezo_splits(load_sst2_tsv(source / "train.tsv"), load_sst2_tsv(source / "dev.tsv"),
+                           **sizes, source=f"GLUE SST-2 ({source})")
     if task == "sst2":
-        if source.is_dir():
-            train = load_sst2_tsv(source / "train.tsv")
-            test = load_sst2_tsv(source / "dev.tsv")
-            return mezo_splits(
-                train,
-                test,
-                n_train=n_train,
-                n_dev=n_dev,
-                n_test=n_test,
-                seed=seed,
-                source=f"GLUE SST-2 ({source})",
-            )
-        pool = load_movie_reviews(source)
-        return single_pool_splits(
-            pool,
-            n_train=n_train,
-            n_dev=n_dev,
-            n_test=n_test,
-            seed=seed,
-            source=f"movie-review snippets ({source.name})",
-        )
+        return single_pool_splits(load_movie_reviews(source), **sizes,
+                                  source=f"movie-review snippets ({source.name})")
     if task == "copa":
         if not source.is_dir():
             raise FileNotFoundError(
-                f"COPA data must be a folder with train.jsonl and val.jsonl, got {source}."
-            )
-        train = load_copa_jsonl(source / "train.jsonl")
-        test = load_copa_jsonl(source / "val.jsonl")
-        return mezo_splits(
-            train,
-            test,
-            n_train=n_train,
-            n_dev=n_dev,
-            n_test=n_test,
-            seed=seed,
-            source=f"SuperGLUE COPA ({source})",
-        )
+                f"COPA data must be a folder with train.jsonl and val.jsonl, got {source}.")
+        return mezo_splits(load_copa_jsonl(source / "train.jsonl"),
+                           load_copa_jsonl(source / "val.jsonl"), **sizes,
+                           source=f"SuperGLUE COPA ({source})")
     raise ValueError(f"Unknown task {task!r}; expected 'sst2' or 'copa'.")
 
 
@@ -247,12 +215,8 @@ def synthetic_splits(task: str, *, n_train: int, n_dev: int, n_test: int, seed: 
     make = synthetic_sentiment if task == "sst2" else synthetic_copa
     if task not in ("sst2", "copa"):
         raise ValueError(f"Unknown task {task!r}; expected 'sst2' or 'copa'.")
-    return Splits(
-        train=make(n_train, seed),
-        dev=make(n_dev, seed + 1),
-        test=make(n_test, seed + 2),
-        source=f"synthetic {task}",
-    )
+    return Splits(train=make(n_train, seed), dev=make(n_dev, seed + 1),
+                  test=make(n_test, seed + 2), source=f"synthetic {task}")
 
 
 def vocabulary(splits: Splits) -> list[str]:
@@ -261,11 +225,8 @@ def vocabulary(splits: Splits) -> list[str]:
 
     words = set()
     for ex in splits.train + splits.dev + splits.test:
-        texts = (
-            [ex.sentence]
-            if isinstance(ex, SentimentExample)
-            else [ex.premise, ex.choice1, ex.choice2]
-        )
+        texts = ([ex.sentence] if isinstance(ex, SentimentExample)
+                 else [ex.premise, ex.choice1, ex.choice2])
         for t in texts:
             words.update(re.findall(r"\w+|[^\w\s]", t))
     words.update(["It", "was", "terrible", "great", "because", "so"])

@@ -21,8 +21,9 @@ import dataclasses
 import numpy as np
 
 from benchmarks import presets
-from benchmarks.llm import data, fetch, lora, models, tasks, train
+from benchmarks.llm import data, fetch, models, tasks, train
 from benchmarks.llm.config import Config
+from benchmarks.llm.models import lora
 from benchmarks.methods import Method
 
 

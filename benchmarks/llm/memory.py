@@ -22,7 +22,7 @@ import jax
 import optax
 
 from benchmarks.llm import baselines, train
-from benchmarks.llm import lora as lora_lib
+from benchmarks.llm.models import lora as lora_lib
 
 
 def compiled_bytes(fn, *args) -> int:

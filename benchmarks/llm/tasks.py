@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.llm.data import CopaExample, SentimentExample
-from benchmarks.llm.tokenizer import Tokenizer
+from benchmarks.llm.models.tokenizer import Tokenizer
 
 LOSS_KINDS = ("classification", "option_lm")
 

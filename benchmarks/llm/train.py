@@ -32,9 +32,9 @@ import optax
 import zoaq_jax
 
 from benchmarks.common import progress
-from benchmarks.llm import lora as lora_lib
 from benchmarks.llm import methods as methods_lib
 from benchmarks.llm import tasks
+from benchmarks.llm.models import lora as lora_lib
 from benchmarks.methods import Method
 
 

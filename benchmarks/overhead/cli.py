@@ -10,6 +10,9 @@ Three sections, in one process (one core pinned on CPU), compilation excluded:
 * seeds: the vmapped seed sweep (``--lanes 5 10 100 1000``): calls/s, lane use (the share
   of executed objective evaluations that were counted queries) and memory.
 
+Methods: ``open_es`` and the specs of :data:`benchmarks.methods.SYNTHETIC` (``radazo:k=4``),
+each also as ``SPEC+eager`` / ``SPEC+vectorized`` (see :mod:`benchmarks.overhead.methods`).
+
 Examples:
   python -m benchmarks overhead --out docs/results              # the committed page
   python -m benchmarks overhead --preset gpu --out docs/results --report docs/results/overhead_gpu.md
@@ -25,6 +28,8 @@ from pathlib import Path
 from benchmarks import common, flags, pool, presets
 from benchmarks import record as run_record
 from benchmarks.overhead import config, report
+from benchmarks.methods import EXTERNAL
+from benchmarks.methods import SYNTHETIC as REGISTRY
 from benchmarks.overhead import methods as methods_mod
 
 
@@ -32,8 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=sorted(config.PRESETS), default="cpu",
                         help="sizes of the sections (default cpu; gpu: the full sweep)")
     parser.add_argument("--sections", nargs="+", choices=config.SECTIONS, default=None)
-    parser.add_argument("--methods", nargs="+", default=None,
-                        help=f"methods (default: the preset's); from {list(methods_mod.METHODS)}")
+    flags.add_methods(parser, [*REGISTRY.bases, *EXTERNAL])
     parser.add_argument("--dims", type=flags.positive_int, nargs="+", default=None,
                         help="dimensions of the dims section")
     flags.add_seeds(parser, "0-4, vmapped in the compare section")
@@ -52,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin to one core (default: the preset's; on for cpu)")
     flags.add_outputs(parser, Path("out"), "OUT/overhead.md")
+    flags.add_workers(parser, single="its timings are interleaved in one process")
 
 
 def _counts(values: list[str] | None) -> tuple[int, ...] | None:
@@ -70,10 +75,10 @@ def _preset(args: argparse.Namespace) -> config.Preset:
     preset = config.PRESETS[args.preset]
     methods = None
     if args.methods is not None:
-        names = flags.items(args.methods)
-        unknown = [n for n in names if n not in methods_mod.METHODS]
-        if unknown:
-            flags.fail(f"unknown method(s) {unknown}; choose from {list(methods_mod.METHODS)}")
+        try:
+            names = [methods_mod.timed(n).name for n in flags.items(args.methods)]
+        except ValueError as err:
+            flags.fail(str(err))
         methods = tuple(dict.fromkeys(names))
     dims = tuple(args.dims) if args.dims else None
     dims_calls = None
@@ -90,9 +95,7 @@ def _preset(args: argparse.Namespace) -> config.Preset:
 
 def main(args: argparse.Namespace) -> int:
     if args.render is not None:
-        if not args.render.exists():
-            flags.fail(f"--render: no such file {args.render}")
-        record = common.read_json(args.render)
+        record = flags.read_results(args.render)
         stem = args.render.name.removesuffix(common.RESULTS).removesuffix(".json")
         target = args.report or args.render.parent / f"{stem}.md"
         report.render(record, target, target.parent)
@@ -104,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
             import evosax  # noqa: F401
         except ImportError:
             flags.fail("open_es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
-    command = flags.command_line("overhead", args, skip=("render",))
+    command = flags.command_line("overhead", args, skip=("render", "workers"))
     with run_record.Recorder(command) as recorder:
         record = run(preset, command=command)
     record["record"] = recorder.record.as_dict()  # the harness's run record

@@ -16,6 +16,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import statistics
@@ -23,18 +24,26 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import common, flags, pages
+from benchmarks import common, flags, pages, presets
 from benchmarks import record as run_record
 from benchmarks.overhead import measure as measure_lib
 
 COMBINES = ("psum", "gather")
 
 
-PRESETS = {  # devices, dims, k, steps, repeats
-    "cpu": {"devices": [1, 2, 4, 8], "dims": [1000, 100_000], "k": 8, "steps": [400, 40],
-            "repeats": 3},
-    "smoke": {"devices": [1, 2], "dims": [8], "k": 2, "steps": [1], "repeats": 1},
-}
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """Sizes of a run; every field is the command-line option of the same name."""
+
+    devices: tuple[int, ...]  # device counts
+    dims: tuple[int, ...]
+    k: int  # directions a step
+    steps: tuple[int, ...]  # steps per timing, one per dim
+    repeats: int  # interleaved timings
+
+
+PRESETS = {"cpu": Preset((1, 2, 4, 8), (1000, 100_000), 8, (400, 40), 3),
+           "smoke": Preset((1, 2), (8,), 2, (1,), 1)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps per timing, one per dim (or one for all)")
     parser.add_argument("--repeats", type=flags.positive_int, help="interleaved timings")
     flags.add_outputs(parser, Path("out"), "OUT/devices.md")
+    flags.add_workers(parser, single="one process spreads each step over the devices")
 
 
 def program(d: int, k: int, steps: int, mesh, combine: str):
@@ -77,7 +87,7 @@ def program(d: int, k: int, steps: int, mesh, combine: str):
     return jax.jit(run).lower(*inputs).compile(), inputs
 
 
-def measure(args: argparse.Namespace) -> list[dict]:
+def measure(args: Preset) -> list[dict]:
     import jax
 
     splits = [(1, None)] + [(n, c) for n in args.devices for c in COMBINES]
@@ -128,36 +138,38 @@ def run_line(record: dict) -> str:
 def main(args: argparse.Namespace) -> int:
     if args.render is not None:
         target = args.report or args.render.parent / "devices.md"
-        render(common.read_json(args.render), target)
+        render(flags.read_results(args.render), target)
         print(f"rendered {target}")
         return 0
-    preset = PRESETS[args.preset]
-    if args.steps is None:  # the preset's count at its dims, its smallest elsewhere
-        table = dict(zip(preset["dims"], preset["steps"]))
-        args.steps = [table.get(d, min(preset["steps"])) for d in args.dims or preset["dims"]]
-    for name, value in preset.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    if len(args.steps) == 1:
-        args.steps = args.steps * len(args.dims)
-    if len(args.steps) != len(args.dims):
-        flags.fail(f"--steps takes one count per dim ({len(args.dims)}) or one for all")
-    bad = [n for n in args.devices if args.k % n]
+    base = PRESETS[args.preset]
+    steps = args.steps
+    if steps is None:  # the preset's count at its dims, its smallest elsewhere
+        table = dict(zip(base.dims, base.steps))
+        steps = [table.get(d, min(base.steps)) for d in args.dims or base.dims]
+    preset = presets.from_args(base, argparse.Namespace(**{**vars(args), "steps": steps}))
+    if len(preset.steps) == 1:
+        preset = dataclasses.replace(preset, steps=preset.steps * len(preset.dims))
+    if len(preset.steps) != len(preset.dims):
+        flags.fail(f"--steps takes one count per dim ({len(preset.dims)}) or one for all")
+    bad = [n for n in preset.devices if preset.k % n]
     if bad:
-        flags.fail(f"--k {args.k} is not divisible by the device counts {bad}")
+        flags.fail(f"--k {preset.k} is not divisible by the device counts {bad}")
+    most = max(preset.devices)
     if "jax" not in sys.modules:  # fake CPU devices; no effect on accelerators
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_force_host_platform_device_count={max(args.devices)}")
+                                   f" --xla_force_host_platform_device_count={most}")
     import jax
 
-    if len(jax.devices()) < max(args.devices):
-        flags.fail(f"{len(jax.devices())} devices, fewer than --devices {max(args.devices)} "
+    if len(jax.devices()) < most:
+        flags.fail(f"{len(jax.devices())} devices, fewer than --devices {most} "
                    "(JAX was started before the flag for fake CPU devices could be set)")
-    command = flags.command_line("devices", args, skip=("render", "quiet"))
+    command = flags.command_line("devices", argparse.Namespace(
+        **{**vars(args), **presets.as_dict(preset)}), skip=("render", "quiet", "workers"))
     record = {"command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              "load_before": run_record.load_average(), "k": args.k, "steps": args.steps,
-              "repeats": args.repeats, "versions": run_record.versions()}
-    record["rows"] = measure(args)
+              "load_before": run_record.load_average(), "k": preset.k,
+              "steps": list(preset.steps), "repeats": preset.repeats,
+              "versions": run_record.versions()}
+    record["rows"] = measure(preset)
     record["load_after"] = run_record.load_average()
     record["machine"] = {**run_record.machine_info(), "device_count": len(jax.devices())}
     common.write_json(args.out / f"devices{common.RESULTS}", record)

@@ -85,7 +85,7 @@ def program(name: str, d: int, lanes: int, budget: int):
     import jax
     import jax.numpy as jnp
 
-    method = methods_mod.METHODS[name]
+    method = methods_mod.timed(name)
     algo = methods_mod.algo(name, quadratic, d)
     max_steps = budget // 2 + 1  # every step makes at least 2 calls
 
@@ -185,7 +185,7 @@ class Case:
         out = self.out
         seconds = float(np.median(self.times))
         useful_calls = int(out["calls"].astype(np.int64).sum())
-        method = methods_mod.METHODS[self.name]
+        method = methods_mod.timed(self.name)
         lane_use = float(out["useful"]) / max(float(out["executed"]), 1.0)
         return {
             "method": self.name, "label": method.label, "kind": method.kind,

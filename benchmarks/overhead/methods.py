@@ -4,14 +4,15 @@ Each method becomes an :class:`Algo` of pure functions over one seed's state; th
 measurement vmaps them over seeds. All use the synthetic benchmark's settings
 (learning rate 1e-3, ``mu`` = 5e-3, ``b1`` = 0.9, ``b2`` = 0.99, ``eps`` = 1e-8).
 
-Methods are named by their specs in the synthetic benchmark's registry
-(:data:`benchmarks.synthetic.methods.REGISTRY`: ``radazo`` is R-AdaZO K=10, ``zoaq``
-ZoAQ K in [1, 10]), built without the consistency monitor, as the library's aliases
+Methods are specs of the one registry with the synthetic benchmark's defaults
+(:data:`benchmarks.methods.SYNTHETIC`: ``radazo`` is R-AdaZO K=10, ``zoaq`` ZoAQ K in
+[1, 10], ``radazo:k=4``), built without the consistency monitor, as the library's aliases
 build them; ``SPEC+eager`` and ``SPEC+vectorized`` time the same method with the
 estimator's ``evaluation="unrolled"`` and ``"vectorized"`` (every predrawn candidate
 evaluated at once, no ``while_loop``; ``zoaq_jax._src.expansion.EVALUATIONS``).
 
-``open_es`` is evosax 0.3.2's ``Open_ES`` with antithetic sampling, population 20,
+``open_es`` (:data:`benchmarks.methods.EXTERNAL`) is evosax 0.3.2's ``Open_ES`` with
+antithetic sampling, population 20,
 ``std`` = ``mu``, raw fitness (``identity_fitness_shaping_fn``) and ZO-AdaMM's moments
 as its optax optimizer: its gradient ``fitness @ z / (20 std)`` is exactly ZO-AdaMM K=10's
 ``mean_i r_i u_i`` with central responses ``r_i = (f(x + mu u_i) - f(x - mu u_i)) / (2 mu)``,
@@ -25,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from benchmarks.synthetic.methods import REGISTRY, Settings
+from benchmarks.methods import EXTERNAL, Settings
+from benchmarks.methods import SYNTHETIC as REGISTRY
 
 SETTINGS = Settings()  # the synthetic benchmark's lr, mu and moments
 
@@ -41,7 +43,9 @@ class Algo(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Method:
+class Timed:
+    """A timed method: its name in the results, label, kind and evaluation."""
+
     name: str
     label: str
     kind: str  # "fixed", "adaptive" or "outside"
@@ -50,7 +54,32 @@ class Method:
     # the step predraws its candidates (auto_k never does; ZoAQ not at d = 10^6, where
     # k_max + n_hist directions exceed the batch limit): lane use assumes it acts.
     evaluation: str = "loop"
-    reference: str = "open_es"  # the equivalent fixed configuration it is compared with
+    spec: str = ""  # the registry spec built (with its evaluation); "" for outside methods
+
+
+_SUFFIXES = {"eager": "unrolled", "vectorized": "vectorized"}  # names in the results
+
+
+def timed(name: str) -> Timed:
+    """The timed method ``name``: ``open_es``, a spec, or ``SPEC+eager`` / ``SPEC+vectorized``.
+
+    Raises:
+      ValueError: an unknown method or suffix, or a spec that does not parse.
+    """
+    if name in EXTERNAL:
+        outside = EXTERNAL[name]
+        return Timed(outside.spec, outside.label, "outside", outside.k)
+    spec, plus, suffix = name.rpartition("+") if "+" in name else (name, "", "")
+    if plus and suffix not in _SUFFIXES:
+        raise ValueError(f"unknown suffix +{suffix} in {name!r}; use +eager or +vectorized")
+    m = REGISTRY.parse(spec)
+    evaluation = _SUFFIXES.get(suffix, "loop")
+    built = m.spec if evaluation == "loop" else REGISTRY.parse(
+        f"{spec}{',' if ':' in spec else ':'}evaluation={evaluation}").spec
+    fixed = m.base in ("radazo", "zo_adamm")
+    return Timed(m.spec + plus + suffix, m.label + (f", {suffix}" if suffix else ""),
+                 "fixed" if fixed else "adaptive", m.fixed_k or m.get("k_max"), evaluation,
+                 built)
 
 
 def _optax_algo(build: Callable[[Any], Any], value_fn) -> Algo:
@@ -111,40 +140,10 @@ def _open_es_algo(value_fn, d: int, k: int) -> Algo:
                 lambda s: jnp.asarray(k, jnp.int32))
 
 
-_SUFFIXES = {"unrolled": "eager", "vectorized": "vectorized"}  # names in the results
-
-
-def _method(spec: str, kind: str, evaluation: str = "loop") -> Method:
-    m = REGISTRY.parse(spec)
-    suffix = _SUFFIXES.get(evaluation)
-    return Method(m.spec + (f"+{suffix}" if suffix else ""),
-                  m.label + (f", {suffix}" if suffix else ""), kind,
-                  m.fixed_k or m.get("k_max"), evaluation)
-
-
-METHODS: dict[str, Method] = {m.name: m for m in (
-    _method("radazo", "fixed"),
-    _method("zo_adamm", "fixed"),
-    Method("open_es", "evosax Open_ES (pop. 20)", "outside", 10),
-    _method("zoaq", "adaptive"),
-    _method("zoaq", "adaptive", evaluation="unrolled"),
-    _method("zoaq", "adaptive", evaluation="vectorized"),
-    _method("auto_k", "adaptive"),
-    _method("zoar", "adaptive"),
-    _method("statzo", "adaptive"),
-    _method("statzo", "adaptive", evaluation="unrolled"),
-    _method("statzo", "adaptive", evaluation="vectorized"),
-)}
-
-
 def algo(name: str, value_fn, d: int) -> Algo:
-    """The :class:`Algo` of method ``name`` on ``value_fn`` in dimension ``d``."""
-    method = METHODS[name]
-    if name == "open_es":
+    """The :class:`Algo` of method ``name`` (:func:`timed`) on ``value_fn`` in dimension ``d``."""
+    method = timed(name)
+    if method.kind == "outside":
         return _open_es_algo(value_fn, d, method.k_max)
-    base = name.partition("+")[0]
-    if method.evaluation != "loop":
-        base += f":evaluation={method.evaluation}"
-    spec = REGISTRY.parse(base)
+    spec = REGISTRY.parse(method.spec)
     return _optax_algo(lambda key: spec.build(SETTINGS.hyper, key, monitor=False), value_fn)
-

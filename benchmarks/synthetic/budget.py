@@ -17,20 +17,20 @@ their state and are not counted).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common, pool, presets
-from benchmarks.synthetic import protocol as protocols
+from benchmarks import anytime, common, pool
 from benchmarks.synthetic.methods import Settings, Variant, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
+from benchmarks.synthetic import protocol as protocols
+from benchmarks.synthetic.protocol import SWITCH
 
 FIXED = tuple(f"{p}:k={k}" for p in ("radazo", "zo_adamm") for k in (1, 2, 4, 8, 16))
 ADAPTIVE = ("zoaq", "statzo", "auto_k", "zoaq:backbone=zo_adamm", "auto_k:backbone=zo_adamm")
 FUNCTIONS = (*OBJECTIVES, *NOISY)
-SWITCH = "rosenbrock>levy"
 
 
 @dataclass(frozen=True)
@@ -103,24 +103,12 @@ def protocol(name: str, preset: str) -> BudgetProtocol:
 
 
 def as_dict(p: BudgetProtocol) -> dict[str, Any]:
-    return {"name": p.name, "preset": p.preset, "dim": p.dim, "budget": p.budget,
-            "seeds": list(p.seeds), "log_every": p.log_every, "functions": list(p.functions),
-            "variants": [v.name for v in p.variants], "settings": vars(p.settings)}
+    return protocols.record(p, "budget", "variants")
 
 
 def from_dict(d: dict[str, Any]) -> BudgetProtocol:
     """The protocol recorded by :func:`as_dict` (variants by spec, labels kept)."""
-    base = protocol(d["name"], d["preset"])
-    known = {v.name: v for v in base.variants}
-    return replace(base, dim=d["dim"], budget=d["budget"], seeds=tuple(d["seeds"]),
-                   log_every=d["log_every"], functions=tuple(d["functions"]),
-                   variants=tuple(known.get(n) or variant(n) for n in d["variants"]),
-                   settings=Settings(**d["settings"]))
-
-
-def restrict(p: BudgetProtocol, functions=None, variants=None, seeds=None, budget=None):
-    """The protocol with some fields overridden from the command line."""
-    return presets.override(p, **protocols.overrides(functions, variants, seeds), budget=budget)
+    return protocols.restore(protocol(d["name"], d["preset"]), d, "budget", "variants")
 
 
 # --------------------------------------------------------------------------- runner

@@ -130,9 +130,7 @@ def _steps(protocol, results, record, args) -> Path:
 
 def render(args: argparse.Namespace) -> int:
     """Re-renders the report of a results file of either mode (no computation)."""
-    if not args.render.is_file():
-        flags.fail(f"--render {args.render} does not exist")
-    data = common.read_json(args.render)
+    data = flags.read_results(args.render)
     if "units" in data:
         _steps(*report.read_json(data), args)
     else:

@@ -15,38 +15,15 @@ from dataclasses import dataclass
 import optax
 
 from benchmarks import flags
-from benchmarks.methods import Hyper, Method, Registry
+from benchmarks.methods import SYNTHETIC, Method, Settings
 
-# The paper's synthetic defaults; auto_k keeps the library's (no tuning per problem).
-REGISTRY = Registry({
-    "zoaq": {"k_min": 1, "k_max": 10, "n_hist": 8},
-    "radazo": {"k": 10},
-    "zo_adamm": {"k": 10},
-    "statzo": {"k_min": 1, "k_max": 10, "theta": 0.5},
-    "zoar": {"k": 10, "n_hist": 8},
-    "auto_k": {},
-})
+REGISTRY = SYNTHETIC
 
 # The paper's comparison (the main preset), unchanged when methods are added.
 MAIN_METHODS = ("zoaq", "radazo:k=2", "radazo:k=4", "radazo:k=8", "radazo", "zo_adamm",
                 "statzo", "zoar")
 REFERENCE = "radazo"  # R-AdaZO K=10: the fixed baseline of savings and speed ratios
 _BACKBONES = {"radazo": "R-AdaZO", "zo_adamm": "ZO-AdaMM", "sgd": "SGD"}
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Hyperparameters shared by all methods (paper Table "Common hyperparameters")."""
-
-    lr: float = 1e-3
-    mu: float = 5e-3
-    b1: float = 0.9
-    b2: float = 0.99
-    eps: float = 1e-8
-
-    @property
-    def hyper(self) -> Hyper:
-        return Hyper(lr=self.lr, mu=self.mu, b1=self.b1, b2=self.b2, eps=self.eps)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from benchmarks import presets
 from benchmarks.synthetic.methods import MAIN_METHODS, Settings, Variant, variant
 from benchmarks.synthetic.objectives import OBJECTIVES
 
@@ -88,40 +87,38 @@ def ablation(name: str, preset: str) -> Protocol:
                     variants)
 
 
-def overrides(functions=None, variants=None, seeds=None) -> dict:
-    """The protocol fields the command line overrides in both modes (unset: kept)."""
-    changes = {}
-    if functions:
-        changes["functions"] = tuple(functions)
-    if variants:
-        changes["variants"] = tuple(variants)
-    if seeds:
-        changes["seeds"] = tuple(seeds)
-    return changes
+def restrict(protocol: Protocol, steps: int) -> Protocol:
+    """The protocol with ``steps`` steps and a log period that divides them (at most a
+    tenth of them)."""
+    log_every = max(1, min(protocol.log_every, steps // 10))
+    while steps % log_every:
+        log_every -= 1
+    return replace(protocol, steps=steps, log_every=log_every)
 
 
-def restrict(protocol: Protocol, functions=None, variants=None, seeds=None, steps=None):
-    """The protocol with some fields overridden from the command line (``seeds``: a list)."""
-    changes = overrides(functions, variants, seeds)
-    if steps:
-        changes["steps"] = steps
-        changes["log_every"] = max(1, min(protocol.log_every, steps // 10))
-        while steps % changes["log_every"]:
-            changes["log_every"] -= 1
-    return presets.override(protocol, **changes)
+def record(p, size: str, methods: str) -> dict:
+    """A protocol of either mode as JSON values: its length field ``size`` (``steps`` or
+    ``budget``) and its variants by spec under the key ``methods``."""
+    return {"name": p.name, "preset": p.preset, "dim": p.dim, size: getattr(p, size),
+            "seeds": list(p.seeds), "log_every": p.log_every, "functions": list(p.functions),
+            methods: [v.name for v in p.variants], "settings": vars(p.settings)}
+
+
+def restore(base, d: dict, size: str, methods: str):
+    """The protocol :func:`record` wrote, from its preset's ``base`` (whose display labels
+    are kept)."""
+    known = {v.name: v for v in base.variants}
+    return replace(base, dim=d["dim"], **{size: d[size]}, seeds=tuple(d["seeds"]),
+                   log_every=d["log_every"], functions=tuple(d["functions"]),
+                   variants=tuple(known.get(m) or variant(m) for m in d[methods]),
+                   settings=Settings(**d["settings"]))
 
 
 def as_dict(p: Protocol) -> dict:
-    return {"name": p.name, "preset": p.preset, "dim": p.dim, "steps": p.steps,
-            "seeds": list(p.seeds), "log_every": p.log_every, "functions": list(p.functions),
-            "methods": [v.name for v in p.variants], "settings": vars(p.settings)}
+    return record(p, "steps", "methods")
 
 
 def from_dict(d: dict) -> Protocol:
     """The protocol :func:`as_dict` recorded (methods by spec, the preset's labels kept)."""
     base = main(d["preset"]) if d["name"] == "main" else ablation(d["name"], d["preset"])
-    known = {v.name: v for v in base.variants}  # with their display labels
-    return replace(base, dim=d["dim"], steps=d["steps"], seeds=tuple(d["seeds"]),
-                   log_every=d["log_every"], functions=tuple(d["functions"]),
-                   variants=tuple(known.get(m) or variant(m) for m in d["methods"]),
-                   settings=Settings(**d["settings"]))
+    return restore(base, d, "steps", "methods")

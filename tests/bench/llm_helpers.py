@@ -1,6 +1,7 @@
 """Tiny models and data shared by the LLM tests (nothing is downloaded)."""
 
-from benchmarks.llm import data, lora, models, tasks, train
+from benchmarks.llm import data, models, tasks, train
+from benchmarks.llm.models import lora
 
 
 def tiny(task_name="sst2", arch="tiny-llama", n=24, seed=0, first=0):

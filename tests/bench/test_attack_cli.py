@@ -113,7 +113,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
 @pytest.mark.parametrize("args, message", [
     (["--methods", "zoaq", "adam"], "error: unknown method 'adam'"),
     (["--methods", "zoaq:n_hits=4"], "error: bad override 'n_hits=4'"),
-    (["--seeds", "5-1"], "error: empty seed range"),
+    (["--seeds", "5-1"], "error: empty range '5-1' in --seeds"),
     (["--data", "/nonexistent/mnist"], "error: --data /nonexistent/mnist does not exist"),
     (["--render", "/nonexistent/attack.json.xz"], "error: --render .* does not exist"),
 ])

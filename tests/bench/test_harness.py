@@ -127,6 +127,34 @@ def test_unwritable_out_and_report_are_refused_before_the_run(command, flag, tmp
         assert "is not a folder" in capsys.readouterr().err
 
 
+def _parser(command: str):
+    import importlib
+
+    from benchmarks.__main__ import COMMANDS
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+    return parser
+
+
+@pytest.mark.parametrize("command", ["synthetic", "attack", "generalization", "llm",
+                                     "overhead", "devices"])
+def test_every_command_has_the_one_vocabulary(command):
+    """``--preset smoke``, ``--seeds`` as a list, ``--workers``, ``--out``, ``--render``,
+    ``--quiet`` parse on every command with the same destinations."""
+    args = _parser(command).parse_args(["--preset", "smoke", "--workers", "1", "--quiet",
+                                        "--out", "x", "--render", "r.json.xz"])
+    assert (args.preset, args.workers, args.quiet, str(args.out), str(args.render)) == (
+        "smoke", 1, True, "x", "r.json.xz")
+
+
+@pytest.mark.parametrize("command", ["llm", "overhead", "devices"])
+def test_single_process_commands_take_only_one_worker(command, capsys):
+    with pytest.raises(SystemExit) as info:
+        _parser(command).parse_args(["--workers", "2"])
+    assert info.value.code == 2 and "invalid choice: 2" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- presets
 
 

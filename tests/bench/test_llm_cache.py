@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks.llm import baselines, lora, memory, methods, tasks, train
+from benchmarks.llm import baselines, memory, methods, tasks, train
+from benchmarks.llm.models import lora
 from llm_helpers import tiny_bundle
 
 

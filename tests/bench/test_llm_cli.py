@@ -11,8 +11,10 @@ import pytest
 
 from benchmarks import presets
 from benchmarks.common import read_json
-from benchmarks.llm import cli, config, data, experiment, models, opt
-from benchmarks.llm import tokenizer as tok
+from benchmarks.llm import cli, config, data, experiment, models
+from benchmarks.llm.models import opt
+from benchmarks.llm.models import tokenizer as tok
+from benchmarks.llm.models.layers import random_weights
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 TINY = ["--data", "synthetic", "--steps", "2", "--eval-every", "1", "--n-train", "8",
@@ -70,7 +72,7 @@ def _tiny_opt_folder(path: Path) -> Path:
         "num_attention_heads": cfg.num_heads,
         "max_position_embeddings": cfg.max_position_embeddings,
         "bos_token_id": tokenizer.bos_id, "pad_token_id": tokenizer.pad_id}))
-    save_file({f"model.{k}": v for k, v in opt.random_weights(cfg, 0).items()},
+    save_file({f"model.{k}": v for k, v in random_weights(opt.weight_shapes(cfg), 0).items()},
               str(path / "model.safetensors"))
     tokenizer.backend.save(str(path / "tokenizer.json"))
     return path

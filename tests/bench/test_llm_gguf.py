@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks.llm import gguf_loader
-from benchmarks.llm.gguf_loader import permute_qk, unpermute_qk
+from benchmarks.llm.models import gguf_loader
+from benchmarks.llm.models.gguf_loader import permute_qk, unpermute_qk
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")

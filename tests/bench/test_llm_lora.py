@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from llm_helpers import tiny
 
-from benchmarks.llm import lora, methods, tasks, train
+from benchmarks.llm import methods, tasks, train
+from benchmarks.llm.models import lora
 
 
 def _batch(tk, task, splits, n=4):

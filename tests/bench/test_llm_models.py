@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks.llm import hf_loader, llama, lora, opt
+from benchmarks.llm.models import hf_loader, llama, lora, opt
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -16,7 +16,7 @@ def test_cached_smollm2_predicts_and_uses_the_fast_path():
         pytest.skip("SmolLM2 is not cached (python -m benchmarks.llm.fetch)")
     import jax.numpy as jnp
 
-    from benchmarks.llm import gguf_loader
+    from benchmarks.llm.models import gguf_loader
 
     model, tk, info = gguf_loader.load(path)
     assert info["tensor_types"] == ["F32", "Q4_1", "Q8_0"]

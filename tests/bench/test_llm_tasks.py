@@ -7,8 +7,9 @@ import pytest
 from flax import nnx
 from llm_helpers import tiny
 
-from benchmarks.llm import lora, tasks
+from benchmarks.llm import tasks
 from benchmarks.llm.data import CopaExample, SentimentExample
+from benchmarks.llm.models import lora
 
 
 def test_templates():

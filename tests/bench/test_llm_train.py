@@ -8,7 +8,8 @@ import pytest
 from llm_helpers import tiny_bundle
 
 from benchmarks.common import read_json
-from benchmarks.llm import cli, lora, methods, train
+from benchmarks.llm import cli, methods, train
+from benchmarks.llm.models import lora
 
 
 @pytest.mark.parametrize(

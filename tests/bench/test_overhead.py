@@ -77,9 +77,22 @@ def test_one_seed_runs_unbatched_and_more_are_vmapped():
     assert case.record()["useful_calls"] == 60 and case.out["calls"].shape == (1,)
 
 
+def test_timed_methods_are_specs_of_the_one_registry():
+    from benchmarks.overhead.methods import timed
+
+    assert timed("open_es").kind == "outside"
+    eager = timed("zoaq+eager")
+    assert (eager.name, eager.spec, eager.evaluation, eager.k_max) == (
+        "zoaq+eager", "zoaq:evaluation=unrolled", "unrolled", 10)
+    assert (timed("radazo:k=4").kind, timed("radazo:k=4").k_max) == ("fixed", 4)
+    assert timed("zoar").kind == "adaptive"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--methods", "nope"], "unknown method"),
-    (["--render", "missing.json.xz"], "no such file"),
+    (["--methods", "zoaq+fast"], "unknown suffix +fast"),
+    (["--methods", "radazo+eager"], "bad override 'evaluation=unrolled'"),
+    (["--render", "missing.json.xz"], "--render missing.json.xz does not exist"),
 ])
 def test_errors_are_clear(argv, message, capsys):
     with pytest.raises(SystemExit) as err:

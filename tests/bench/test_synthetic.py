@@ -8,6 +8,7 @@ import pytest
 
 import zoaq_jax
 from benchmarks.__main__ import main as cli
+from benchmarks import presets
 from benchmarks.common import read_json
 from benchmarks.synthetic import protocol, report, runner
 from benchmarks.synthetic.methods import REGISTRY, Settings, variant
@@ -52,7 +53,7 @@ def test_runtime_objective_switch_matches_each_objective():
 
 
 def test_vmapped_unit_equals_per_seed_runs():
-    p = protocol.restrict(protocol.main("smoke"), functions=["rosenbrock"], seeds=[0, 1])
+    p = presets.override(protocol.main("smoke"), functions=["rosenbrock"], seeds=[0, 1])
     unit = runner.Unit(p, variant("zoaq"))
     (result,) = runner.run_unit(unit)
 
@@ -211,8 +212,8 @@ def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_pat
 def test_budget_runs_match_plain_runs_of_the_same_optimizer():
     from benchmarks.synthetic import budget
 
-    p = budget.restrict(budget.protocol("budget", "smoke"), functions=["quadratic"], seeds=[0],
-                        variants=[variant("radazo:k=2")], budget=400)
+    p = presets.override(budget.protocol("budget", "smoke"), functions=["quadratic"], seeds=[0],
+                         variants=[variant("radazo:k=2")], budget=400)
     (result,) = budget.run_unit((p, p.variants[0]))
     x0 = jax.random.normal(jax.random.fold_in(jax.random.key(0), 0), (p.dim,))
     opt = p.variants[0].build(Settings(), jax.random.fold_in(jax.random.key(0), 1))

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.llm import tokenizer as tok
-from benchmarks.llm.llama import Llama, LlamaConfig
-from benchmarks.llm.opt import OPT, OPTConfig
+from benchmarks.llm.models import tokenizer as tok
+from benchmarks.llm.models.llama import Llama, LlamaConfig
+from benchmarks.llm.models.opt import OPT, OPTConfig
 
 
 def read_config(path: Path) -> dict[str, Any]:

@@ -18,13 +18,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from benchmarks.llm.layers import (
+from benchmarks.llm.models.layers import (
     CausalLM,
     Embedding,
     LayerNorm,
     Linear,
     as_param,
     causal_attention,
+    check_weights,
     module_list,
 )
 
@@ -128,7 +129,7 @@ class OPT(CausalLM):
     """An OPT causal language model (``hidden`` / ``logits`` as in :class:`Llama`)."""
 
     def __init__(self, cfg: OPTConfig, weights: Mapping[str, np.ndarray], *, dtype=jnp.float32):
-        _check_weights(cfg, weights)
+        check_weights("OPT", weight_shapes(cfg), weights)
         self.config = cfg
         w = weights
         self.embed_tokens = Embedding(w["decoder.embed_tokens.weight"], dtype=dtype)
@@ -204,23 +205,3 @@ def weight_shapes(cfg: OPTConfig) -> dict[str, tuple[int, ...]]:
             shapes[f"{q}.fc1.bias"] = (f,)
             shapes[f"{q}.fc2.bias"] = (d,)
     return shapes
-
-
-def random_weights(cfg: OPTConfig, seed: int = 0, std: float = 0.1) -> dict[str, np.ndarray]:
-    """Random float32 weights (norm weights near 1) for tiny test and smoke models."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape in weight_shapes(cfg).items():
-        base = 1.0 if ("norm" in name and name.endswith(".weight")) else 0.0
-        out[name] = (base + std * rng.standard_normal(shape)).astype(np.float32)
-    return out
-
-
-def _check_weights(cfg: OPTConfig, weights: Mapping[str, np.ndarray]) -> None:
-    for name, shape in weight_shapes(cfg).items():
-        if name not in weights:
-            raise ValueError(f"OPT checkpoint is missing tensor {name!r} (config says it exists).")
-        if tuple(np.shape(weights[name])) != shape:
-            raise ValueError(
-                f"OPT tensor {name} has shape {tuple(np.shape(weights[name]))}, expected {shape}."
-            )

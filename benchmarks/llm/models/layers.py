@@ -8,8 +8,11 @@ arithmetic of the forward pass beyond the rounding of the weights themselves.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 
@@ -168,3 +171,30 @@ def check_context(tokens: jax.Array, limit: int) -> int:
     if t > limit:
         raise ValueError(f"Sequence length {t} exceeds the model's context of {limit} tokens.")
     return t
+
+
+def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int = 0,
+                   std: float = 0.1) -> dict[str, np.ndarray]:
+    """Random float32 weights of a checkpoint's ``shapes`` (norm weights near 1, the rest
+    near 0) for tiny test and smoke models."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in shapes.items():
+        base = 1.0 if ("norm" in name and name.endswith(".weight")) else 0.0
+        out[name] = (base + std * rng.standard_normal(shape)).astype(np.float32)
+    return out
+
+
+def check_weights(architecture: str, shapes: Mapping[str, tuple[int, ...]],
+                  weights: Mapping[str, np.ndarray], optional: tuple[str, ...] = ()) -> None:
+    """Raises ``ValueError`` if ``weights`` lack a tensor of ``shapes`` (``optional`` ones
+    aside) or hold one of another shape than its config gives."""
+    missing = [n for n in shapes if n not in weights and n not in optional]
+    if missing:
+        raise ValueError(f"{architecture} checkpoint is missing {len(missing)} tensors, e.g. "
+                         f"{missing[:3]}.")
+    for name, shape in shapes.items():
+        if name in weights and tuple(np.shape(weights[name])) != shape:
+            raise ValueError(f"{architecture} tensor {name} has shape "
+                             f"{tuple(np.shape(weights[name]))}, expected {shape} from the "
+                             "config.")

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import jax.numpy as jnp
 
-from benchmarks.llm import llama, opt
-from benchmarks.llm import tokenizer as tok
+from benchmarks.llm.models import llama, opt
+from benchmarks.llm.models import tokenizer as tok
+from benchmarks.llm.models.layers import random_weights
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -52,16 +53,17 @@ def load_model(spec: str, *, dtype: str = "float32", words: Sequence[str] = (), 
     jdtype = DTYPES[dtype]
     kind, _, arg = spec.partition(":")
     if spec == "smollm2":
-        from benchmarks.llm import fetch, gguf_loader
+        from benchmarks.llm import fetch
+        from benchmarks.llm.models import gguf_loader
 
         model, tk, info = gguf_loader.load(fetch.smollm2_gguf(), dtype=jdtype)
         info["name"] = "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)"
     elif kind == "gguf" and arg:
-        from benchmarks.llm import gguf_loader
+        from benchmarks.llm.models import gguf_loader
 
         model, tk, info = gguf_loader.load(Path(arg), dtype=jdtype)
     elif kind in ("opt", "hf") and arg:
-        from benchmarks.llm import hf_loader
+        from benchmarks.llm.models import hf_loader
 
         model, tk, info = hf_loader.load(Path(arg), dtype=jdtype)
         if kind == "opt" and info["architecture"] != "opt":
@@ -73,10 +75,10 @@ def load_model(spec: str, *, dtype: str = "float32", words: Sequence[str] = (), 
         tk = tok.word_level(words)
         if spec == "tiny-llama":
             cfg = tiny_llama_config(tk.vocab_size)
-            model = llama.Llama(cfg, llama.random_weights(cfg, seed), dtype=jdtype)
+            model = llama.Llama(cfg, random_weights(llama.weight_shapes(cfg), seed), dtype=jdtype)
         else:
             cfg = tiny_opt_config(tk.vocab_size)
-            model = opt.OPT(cfg, opt.random_weights(cfg, seed), dtype=jdtype)
+            model = opt.OPT(cfg, random_weights(opt.weight_shapes(cfg), seed), dtype=jdtype)
         info = {"architecture": spec.split("-")[1], "name": f"{spec} (random, seed {seed})"}
     else:
         raise ValueError(

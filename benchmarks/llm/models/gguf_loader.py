@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.llm import tokenizer as tok
-from benchmarks.llm.llama import Llama, LlamaConfig
+from benchmarks.llm.models import tokenizer as tok
+from benchmarks.llm.models.llama import Llama, LlamaConfig
 
 _GLOBAL = {
     "token_embd.weight": "model.embed_tokens.weight",

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from benchmarks.llm.layers import Linear
+from benchmarks.llm.models.layers import Linear
 
 RANK = 8
 ALPHA = 16.0

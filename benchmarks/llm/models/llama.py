@@ -17,13 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from benchmarks.llm.layers import (
+from benchmarks.llm.models.layers import (
     CausalLM,
     Embedding,
     Linear,
     RMSNorm,
     as_param,
     causal_attention,
+    check_weights,
     module_list,
 )
 
@@ -149,7 +150,7 @@ class Llama(CausalLM):
     """
 
     def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray], *, dtype=jnp.float32):
-        _check_weights(cfg, weights)
+        check_weights("LLaMA", weight_shapes(cfg), weights, optional=("lm_head.weight",))
         self.config = cfg
         self.embed_tokens = Embedding(weights["model.embed_tokens.weight"], dtype=dtype)
         self.layers = module_list(LlamaBlock(cfg, weights, i, dtype) for i in range(cfg.num_layers))
@@ -204,27 +205,3 @@ def weight_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, d)
     return shapes
-
-
-def random_weights(cfg: LlamaConfig, seed: int = 0, std: float = 0.1) -> dict[str, np.ndarray]:
-    """Random float32 weights (norm weights near 1) for tiny test and smoke models."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape in weight_shapes(cfg).items():
-        base = 1.0 if name.endswith("norm.weight") else 0.0
-        out[name] = (base + std * rng.standard_normal(shape)).astype(np.float32)
-    return out
-
-
-def _check_weights(cfg: LlamaConfig, weights: Mapping[str, np.ndarray]) -> None:
-    expected = weight_shapes(cfg)
-    optional = {"lm_head.weight"}
-    missing = [n for n in expected if n not in weights and n not in optional]
-    if missing:
-        raise ValueError(f"LLaMA checkpoint is missing {len(missing)} tensors, e.g. {missing[:3]}.")
-    for name, shape in expected.items():
-        if name in weights and tuple(np.shape(weights[name])) != shape:
-            raise ValueError(
-                f"LLaMA tensor {name} has shape {tuple(np.shape(weights[name]))}, expected "
-                f"{shape} from the config."
-            )
