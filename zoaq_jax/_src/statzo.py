@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+import jax
 import optax
 
 from zoaq_jax._src import budgets, checks, gates
@@ -19,7 +18,7 @@ def statzo_estimator(
     directions: str = "gaussian",
     difference: str = "forward",
     evaluation: str = "loop",
-    key: Any = 0,
+    key: int | jax.Array = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""Adaptive sampling: grow K until the classical norm test holds.
 
