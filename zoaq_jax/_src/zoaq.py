@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import numpy as np
 import optax
 
 from zoaq_jax._src import budgets, checks, gates, retained
@@ -13,9 +14,11 @@ from zoaq_jax._src.policies import BudgetRule, Gate, Retention
 GATE_DEFAULTS = {"tau0": 1.0, "beta_tau": 0.9, "eps_anc": 1e-12}  # of gates.momentum
 
 
-def _is(value: object, default: float) -> bool:
-    """``value`` is the Python number ``default`` (not a traced or changed one)."""
-    return isinstance(value, (int, float)) and value == default
+def _changed(value: object, default: float) -> bool:
+    """``value`` is known to differ from ``default`` (in float32: hyperparameters injected
+    by ``optax.inject_hyperparams`` arrive as float32 arrays, traced ones are unknown)."""
+    concrete = checks.concrete_value(value)
+    return concrete is not None and np.float32(concrete) != np.float32(default)
 
 
 def zoaq_estimator(
@@ -121,12 +124,12 @@ def zoaq_estimator(
     given = dict(tau0=tau0, beta_tau=beta_tau, eps_anc=eps_anc)
     if gate is None:
         gate = gates.momentum(tau0=tau0, beta_tau=beta_tau, b1=b1, eps_anc=eps_anc)
-    elif not all(_is(given[k], v) for k, v in GATE_DEFAULTS.items()):
+    elif any(_changed(given[k], v) for k, v in GATE_DEFAULTS.items()):
         raise ValueError("tau0, beta_tau and eps_anc set the default gate; with gate=..., "
                          "pass them to the gate (e.g. gates.momentum(tau0=0.5)).")
     if retention is None:
         retention = retentions.fifo(n_hist, refresh=refresh)
-    elif not (_is(n_hist, 8) and _is(refresh, retained.REFRESH)):
+    elif _changed(n_hist, 8) or _changed(refresh, retained.REFRESH):
         raise ValueError("n_hist and refresh set the default retention; with retention=..., "
                          "pass them to it (e.g. retention.fifo(4, refresh=100)).")
     return adaptive_estimator(
