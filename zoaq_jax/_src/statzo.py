@@ -38,7 +38,7 @@ def statzo_estimator(
     :math:`\sqrt{\widehat{\mathrm{Var}}/n} / \|\bar g\|` (the test is ``score <= theta``);
     fewer than two finite records cannot pass. Every step restarts at :math:`K_{\min}`.
     This is the classical test; the momentum-relative rule the ZoAQ paper also calls
-    "StatZO" is ``zoaq_estimator(trigger="norm")``.
+    "StatZO" is ``zoaq_estimator(gate=gates.momentum_norm())``.
 
     Args:
       k_min: smallest budget.

@@ -21,8 +21,7 @@ class ZoARState(NamedTuple):
 
     ledger: ledger.QueryLedger
     history: history.History
-    retained_sum: chex.ArrayTree  # forward: sum_i (y_i - baseline) / mu * u_i; central:
-    # sum_i r_i u_i
+    retained_sum: chex.ArrayTree  # sum c_i u_i; c_i = (y_i - baseline) / mu (forward) or r_i
     direction_sum: chex.ArrayTree | None  # forward: sum_i u_i (None for central)
     baseline: jax.Array | None  # forward: float32 mean of the retained y_i (None for central)
 
