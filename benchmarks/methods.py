@@ -2,8 +2,10 @@
 
 A method is named by a spec ``BASE`` or ``BASE:key=value,key=value``: ``zoaq``,
 ``radazo:k=4``, ``zoaq:n_hist=4,reset=half``, ``zoaq:tau_band=(-0.2,0.5)``, ``statzo:backbone=zo_adamm``. The bases are
-the library's estimators; a key is any argument of the base's estimator (read from its
-signature) or ``backbone`` (``radazo``, ``zo_adamm`` or ``sgd``). Each benchmark keeps
+the library's estimators; a key is any number- or string-valued argument of the base's
+estimator (read from its signature), one of ZoAQ's ablation keys (:data:`ZOAQ_ABLATIONS`,
+translated to the library's policy objects by :func:`zoaq_policies`) or ``backbone``
+(``radazo``, ``zo_adamm`` or ``sgd``). Each benchmark keeps
 only its own defaults (a :class:`Registry`: the paper's settings for that experiment);
 the spec's canonical text lists the keys that differ from them, sorted, so one method
 has one name in every record.
@@ -45,6 +47,45 @@ import zoaq_jax
 from benchmarks import flags
 
 
+# ZoAQ's ablations as the spec grammar names them (in stored results and page commands),
+# with their defaults; the library takes policy objects instead (zoaq_policies).
+ZOAQ_ABLATIONS = {"reset": "min", "trigger": "cosine", "c_norm": None, "tau_band": None,
+                  "controller": "adaptive"}
+POLICIES = ("gate", "budget", "retention")  # zoaq_estimator's policy arguments
+
+
+def zoaq_policies(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``zoaq_estimator``'s arguments for a spec's: the ablation keys become policies.
+
+    ``trigger=norm`` (with ``c_norm``) is ``gates.momentum_norm``, ``tau_band`` a projected
+    ``gates.momentum``, ``controller=always_accept`` wraps the gate in ``gates.accept``,
+    ``controller=fresh_on_expand`` is ``retention.fifo(..., reuse_after_expand=False)``
+    and ``reset`` is ``budgets.reset``.
+    """
+    kw = dict(kwargs)
+    reset, trigger, c_norm, tau_band, controller = (kw.pop(k) for k in ZOAQ_ABLATIONS)
+    if trigger not in ("cosine", "norm") or controller not in (
+            "adaptive", "always_accept", "fresh_on_expand"):
+        raise ValueError(f"unknown trigger={trigger!r} or controller={controller!r}")
+    if trigger == "norm":
+        if tau_band is not None:
+            raise ValueError("tau_band bounds the cosine threshold; the norm trigger has none.")
+        gate = zoaq_jax.gates.momentum_norm(0.5 if c_norm is None else c_norm,
+                                            b1=kw.get("b1", 0.9), eps_anc=kw.pop("eps_anc"))
+        kw.pop("tau0"), kw.pop("beta_tau")
+    elif c_norm is not None:
+        raise ValueError("c_norm is the norm trigger's tolerance; pass trigger=norm to use it.")
+    else:
+        gate = zoaq_jax.gates.momentum(kw.pop("tau0"), kw.pop("beta_tau"), kw.get("b1", 0.9),
+                                       kw.pop("eps_anc"), tau_band)
+    if controller == "always_accept":
+        gate = zoaq_jax.gates.accept(gate)
+    retention = zoaq_jax.retention.fifo(kw.pop("n_hist"), refresh=kw.pop("refresh"),
+                                        reuse_after_expand=controller != "fresh_on_expand")
+    return {**kw, "gate": gate, "budget": zoaq_jax.budgets.reset(reset),
+            "retention": retention}
+
+
 @dataclass(frozen=True)
 class Base:
     """A family of methods: the library estimator, its fixed arguments, its backbone."""
@@ -54,10 +95,17 @@ class Base:
     backbone: str = "radazo"
     fixed: tuple[tuple[str, Any], ...] = ()  # estimator arguments the base pins
 
+    @property
+    def ablations(self) -> dict[str, Any]:
+        """The spec's string-valued ablation keys of this base (ZoAQ's), with defaults."""
+        return ZOAQ_ABLATIONS if self.estimator is zoaq_jax.zoaq_estimator else {}
+
     def arguments(self) -> dict[str, Any]:
         """The estimator's tunable arguments and their library defaults."""
-        pinned = {k for k, _ in self.fixed} | {"mu", "key", "b1"}
-        return {name: p.default for name, p in inspect.signature(self.estimator).parameters.items()
+        pinned = {k for k, _ in self.fixed} | {"mu", "key", "b1", *POLICIES}
+        params = inspect.signature(self.estimator).parameters
+        return {name: default for name, default in
+                {**{n: p.default for n, p in params.items()}, **self.ablations}.items()
                 if name not in pinned}
 
 
@@ -126,6 +174,8 @@ class Method:
         kwargs = {**p, **dict(base.fixed), "mu": hyper.mu, "key": key}
         if "b1" in inspect.signature(base.estimator).parameters:
             kwargs["b1"] = hyper.b1
+        if base.ablations:
+            kwargs = zoaq_policies(kwargs)
         parts = [base.estimator(**kwargs),
                  *([zoaq_jax.monitor_consistency(hyper.b1)] if monitor else []),
                  _backbone(backbone, hyper)]

@@ -7,7 +7,7 @@ in a chain (``zoaq_jax.chain`` refuses anything before it). Every estimator is a
 keyword ``value_fn`` and its data as keywords named after ``value_fn``'s parameters.
 """
 
-from zoaq_jax import budgets, gates
+from zoaq_jax import budgets, gates, retention
 from zoaq_jax._src.alias import (
     apply_updates,
     auto_k,
@@ -21,19 +21,21 @@ from zoaq_jax._src.alias import (
 )
 from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.chain import Estimator, chain
-from zoaq_jax._src.controller import (
-    AdaptiveState,
-    BudgetRule,
-    Evidence,
-    Gate,
-    Outcome,
-    adaptive_estimator,
-)
+from zoaq_jax._src.controller import AdaptiveState, adaptive_estimator
 from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.history import History
 from zoaq_jax._src.host import host_errors, host_oracle
 from zoaq_jax._src.ledger import QueryLedger, check_responses
 from zoaq_jax._src.loop import STATUSES, Trace, run
+from zoaq_jax._src.policies import (
+    BudgetRule,
+    Evidence,
+    Gate,
+    Grid,
+    Outcome,
+    Records,
+    Retention,
+)
 from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
 from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
 from zoaq_jax._src.sequential import sequential
@@ -52,9 +54,12 @@ __all__ = [
     "Estimator",
     "Evidence",
     "Gate",
+    "Grid",
     "History",
     "Outcome",
     "QueryLedger",
+    "Records",
+    "Retention",
     "STATUSES",
     "ScaleByRAdaZOState",
     "ScaleByZOAdaMMState",
@@ -75,6 +80,7 @@ __all__ = [
     "monitor_consistency",
     "radazo",
     "replicate",
+    "retention",
     "run",
     "scale_by_radazo",
     "scale_by_zo_adamm",

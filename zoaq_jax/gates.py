@@ -1,7 +1,6 @@
 """Gates for :func:`zoaq_jax.adaptive_estimator`: candidate tests and their scores."""
 
 from zoaq_jax._src.gates import (
-    METRICS,
     MomentumContext,
     MomentumGateState,
     NormTestState,
@@ -9,6 +8,7 @@ from zoaq_jax._src.gates import (
     calibrate_threshold,
     cosine_score,
     momentum,
+    momentum_norm,
     momentum_norm_score,
     norm_test,
     project,
@@ -16,7 +16,6 @@ from zoaq_jax._src.gates import (
 )
 
 __all__ = [
-    "METRICS",
     "MomentumContext",
     "MomentumGateState",
     "NormTestState",
@@ -24,6 +23,7 @@ __all__ = [
     "calibrate_threshold",
     "cosine_score",
     "momentum",
+    "momentum_norm",
     "momentum_norm_score",
     "norm_test",
     "project",

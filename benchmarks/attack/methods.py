@@ -25,7 +25,7 @@ step), Gaussian directions, and the R-AdaZO backbone unless said otherwise;
   the original configuration.
 * ``statzo_norm``: the rule the paper writes for its stabilized StatZO,
   :math:`\\|g_t - m_{t-1}\\| / \\|m_{t-1}\\| \\le c_{norm} = 0.5` on fresh directions only,
-  :math:`K_t \\in [1, 2]` (``zoaq_estimator(trigger="norm", n_hist=0)``).
+  :math:`K_t \\in [1, 2]` (``zoaq_estimator(gate=gates.momentum_norm(0.5), n_hist=0)``).
 * ``zoar``: ZoAR's averaged-baseline history reuse (Qiu et al. 2025), :math:`K = 1`
   (``zoar:k=2`` for 2),
   :math:`N_{hist} = 8` steps.

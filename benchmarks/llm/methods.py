@@ -15,7 +15,7 @@ directions. FE (forward evaluations) are the estimator's ``num_queries``:
   (its library default) with one centre forward pass a step, so a step costs K_t + 1 FE
   (not 2 K_t).
 * ``statzo_norm``: the rule the ZoAQ paper writes for its StatZO baseline,
-  ``||g - m|| / ||m|| <= 0.5`` (``zoaq_estimator(trigger="norm")`` without reuse),
+  ``||g - m|| / ||m|| <= 0.5`` (``zoaq_estimator(gate=gates.momentum_norm(0.5))`` without reuse),
   central differences, K in [2, 4]: 2 K_t FE a step, the paper's accounting.
 * ``zoaq`` / ``zoaq:k_max=2``: ZoAQ, K in [1, 4] / [1, 2], N_hist = 15, tau0 = 1,
   beta_tau = 0.9, reset "min", central differences: 2 K_t FE a step.

@@ -58,21 +58,24 @@ def user_budget_rule(k_max, mu=5e-3, key=0):
     """The skeleton with a user's rule (K = k_max every third step, else 1) and ZoAQ's gate."""
     import jax.numpy as jnp
 
-    rule = zoaq_jax.BudgetRule(init=lambda: jnp.int32(0),
+    rule = zoaq_jax.BudgetRule(init=lambda params, grid: jnp.int32(0),
                                start=lambda t: jnp.where(t % 3 == 0, k_max, 1),
                                update=lambda t, outcome: t + 1)
-    return zoaq_jax.adaptive_estimator(zoaq_jax.gates.momentum(), rule, k_min=1, k_max=k_max,
-                                       n_hist=2, mu=mu, key=key)
+    return zoaq_jax.adaptive_estimator(zoaq_jax.gates.momentum(), rule,
+                                       zoaq_jax.retention.fifo(2), k_min=1, k_max=k_max,
+                                       mu=mu, key=key)
 
 
 REGISTRY = {
     # ZoAQ and its variants (a non-dividing grid: k_step=2 does not divide 6 - 1).
     "zoaq": Entry(zoaq_jax.zoaq, dict(learning_rate=1e-2, k_max=4, n_hist=3)),
     "zoaq_half_nondividing": Entry(
-        zoaq_jax.zoaq, dict(learning_rate=1e-2, k_max=6, k_step=2, n_hist=3, reset="half")),
+        zoaq_jax.zoaq, dict(learning_rate=1e-2, k_max=6, k_step=2, n_hist=3,
+                            budget=zoaq_jax.budgets.reset("half"))),
     "zoaq_norm_forward": Entry(
         zoaq_jax.zoaq,
-        dict(learning_rate=1e-2, k_max=4, n_hist=3, trigger="norm", difference="forward")),
+        dict(learning_rate=1e-2, k_max=4, n_hist=3, gate=zoaq_jax.gates.momentum_norm(),
+             difference="forward")),
     "zoaq_sphere_nohist_zo_adamm": Entry(
         zoaq_jax.zoaq, dict(learning_rate=1e-2, k_max=4, n_hist=0, directions="sphere",
                             backbone="zo_adamm")),

@@ -62,8 +62,9 @@ def test_candidate_sets_are_nested():
     np.testing.assert_allclose(g, h, rtol=1e-5, atol=1e-6)
 
 
-def _expanded_estimate(controller):
-    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=4, n_hist=3, controller=controller, key=9)
+def _expanded_estimate(reuse_after_expand):
+    retention = zoaq_jax.retention.fifo(3, reuse_after_expand=reuse_after_expand)
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=4, retention=retention, key=9)
     update = jitted_update(est, linear)
     x = jnp.zeros(D)
     state = est.init(x)
@@ -78,27 +79,28 @@ def _expanded_estimate(controller):
 
 
 def test_fresh_on_expand_drops_history_from_expanded_candidates():
-    g, h, _ = _expanded_estimate("fresh_on_expand")
+    g, h, _ = _expanded_estimate(False)
     np.testing.assert_allclose(g, h, rtol=1e-5, atol=1e-6)
 
 
 def test_adaptive_controller_keeps_history_in_expanded_candidates():
-    g, h, state = _expanded_estimate("adaptive")
-    n_old = int(state.history.size)
+    g, h, state = _expanded_estimate(True)
+    buffer = state.retention.history
+    n_old = int(buffer.size)
     assert n_old == 3
-    old = jnp.sum(jnp.where(zoaq_jax._src.history.valid(state.history),
-                            state.history.responses, 0)[:, None]
+    old = jnp.sum(jnp.where(zoaq_jax._src.history.valid(buffer), buffer.responses, 0)[:, None]
                   * jax.vmap(lambda k: zoaq_jax._src.directions.sample(GAUSSIAN, k, A))(
                       jax.vmap(lambda t, i: jax.random.fold_in(jax.random.fold_in(
-                          jax.random.key(9), t), i))(state.history.steps,
-                                                       state.history.index)), axis=0)
+                          jax.random.key(9), t), i))(buffer.steps, buffer.index)), axis=0)
     np.testing.assert_allclose(g, (old + 4 * h) / (n_old + 4), rtol=1e-5, atol=1e-5)
 
 
 def test_always_accept_never_expands():
-    opt = zoaq_jax.zoaq(1e-2, k_min=2, k_max=8, controller="always_accept", key=1)
+    gate = zoaq_jax.gates.accept(zoaq_jax.gates.momentum())  # AlwaysMomentum
+    opt = zoaq_jax.zoaq(1e-2, k_min=2, k_max=8, gate=gate, key=1)
     _, _, trace = zoaq_jax.run(opt, wavy, jnp.ones(D), 30)
     assert set(np.asarray(trace.last_k[1:]).tolist()) == {2}
+    assert np.all(np.isfinite(np.asarray(trace.last_score[2:])))  # the gate still scores
 
 
 def test_budget_grid_and_query_accounting_central():
@@ -138,14 +140,14 @@ def test_gate_and_threshold_calibration_follow_algorithm_1():
 
 
 def test_tau_band_projects_the_threshold():
-    opt = zoaq_jax.zoaq(1e-2, tau_band=(0.2, 0.5), key=2)
+    opt = zoaq_jax.zoaq(1e-2, gate=zoaq_jax.gates.momentum(tau_band=(0.2, 0.5)), key=2)
     _, _, tr = zoaq_jax.run(opt, wavy, jnp.ones(D), 60)
     assert float(tr.tau[0]) == pytest.approx(0.5)  # tau0 = 1 projected
     assert np.all((np.asarray(tr.tau) >= 0.2 - 1e-7) & (np.asarray(tr.tau) <= 0.5 + 1e-7))
 
 
 def test_norm_trigger_uses_c_norm():
-    opt = zoaq_jax.zoaq(1e-2, k_max=5, trigger="norm", c_norm=0.8, key=2)
+    opt = zoaq_jax.zoaq(1e-2, k_max=5, gate=zoaq_jax.gates.momentum_norm(0.8), key=2)
     _, _, tr = zoaq_jax.run(opt, wavy, jnp.ones(D), 60)
     assert np.all(np.asarray(tr.tau) == np.float32(0.8))
     k, s = np.asarray(tr.last_k[2:]), np.asarray(tr.last_score[2:])
@@ -154,7 +156,7 @@ def test_norm_trigger_uses_c_norm():
 
 @pytest.mark.parametrize("reset", ["linear", "half"])
 def test_reset_policies_set_the_next_starting_budget(reset):
-    opt = zoaq_jax.zoaq(1e-2, k_min=1, k_max=9, reset=reset, key=6)
+    opt = zoaq_jax.zoaq(1e-2, k_min=1, k_max=9, budget=zoaq_jax.budgets.reset(reset), key=6)
     _, _, tr = zoaq_jax.run(opt, wavy, jnp.ones(D), 60)
     k = np.asarray(tr.last_k[1:])
     start = k[:-1] if reset == "linear" else 1 + (k[:-1] - 1) // 2
@@ -176,7 +178,7 @@ def test_buffer_holds_the_newest_records_with_their_acquisition_responses():
             r = (wavy(params + mu * u) - wavy(params - mu * u)) / (2 * mu)
             acquired.append((t, float(r)))
         params = params - 0.05 * g
-    h = steps[-1][1].history
+    h = steps[-1][1].retention.history
     valid = np.asarray(zoaq_jax._src.history.valid(h))
     got = sorted(zip(np.asarray(h.steps)[valid].tolist(), np.asarray(h.responses)[valid].tolist()))
     want = acquired[-n_hist:]

@@ -26,17 +26,18 @@ D = 8
         (zoaq_jax.zoaq_estimator, dict(tau0=1.5), ValueError, "tau0"),
         (zoaq_jax.zoaq_estimator, dict(beta_tau=1.0), ValueError, "beta_tau"),
         (zoaq_jax.zoaq_estimator, dict(b1=-0.1), ValueError, "b1"),
-        (zoaq_jax.zoaq_estimator, dict(reset="max"), ValueError, "reset must be one of"),
-        (zoaq_jax.zoaq_estimator, dict(trigger="l2"), ValueError, "trigger"),
+        (zoaq_jax.budgets.reset, dict(kind="max"), ValueError, "reset must be one of"),
         (zoaq_jax.zoaq_estimator, dict(difference="backward"), ValueError, "difference"),
         (zoaq_jax.zoaq_estimator, dict(directions="uniform"), ValueError, "directions"),
-        (zoaq_jax.zoaq_estimator, dict(controller="greedy"), ValueError, "controller"),
-        (zoaq_jax.zoaq_estimator, dict(tau_band=(0.6, 0.2)), ValueError, "lo <= hi"),
-        (zoaq_jax.zoaq_estimator, dict(trigger="norm", tau_band=(0.0, 0.5)), ValueError,
-         "norm trigger"),
+        (zoaq_jax.gates.momentum, dict(tau_band=(0.6, 0.2)), ValueError, "lo <= hi"),
+        (zoaq_jax.gates.momentum, dict(tau_band=(0.0, 1.5)), ValueError, "tau_band"),
         (zoaq_jax.zoaq_estimator, dict(eps_anc=-1.0), ValueError, "eps_anc"),
-        (zoaq_jax.zoaq_estimator, dict(c_norm=0.3), ValueError, "trigger='norm'"),
-        (zoaq_jax.zoaq_estimator, dict(trigger="norm", c_norm=0.0), ValueError, "c_norm"),
+        (zoaq_jax.zoaq_estimator, dict(gate=zoaq_jax.gates.accept(), tau0=0.5), ValueError,
+         "default gate"),
+        (zoaq_jax.zoaq_estimator, dict(retention=zoaq_jax.retention.none(), n_hist=4),
+         ValueError, "default retention"),
+        (zoaq_jax.gates.momentum_norm, dict(c_norm=0.0), ValueError, "c_norm"),
+        (zoaq_jax.retention.fifo, dict(n_hist=2, refresh=0), ValueError, "refresh"),
         (zoaq_jax.fixed_estimator, dict(k=0), ValueError, "k must be >= 1"),
         (zoaq_jax.zoar_estimator, dict(n_hist=-2), ValueError, "n_hist"),
         (zoaq_jax.statzo_estimator, dict(theta=0.0), ValueError, "theta"),
@@ -125,7 +126,7 @@ def test_nonfinite_responses_are_discarded_and_counted(difference):
         g, state = update(state, x)
         assert np.all(np.isfinite(g))
         x = x - 0.05 * g
-        for leaf in (state.gate.ema, state.gate.tau, state.history.responses):
+        for leaf in (state.gate.ema, state.gate.tau, state.retention.history.responses):
             assert np.all(np.isfinite(leaf))
     assert diag(state, "num_nonfinite") > 0  # mu = 0.5 reaches into the NaN region
     assert diag(state, "num_queries") > diag(state, "num_nonfinite")
@@ -143,7 +144,8 @@ def test_a_step_without_any_finite_response_changes_nothing():
     np.testing.assert_array_equal(g, jnp.zeros(D))
     np.testing.assert_array_equal(after.gate.ema, state.gate.ema)
     assert float(after.gate.tau) == float(state.gate.tau)
-    np.testing.assert_array_equal(after.history.responses, state.history.responses)
+    np.testing.assert_array_equal(after.retention.history.responses,
+                                  state.retention.history.responses)
     assert diag(after, "last_k") == 3  # the zero candidate scores -inf: expands to k_max
     assert diag(after, "num_queries") == diag(state, "num_queries") + 6
     assert diag(after, "num_nonfinite") == diag(state, "num_nonfinite") + 3
@@ -151,8 +153,8 @@ def test_a_step_without_any_finite_response_changes_nothing():
 
 @pytest.mark.parametrize("reset", ["min", "linear"])
 def test_nonfinite_forward_centre_ends_the_step_at_once(reset):
-    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=8, difference="forward", reset=reset,
-                                  tau0=1.0, key=0)
+    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=8, difference="forward",
+                                  budget=zoaq_jax.budgets.reset(reset), tau0=1.0, key=0)
     x = jnp.ones(D)
     state = est.init(x)
     update = jitted_update(est, wavy)

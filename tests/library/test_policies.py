@@ -69,11 +69,14 @@ def test_reset_rules(kind, k, expected):
 
 
 def test_reset_rule_keeps_the_start_after_an_unusable_step():
-    rule = budgets.reset("linear", 1, 1)
-    state = rule.init()
-    state = rule.update(state, zoaq_jax.Outcome(jnp.int32(5), jnp.bool_(True), 0.0, 0.0))
+    rule, grid = budgets.reset("linear"), zoaq_jax.Grid(1, 9, 1)
+    state = rule.init(None, grid)
+    assert int(rule.start(state)) == 1
+    state = rule.update(state, zoaq_jax.Outcome(jnp.int32(5), jnp.bool_(True), 0.0, 0.0,
+                                                grid=grid))
     assert int(rule.start(state)) == 5
-    state = rule.update(state, zoaq_jax.Outcome(jnp.int32(9), jnp.bool_(False), 0.0, 0.0))
+    state = rule.update(state, zoaq_jax.Outcome(jnp.int32(9), jnp.bool_(False), 0.0, 0.0,
+                                                grid=grid))
     assert int(rule.start(state)) == 5
 
 
@@ -106,7 +109,7 @@ def test_progress_decision_stall_and_significant_fast_progress():
 
 
 def _drive(rule, values, usable=True):
-    state, ks = rule.init(), []
+    state, ks = rule.init(None, None), []
     for v in values:
         state = rule.update(state, zoaq_jax.Outcome(rule.start(state), jnp.bool_(usable),
                                                     jnp.float32(v), jnp.float32(0)))
@@ -123,9 +126,9 @@ def test_progress_rule_doubles_on_stalls_up_to_k_max():
 
 def test_progress_rule_halves_after_two_fast_windows_only():
     rule = budgets.progress(1, 8, window=2)
-    start = rule.init()._replace(next_k=jnp.int32(8))
+    start = rule.init(None, None)._replace(next_k=jnp.int32(8))
     values = [100.0, 100.0, 50.0, 50.0, 25.0, 25.0, 12.0, 12.0, 6.0, 6.0]
-    _, ks = _drive(rule._replace(init=lambda: start), values)
+    _, ks = _drive(rule._replace(init=lambda params, grid: start), values)
     # windows 2 and 3 are fast: halve at the end of window 3; windows 4 and 5 again
     assert ks == [8] * 5 + [4] * 4 + [2]
 
@@ -160,7 +163,7 @@ def test_next_target_arms_on_a_stall_lowers_on_each_early_doubling_and_clears_on
 def test_progress_rule_ignores_unusable_steps_and_non_finite_values():
     rule = budgets.progress(1, 8, window=2)
     state, _ = _drive(rule, [5.0, 4.0, 3.0])
-    resumed = rule._replace(init=lambda: state)
+    resumed = rule._replace(init=lambda params, grid: state)
     same, _ = _drive(resumed, [1.0] * 4, usable=False)
     chex.assert_trees_all_equal(same, state)
     nan, _ = _drive(resumed, [np.nan] * 4)
@@ -185,7 +188,7 @@ def _scan_rule(rule, values, k_values=None):
         return state, rule.start(state)
 
     steps = jnp.arange(len(values))
-    _, ks = jax.jit(lambda vs: jax.lax.scan(step, rule.init(), (steps, vs)))(values)
+    _, ks = jax.jit(lambda vs: jax.lax.scan(step, rule.init(None, None), (steps, vs)))(values)
     return np.asarray(ks)
 
 
@@ -201,11 +204,11 @@ def test_progress_defaults_hold_at_moderate_progress_and_halve_on_fast_progress(
     t = jnp.arange(1, 3001, dtype=jnp.float32)
     # v = t^-0.1: a window of 25% of the run gains about 2%, between r = 1% and r_up = 5%
     rule = budgets.progress(1, 16)
-    start = rule.init()._replace(next_k=jnp.int32(4))
-    held = _scan_rule(rule._replace(init=lambda: start), t**-0.1)
+    start = rule.init(None, None)._replace(next_k=jnp.int32(4))
+    held = _scan_rule(rule._replace(init=lambda params, grid: start), t**-0.1)
     assert set(held.tolist()) == {4}
     # v = exp(-t / 50): every window gains far more than r_up: K halves to k_min and stays
-    fast = _scan_rule(rule._replace(init=lambda: start), jnp.exp(-t[:300] / 50.0))
+    fast = _scan_rule(rule._replace(init=lambda params, grid: start), jnp.exp(-t[:300] / 50.0))
     assert fast[-1] == 1 and np.all(np.diff(fast) <= 0)
 
 
@@ -236,7 +239,7 @@ def test_accept_gate_with_a_constant_budget_is_the_fixed_estimator_bit_for_bit()
 def test_a_user_budget_rule_runs_through_the_same_machinery():
     """The tutorial's rule: K = 1 on even steps and 4 on odd ones."""
     alternate = zoaq_jax.BudgetRule(
-        init=lambda: jnp.int32(0),
+        init=lambda params, grid: jnp.int32(0),
         start=lambda t: jnp.where(t % 2 == 0, 1, 4),
         update=lambda t, outcome: t + 1,
     )
@@ -249,7 +252,8 @@ def test_a_user_budget_rule_runs_through_the_same_machinery():
 
 def test_value_estimate_is_the_mean_midpoint_of_central_pairs():
     """On a quadratic, (f(x + mu u) + f(x - mu u)) / 2 = f(x) + mu^2 |u|^2 / 2 exactly."""
-    rule = zoaq_jax.BudgetRule(init=lambda: jnp.float32(0), start=lambda s: jnp.int32(2),
+    rule = zoaq_jax.BudgetRule(init=lambda params, grid: jnp.float32(0),
+                               start=lambda s: jnp.int32(2),
                                update=lambda s, outcome: outcome.value)
     mu = 0.1
     est = zoaq_jax.adaptive_estimator(gates.accept(), rule, k_min=2, k_max=2, mu=mu, key=1)

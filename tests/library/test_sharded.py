@@ -157,7 +157,7 @@ def test_unsupported_settings_fail_at_construction():
                                     k_min=1, k_max=8, mesh=mesh)
     with pytest.raises(ValueError, match="n_hist=4"):
         zoaq_jax.adaptive_estimator(zoaq_jax.gates.accept(), zoaq_jax.budgets.constant(8),
-                                    k_min=8, k_max=8, n_hist=4, mesh=mesh)
+                                    zoaq_jax.retention.fifo(4), k_min=8, k_max=8, mesh=mesh)
     with pytest.raises(TypeError, match="jax.sharding.Mesh"):
         zoaq_jax.mezo(1e-3, k=8, mesh=jax.devices())
     with pytest.raises(ValueError, match="combine"):

@@ -12,8 +12,7 @@ Dtypes).
 
 from __future__ import annotations
 
-from typing import Any
-
+import chex
 import jax
 import optax
 
@@ -21,6 +20,7 @@ from zoaq_jax._src import checks, retained
 from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.chain import chain
 from zoaq_jax._src.fixed import fixed_estimator
+from zoaq_jax._src.policies import BudgetRule, Gate, Retention
 from zoaq_jax._src.radazo import scale_by_radazo
 from zoaq_jax._src.statzo import statzo_estimator
 from zoaq_jax._src.zo_adamm import scale_by_zo_adamm
@@ -42,7 +42,7 @@ def backbone_transform(name: str, b1: float, b2: float, eps: float):
     return optax.identity()
 
 
-def apply_updates(params: Any, updates: Any) -> Any:
+def apply_updates(params: chex.ArrayTree, updates: chex.ArrayTree) -> chex.ArrayTree:
     r""":func:`optax.apply_updates` that carries the leaves whose update is ``None``.
 
     .. math:: x_{t+1} = x_t + u_t \quad\text{(leaves with } u_t = \text{None unchanged)}
@@ -89,28 +89,27 @@ def zoaq(
     b2: float = 0.99,
     eps: float = 1e-8,
     eps_anc: float = 1e-12,
-    reset: str = "min",
-    trigger: str = "cosine",
-    c_norm: float | None = None,
-    tau_band: tuple[float, float] | None = None,
+    gate: Gate | None = None,
+    budget: BudgetRule | None = None,
+    retention: Retention | None = None,
     difference: str = "central",
     directions: str = "gaussian",
-    controller: str = "adaptive",
     backbone: str = "radazo",
     refresh: int = retained.REFRESH,
     evaluation: str = "loop",
-    key: Any = 0,
+    key: int | jax.Array = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAQ on the R-AdaZO backbone, the paper's optimizer.
 
     .. math:: x_{t+1} = x_t - \eta\, \mathrm{RAdaZO}(g_t), \quad g_t = \text{ZoAQ candidate}
 
-    See :func:`zoaq_estimator` for the controller and its arguments (``k_min``,
+    See :func:`zoaq_estimator` for the estimator and its arguments (``k_min``,
     ``k_max``, ``k_step``, ``n_hist``, ``mu``, ``tau0``, ``beta_tau``, ``b1``,
-    ``eps_anc``, ``reset``, ``trigger``, ``c_norm``, ``tau_band``, ``difference``,
-    ``directions``, ``controller``, ``refresh``, ``evaluation``, ``key``) and
-    :func:`scale_by_radazo` for the backbone; ``b1`` is shared by the gate's EMA and the
-    backbone's first moment, as in the paper.
+    ``eps_anc``, the policies ``gate``, ``budget`` and ``retention``, ``difference``,
+    ``directions``, ``refresh``, ``evaluation``, ``key``) and :func:`scale_by_radazo` for
+    the backbone; ``b1`` is shared by the default gate's EMA and the backbone's first
+    moment, as in the paper. An ablation is a policy swap, e.g.
+    ``zoaq(1e-2, budget=zoaq_jax.budgets.reset("half"))``.
 
     Args:
       learning_rate: step size :math:`\eta` or an Optax schedule.
@@ -141,9 +140,9 @@ def zoaq(
     """
     estimator = zoaq_estimator(
         k_min=k_min, k_max=k_max, k_step=k_step, n_hist=n_hist, mu=mu, tau0=tau0,
-        beta_tau=beta_tau, b1=b1, eps_anc=eps_anc, reset=reset, trigger=trigger,
-        c_norm=c_norm, tau_band=tau_band, difference=difference, directions=directions,
-        controller=controller, refresh=refresh, evaluation=evaluation, key=key,
+        beta_tau=beta_tau, b1=b1, eps_anc=eps_anc, gate=gate, budget=budget,
+        retention=retention, difference=difference, directions=directions,
+        refresh=refresh, evaluation=evaluation, key=key,
     )
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
 
@@ -158,8 +157,8 @@ def radazo(
     eps_in_sqrt: bool = False,
     difference: str = "central",
     directions: str = "gaussian",
-    key: Any = 0,
-    mesh: Any = None,
+    key: int | jax.Array = 0,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""R-AdaZO: a fixed ``k``-direction estimate on the refined adaptive backbone.
 
@@ -203,8 +202,8 @@ def zo_adamm(
     amsgrad: bool = False,
     difference: str = "central",
     directions: str = "gaussian",
-    key: Any = 0,
-    mesh: Any = None,
+    key: int | jax.Array = 0,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZO-AdaMM: a fixed ``k``-direction estimate on Adam-style moments.
 
@@ -244,8 +243,8 @@ def zo_sgd(
     mu: float = 5e-3,
     difference: str = "central",
     directions: str = "gaussian",
-    key: Any = 0,
-    mesh: Any = None,
+    key: int | jax.Array = 0,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZO-SGD: :math:`x_{t+1} = x_t - \eta g_t` with a fixed ``k``-direction estimate.
 
@@ -281,8 +280,8 @@ def mezo(
     mu: float = 1e-3,
     weight_decay: float = 0.0,
     directions: str = "gaussian",
-    key: Any = 0,
-    mesh: Any = None,
+    key: int | jax.Array = 0,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""MeZO: ZO-SGD with central Gaussian differences and decoupled weight decay.
 
@@ -337,7 +336,7 @@ def zoar(
     eps: float = 1e-8,
     backbone: str = "radazo",
     refresh: int = retained.REFRESH,
-    key: Any = 0,
+    key: int | jax.Array = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator on a backbone (R-AdaZO by default, as in the paper).
 
@@ -382,7 +381,7 @@ def statzo(
     eps: float = 1e-8,
     backbone: str = "radazo",
     evaluation: str = "loop",
-    key: Any = 0,
+    key: int | jax.Array = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""StatZO: norm-test adaptive sampling on a backbone (stabilized: R-AdaZO default).
 
@@ -438,7 +437,7 @@ def auto_k(
     b2: float = 0.99,
     eps: float = 1e-8,
     backbone: str = "radazo",
-    key: Any = 0,
+    key: int | jax.Array = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""A tuning-free query budget on a backbone (R-AdaZO by default, as :func:`zoaq`).
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+import jax
 import optax
 
 from zoaq_jax._src import budgets, checks, gates
@@ -24,7 +23,7 @@ def auto_k_estimator(
     ahead: float = 0.9,
     difference: str = "central",
     directions: str = "gaussian",
-    key: Any = 0,
+    key: int | jax.Array = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""A fixed-K estimator whose K follows the objective's progress (``auto_k``).
 

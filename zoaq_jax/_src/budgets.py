@@ -2,7 +2,8 @@
 
 * :func:`constant`: always the same budget (the fixed-K estimator, StatZO's restart);
 * :func:`reset`: ZoAQ's reset policies after an accepted budget (``min``, ``half``,
-  ``linear``; :func:`next_budget` is the pure rule);
+  ``linear``; :func:`next_budget` is the pure rule), e.g.
+  ``zoaq_estimator(budget=budgets.reset("half"))``;
 * :func:`progress`: ``auto_k``'s rule: double the budget when the objective stops
   improving (and again each time it then falls a further step below the level where it
   stalled), halve it when it improves fast again, over windows that grow with the run
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
 
 from zoaq_jax._src import checks
-from zoaq_jax._src.controller import BudgetRule, Outcome
+from zoaq_jax._src.policies import BudgetRule, Grid, Outcome
 
 RESETS = ("min", "half", "linear")
 
@@ -55,7 +57,7 @@ def constant(k: int) -> BudgetRule:
     """Every step stops at ``k`` fresh directions (unless the gate fails before)."""
     k = checks.static_int("k", k, 1)
     return BudgetRule(
-        init=optax.EmptyState,
+        init=lambda params, grid: optax.EmptyState(),
         start=lambda state: jnp.asarray(k, jnp.int32),
         update=lambda state, outcome: state,
     )
@@ -74,19 +76,32 @@ def next_budget(kind: str, k: jax.Array, k_min: int, k_step: int) -> jax.Array:
     return k
 
 
-def reset(kind: str, k_min: int, k_step: int) -> BudgetRule:
-    """Starts each step where :func:`next_budget` says; unusable steps keep the start."""
+def reset(kind: str = "min") -> BudgetRule:
+    """ZoAQ's reset policy: each step starts where :func:`next_budget` says on the step's
+    grid (``outcome.grid``); the first step starts at :math:`K_{\\min}`, and unusable
+    steps keep the start.
+
+    Args:
+      kind: ``"min"`` (paper default), ``"half"`` or ``"linear"``.
+
+    Returns:
+      A :class:`~zoaq_jax.BudgetRule` with state :class:`ResetState`.
+
+    Example:
+      >>> import zoaq_jax
+      >>> est = zoaq_jax.zoaq_estimator(budget=zoaq_jax.budgets.reset("half"))
+    """
     checks.choice("reset", kind, RESETS)
 
-    def update(state, outcome: Outcome):
-        k = next_budget(kind, outcome.k, k_min, k_step)
+    def init(params: chex.ArrayTree, grid: Grid) -> ResetState:
+        del params
+        return ResetState(jnp.asarray(grid.k_min, jnp.int32))
+
+    def update(state: ResetState, outcome: Outcome) -> ResetState:
+        k = next_budget(kind, outcome.k, outcome.grid.k_min, outcome.grid.k_step)
         return ResetState(jnp.asarray(jnp.where(outcome.usable, k, state.next_k), jnp.int32))
 
-    return BudgetRule(
-        init=lambda: ResetState(jnp.asarray(k_min, jnp.int32)),
-        start=lambda state: state.next_k,
-        update=update,
-    )
+    return BudgetRule(init=init, start=lambda state: state.next_k, update=update)
 
 
 def window_statistics(total: jax.Array, sq_diff: jax.Array, n: jax.Array):
@@ -207,7 +222,9 @@ def progress(
     checks.non_negative("z_stall", z_stall)
     checks.decay("ahead", ahead)
 
-    def init():
+    def init(params: chex.ArrayTree, grid: Grid) -> ProgressState:
+        del params, grid  # the rule's own k_min, k_max (auto_k's grid starts at 1)
+
         def f0():  # one buffer each, so that the state can be donated to jit
             return jnp.zeros((), jnp.float32)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -33,7 +34,7 @@ class Candidate(NamedTuple):
     """The fresh records acquired so far at the current step, and the last test."""
 
     k: jax.Array  # int32, fresh directions acquired (a grid point)
-    total: Any  # sum over finite fresh records of r_i u_i, shaped like the params
+    total: chex.ArrayTree  # sum over finite fresh records of r_i u_i, shaped like the params
     sq_norm: jax.Array  # float32, sum of ||r_i u_i||^2 (only with second_moment)
     value_sum: jax.Array  # float32, sum of the finite records' free estimates of f(x)
     n_ok: jax.Array  # int32, finite fresh records
@@ -44,8 +45,9 @@ class Candidate(NamedTuple):
 
 
 def draw_step(
-    kind: dirs.Family, key: jax.Array, slots: int, like: Any, retained_keys: jax.Array | None = None,
-) -> tuple[Any, Any]:
+    kind: dirs.Family, key: jax.Array, slots: int, like: chex.ArrayTree,
+    retained_keys: jax.Array | None = None,
+) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None]:
     """Draws a step's ``slots`` fresh directions, and those of ``retained_keys``, at once.
 
     Returns ``(retained, fresh)`` direction batches, or ``(None, None)`` when the batch
@@ -106,7 +108,7 @@ class StepOracle(NamedTuple):
             value=self.value_estimate(cand),
         )
 
-    def step_calls(self, k: Any) -> Any:
+    def step_calls(self, k: int | jax.Array) -> int | jax.Array:
         """Oracle calls of a step that buys ``k`` fresh directions, centre included."""
         return self.diff.step_calls(k, self.centre_calls)
 
@@ -119,7 +121,8 @@ class StepOracle(NamedTuple):
 
 
 def open_step(
-    value_fn: Callable[..., Any], params: Any, extra_args: dict, value: Any, mu: Any,
+    value_fn: Callable[..., Any], params: chex.ArrayTree, extra_args: dict,
+    value: jax.Array | None, mu: float | jax.Array,
     difference: str,
 ) -> StepOracle:
     """Binds ``value_fn`` to its data and queries the centre value if the scheme needs it."""
@@ -130,9 +133,10 @@ def open_step(
 
 
 def fresh_acquirer(
-    step: StepOracle, params: Any, key: jax.Array, kind: dirs.Family, drawn: Any = None,
+    step: StepOracle, params: chex.ArrayTree, key: jax.Array, kind: dirs.Family,
+    drawn: chex.ArrayTree | None = None,
     evaluation: str = "loop",
-) -> Callable[[jax.Array, int], tuple[jax.Array, jax.Array, Any]]:
+) -> Callable[[jax.Array, int], tuple[jax.Array, jax.Array, chex.ArrayTree]]:
     """``acquire(first, size)`` for :func:`accept_or_expand` at ``params``.
 
     Fresh direction ``i`` of the step keyed by ``key`` comes from
@@ -146,7 +150,8 @@ def fresh_acquirer(
     if drawn is not None and evaluation != "loop":
         all_r, all_v = step.diff.responses(params, drawn, step.centre)
 
-        def acquire_precomputed(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
+        def acquire_precomputed(first: jax.Array, size: int
+                                ) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
             def cut(x):
                 return jax.lax.dynamic_slice_in_dim(x, first, size)
 
@@ -155,7 +160,7 @@ def fresh_acquirer(
         acquire_precomputed.precomputed = True  # accept_or_expand may decide without a loop
         return acquire_precomputed
 
-    def acquire(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, Any]:
+    def acquire(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
         if drawn is None:
             u = dirs.sample_many(kind, ledger.direction_keys(key, first, size), params)
         else:
@@ -166,9 +171,9 @@ def fresh_acquirer(
 
 
 def accept_or_expand(
-    acquire: Callable[[jax.Array, int], tuple[jax.Array, jax.Array, Any]],
+    acquire: Callable[[jax.Array, int], tuple[jax.Array, jax.Array, chex.ArrayTree]],
     test: Callable[[Candidate], tuple[jax.Array, jax.Array]],
-    like: Any,
+    like: chex.ArrayTree,
     *,
     k_min: int,
     k_max: int,
@@ -355,7 +360,8 @@ def _update_slice(buffer: jax.Array, update: jax.Array, first: jax.Array) -> jax
     return jax.lax.dynamic_update_slice(buffer, update, (first,))
 
 
-def finish(total: Any, n: jax.Array, scale: float, n_fresh: jax.Array) -> tuple[Any, jax.Array]:
+def finish(total: chex.ArrayTree, n: jax.Array, scale: float, n_fresh: jax.Array
+           ) -> tuple[chex.ArrayTree, jax.Array]:
     """The estimate ``scale * total / n`` (compute dtypes) and whether it is usable.
 
     ``n`` counts the records in ``total`` and ``n_fresh`` the finite fresh ones among

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+import jax
 import optax
 
 from zoaq_jax._src import budgets, checks, gates
@@ -15,8 +14,8 @@ def fixed_estimator(
     mu: float = 5e-3,
     difference: str = "central",
     directions: str = "gaussian",
-    key: Any = 0,
-    mesh: Any = None,
+    key: int | jax.Array = 0,
+    mesh: jax.sharding.Mesh | None = None,
     combine: str = "psum",
 ) -> optax.GradientTransformationExtraArgs:
     r"""Averages ``k`` fresh random-direction finite differences at the current point.

@@ -8,36 +8,39 @@ it. The scores are module-level pure functions, unit-tested on tiny inputs:
 * :func:`variance_score`: StatZO's classical norm test, the relative standard error;
 * :func:`calibrate_threshold`: ZoAQ's EMA threshold update.
 
-The factories :func:`momentum`, :func:`norm_test` and :func:`accept` assemble them into
-:class:`controller.Gate` objects.
+The factories :func:`momentum`, :func:`momentum_norm`, :func:`norm_test` and
+:func:`accept` assemble them into :class:`~zoaq_jax.Gate` objects (the convention of
+:mod:`zoaq_jax._src.policies`); an ablation is a different gate, e.g.
+``zoaq_estimator(gate=gates.momentum_norm(0.5))`` (ZoAQ-Norm) or
+``zoaq_estimator(gate=gates.accept(gates.momentum()))`` (AlwaysMomentum).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
 
 from zoaq_jax._src import checks
 from zoaq_jax._src import directions as dirs
-from zoaq_jax._src.controller import Evidence, Gate
-
-METRICS = ("cosine", "norm")
+from zoaq_jax._src.policies import Evidence, Gate, Grid, Outcome
 
 
 class MomentumGateState(NamedTuple):
     """State of :func:`momentum`: the EMA of accepted estimates and the threshold."""
 
-    ema: Any  # m, EMA of accepted estimates (compute dtypes)
+    ema: chex.ArrayTree  # m, EMA of accepted estimates (compute dtypes)
     tau: jax.Array  # float32: the cosine threshold, or c_norm under the norm metric
 
 
 class MomentumContext(NamedTuple):
     """What :func:`momentum`'s test needs, computed once a step."""
 
-    ema: Any
+    ema: chex.ArrayTree
     ema_norm: jax.Array
     tau: jax.Array
     warm: jax.Array  # bool: ||m|| <= eps_anc, the warm start
@@ -80,7 +83,7 @@ def variance_score(ev: Evidence) -> jax.Array:
     return jnp.where((ev.n_fresh >= 2) & (mean_sq > 0), score, jnp.inf)
 
 
-def project(tau: Any, band: tuple[float, float] | None) -> Any:
+def project(tau: float | jax.Array, band: tuple[float, float] | None) -> float | jax.Array:
     """The threshold projected onto ``band`` (unchanged without one)."""
     return tau if band is None else jnp.clip(tau, band[0], band[1])
 
@@ -91,83 +94,142 @@ def calibrate_threshold(tau: jax.Array, score: jax.Array, beta_tau: float,
     return project(beta_tau * tau + (1 - beta_tau) * score, band)
 
 
-def momentum(
-    metric: str = "cosine",
-    *,
-    tau0: float = 1.0,
-    beta_tau: float = 0.9,
-    c_norm: float = 0.5,
-    tau_band: tuple[float, float] | None = None,
-    b1: float = 0.9,
-    eps_anc: float = 1e-12,
-    always_accept: bool = False,
+def _momentum_gate(
+    score: Callable[[Evidence, MomentumContext], jax.Array],
+    passes: Callable[[jax.Array, jax.Array], jax.Array],
+    tau0: float, b1: float, eps_anc: float,
+    calibrate: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
 ) -> Gate:
-    r"""ZoAQ's gate: test candidates against the EMA :math:`m` of accepted estimates.
-
-    ``metric="cosine"`` passes when :math:`\cos(g, m) \ge \tau` and calibrates
-    :math:`\tau` by :func:`calibrate_threshold` after usable, non-warm steps with a finite
-    score; ``metric="norm"`` passes when :math:`\|g - m\|/\|m\| \le c_{norm}` (no
-    calibration). Usable estimates update :math:`m \leftarrow \beta_1 m + (1 - \beta_1) g`.
-    ``always_accept`` passes every candidate but keeps the scores and updates
-    (AlwaysMomentum ablation).
-    """
-    checks.choice("metric", metric, METRICS)
+    """A gate against the EMA :math:`m` of usable estimates (``tau`` calibrated by
+    ``calibrate(tau, score)`` after usable, non-warm steps with a finite score, if given)."""
     checks.decay("b1", b1)
-    checks.decay("beta_tau", beta_tau)
     checks.non_negative("eps_anc", eps_anc)
-    cosine = metric == "cosine"
-    band = tau_band if cosine else None
 
-    def init(params):
-        tau = project(tau0, band) if cosine else c_norm
-        return MomentumGateState(ema=dirs.zeros(params), tau=jnp.asarray(tau, jnp.float32))
+    def init(params: chex.ArrayTree, grid: Grid) -> MomentumGateState:
+        del grid
+        return MomentumGateState(ema=dirs.zeros(params), tau=jnp.asarray(tau0, jnp.float32))
 
-    def prepare(state):
+    def prepare(state: MomentumGateState) -> MomentumContext:
         ema_norm = dirs.norm(state.ema)
         return MomentumContext(state.ema, ema_norm, state.tau, ema_norm <= eps_anc)
 
-    def test(ctx, ev):
-        if cosine:
-            score = cosine_score(ev, ctx)
-            passed = score >= ctx.tau
-        else:
-            score = momentum_norm_score(ev, ctx)
-            passed = score <= ctx.tau
-        return score, (True if always_accept else passed)
+    def test(ctx: MomentumContext, ev: Evidence) -> tuple[jax.Array, jax.Array]:
+        s = score(ev, ctx)
+        return s, passes(s, ctx.tau)
 
-    def update(state, ctx, g, usable, score):
+    def update(state: MomentumGateState, outcome: Outcome) -> MomentumGateState:
+        usable = outcome.usable
         ema = jax.tree.map(lambda mi, gi: jnp.where(usable, b1 * mi + (1 - b1) * gi, mi),
-                           state.ema, g)
+                           state.ema, outcome.estimate)
         tau = state.tau
-        if cosine:
-            calibrated = calibrate_threshold(tau, score, beta_tau, band)
-            tau = jnp.where(usable & ~ctx.warm & jnp.isfinite(score), calibrated, tau)
+        if calibrate is not None:
+            s = outcome.score
+            tau = jnp.where(usable & ~outcome.context.warm & jnp.isfinite(s),
+                            calibrate(tau, s), tau)
         return MomentumGateState(ema=ema, tau=jnp.asarray(tau, jnp.float32))
 
     return Gate(init, prepare, test, update)
+
+
+def momentum(
+    tau0: float = 1.0,
+    beta_tau: float = 0.9,
+    b1: float = 0.9,
+    eps_anc: float = 1e-12,
+    tau_band: tuple[float, float] | None = None,
+) -> Gate:
+    r"""ZoAQ's gate: pass when :math:`\cos(g, m) \ge \tau` (paper Eq. 3).
+
+    :math:`m` is the EMA of usable estimates, :math:`m \leftarrow \beta_1 m + (1 - \beta_1)
+    g`; after usable, non-warm steps with a finite score :math:`\tau` is calibrated by
+    :func:`calibrate_threshold`. The score is :func:`cosine_score`.
+
+    Args:
+      tau0: initial threshold :math:`\tau_0 \in [-1, 1]` (projected onto ``tau_band``).
+      beta_tau: threshold EMA factor :math:`\beta_\tau \in [0, 1)`.
+      b1: estimate EMA factor :math:`\beta_1 \in [0, 1)`.
+      eps_anc: warm-start radius :math:`\varepsilon_{anc} \ge 0` on :math:`\|m\|`.
+      tau_band: optional ``(lo, hi)`` projection band of the threshold (paper Appendix
+        "Threshold Interface").
+
+    Returns:
+      A :class:`~zoaq_jax.Gate` with state :class:`MomentumGateState`.
+
+    Example:
+      >>> import zoaq_jax
+      >>> est = zoaq_jax.zoaq_estimator(gate=zoaq_jax.gates.momentum(tau_band=(0.0, 0.5)))
+
+    References:
+      ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling, Eq. 3, Algorithm 1.
+    """
+    checks.in_closed_interval("tau0", tau0, -1.0, 1.0)
+    checks.decay("beta_tau", beta_tau)
+    if tau_band is not None:
+        lo, hi = tau_band
+        checks.in_closed_interval("tau_band[0]", lo, -1.0, 1.0)
+        checks.in_closed_interval("tau_band[1]", hi, -1.0, 1.0)
+        if checks.concrete_value(lo) is not None and checks.concrete_value(hi) is not None:
+            if float(lo) > float(hi):
+                raise ValueError(f"tau_band must satisfy lo <= hi, got {tau_band}.")
+    return _momentum_gate(
+        cosine_score, lambda s, tau: s >= tau, project(tau0, tau_band), b1, eps_anc,
+        calibrate=lambda tau, s: calibrate_threshold(tau, s, beta_tau, tau_band))
+
+
+def momentum_norm(c_norm: float = 0.5, b1: float = 0.9, eps_anc: float = 1e-12) -> Gate:
+    r"""ZoAQ-Norm's gate: pass when :math:`\|g - m\| / \|m\| \le c_{norm}`.
+
+    :math:`m` is the EMA of usable estimates, as in :func:`momentum`; the tolerance is
+    not calibrated (the state's ``tau`` holds ``c_norm``). The score is
+    :func:`momentum_norm_score`.
+
+    Args:
+      c_norm: tolerance :math:`c_{norm} > 0`.
+      b1: estimate EMA factor :math:`\beta_1 \in [0, 1)`.
+      eps_anc: warm-start radius :math:`\varepsilon_{anc} \ge 0` on :math:`\|m\|`.
+
+    Returns:
+      A :class:`~zoaq_jax.Gate` with state :class:`MomentumGateState`.
+
+    Example:
+      >>> import zoaq_jax
+      >>> est = zoaq_jax.zoaq_estimator(gate=zoaq_jax.gates.momentum_norm(0.5))
+
+    References:
+      ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling (ZoAQ-Norm ablation).
+    """
+    checks.positive("c_norm", c_norm)
+    return _momentum_gate(momentum_norm_score, lambda s, tau: s <= tau, c_norm, b1, eps_anc)
 
 
 def norm_test(theta: float = 0.5) -> Gate:
     r"""StatZO's gate: pass when :func:`variance_score` :math:`\le \theta`."""
     checks.positive("theta", theta)
 
-    def init(params):
-        del params
+    def init(params: chex.ArrayTree, grid: Grid) -> NormTestState:
+        del params, grid
         return NormTestState(tau=jnp.asarray(theta, jnp.float32))
 
-    def test(state, ev):
+    def test(state: NormTestState, ev: Evidence) -> tuple[jax.Array, jax.Array]:
         score = variance_score(ev)
         return score, score <= theta
 
-    return Gate(init, lambda state: state, test, lambda state, ctx, g, usable, score: state,
+    return Gate(init, lambda state: state, test, lambda state, outcome: state,
                 second_moment=True)
 
 
-def accept() -> Gate:
-    """The gate that passes every candidate: the step stops at the start budget."""
-    return Gate(
-        init=lambda params: optax.EmptyState(),
-        prepare=lambda state: state,
-        test=lambda ctx, ev: (jnp.nan, True),
-        update=lambda state, ctx, g, usable, score: state,
-    )
+def accept(gate: Gate | None = None) -> Gate:
+    """The gate that passes every candidate: the step stops at the start budget.
+
+    With ``gate``, that gate's scores, state and updates are kept and only its verdict is
+    dropped (``accept(momentum())`` is ZoAQ's AlwaysMomentum ablation); without one the
+    score is NaN and the state empty.
+    """
+    if gate is None:
+        return Gate(
+            init=lambda params, grid: optax.EmptyState(),
+            prepare=lambda state: state,
+            test=lambda ctx, ev: (jnp.nan, True),
+            update=lambda state, outcome: state,
+        )
+    return gate._replace(test=lambda ctx, ev: (gate.test(ctx, ev)[0], True))

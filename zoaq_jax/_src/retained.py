@@ -16,13 +16,16 @@ running updates of at most :math:`K` added and :math:`K` evicted records, a floa
 sum is within :math:`N (K + 3) u B` of the exact one, per component, with
 :math:`u = 2^{-24}` and :math:`B` the largest :math:`\sum |c_i| |u_i|` over two
 consecutive buffers (``docs/design.md``, ``tests/library/test_retained.py``).
+:func:`retain` is that call sequence, written once for every estimator that retains
+records (the FIFO retention policy of :mod:`zoaq_jax._src.retention` and ZoAR).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -33,7 +36,17 @@ from zoaq_jax._src import history, ledger
 REFRESH = 1000  # default steps between exact recomputations
 
 
-def check_refresh(refresh: Any) -> None:
+class Source(NamedTuple):
+    """Where a step's directions come from: what regenerates a record's direction."""
+
+    family: dirs.Family  # the directions' distribution (static)
+    schedule: ledger.KeySchedule  # the run's key schedule (static)
+    book: ledger.QueryLedger  # the ledger of the current step (before it advances)
+    like: chex.ArrayTree  # the params
+    drawn: tuple[chex.ArrayTree, chex.ArrayTree] | None = None  # (fresh, oldest), if predrawn
+
+
+def check_refresh(refresh: int | jax.Array) -> None:
     """Raises unless ``refresh`` is an int ``>= 1`` (a traced hyperparameter is accepted)."""
     checks.count("refresh", refresh, 1)
 
@@ -50,42 +63,40 @@ def _keys(schedule: ledger.KeySchedule, book: ledger.QueryLedger, steps: jax.Arr
 
 
 def leaving_sums(
-    kind: dirs.Family, schedule: ledger.KeySchedule, book: ledger.QueryLedger, like: Any,
-    buffer: history.History, keep: jax.Array, responses: jax.Array,
-    coeffs: Callable[[jax.Array], tuple[jax.Array, ...]], drawn: Any = None,
-) -> tuple[Any, ...]:
+    source: Source, buffer: history.History, keep: jax.Array, responses: jax.Array,
+    coeffs: Callable[[jax.Array], tuple[jax.Array, ...]],
+) -> tuple[chex.ArrayTree, ...]:
     """Sums of ``c * u`` over the records that the step's kept records evict.
 
     Args:
-      kind: the directions' distribution.
-      schedule: the key schedule; ``book`` the ledger of the current step.
-      like: the params.
+      source: the step's :class:`Source`; with ``source.drawn`` (the step's fresh
+        directions and those of the buffer's oldest records, :func:`history.oldest`,
+        drawn in advance) the leaving directions are picked from them, else they are
+        regenerated, one vectorised batch or one at a time
+        (:func:`directions.regenerate_sums`), only as many as leave.
       buffer: the buffer before the step's push (capacity >= 1).
       keep: ``[slots]`` the step's fresh records that are kept.
       responses: ``[slots]`` their responses, as the buffer stores them.
       coeffs: maps the leaving records' stored responses ``[slots]`` to the coefficient
         vectors of the sums.
-      drawn: ``(fresh, oldest)``, the step's fresh directions and those of the buffer's
-        oldest records (:func:`history.oldest`), when the step drew them in advance;
-        else the leaving directions are regenerated, one vectorised batch or one at a
-        time (:func:`directions.regenerate_sums`), only as many as leave.
 
     Returns:
       One sum per coefficient vector.
     """
     slots = keep.shape[0]
+    book = source.book
     steps, index, values, live = history.leaving(
         buffer, jnp.arange(slots, dtype=jnp.int32), responses, book.step, keep, slots)
     vectors = tuple(jnp.where(live, c, 0.0) for c in coeffs(values))
-    if drawn is None:
+    if source.drawn is None:
         count = jnp.sum(live, dtype=jnp.int32)
-        return dirs.regenerate_sums(kind, _keys(schedule, book, steps, index), vectors, like,
-                                    count)
+        return dirs.regenerate_sums(source.family, _keys(source.schedule, book, steps, index),
+                                    vectors, source.like, count)
     # The buffer's j-th oldest record is row j, fresh record i row n_old + i (the order
     # of the step's batch). The rows are picked by a one-hot product, exact for finite
     # directions (one product by 1, the others by 0): XLA's CPU gather of a few rows cost
     # more than the rest of ZoAQ's history bookkeeping (docs/results/overhead.md).
-    fresh, old = drawn
+    fresh, old = source.drawn
     n_old = jax.tree.leaves(old)[0].shape[0]
     row = jnp.where(steps == book.step, n_old + index, jnp.arange(slots))
     row = jnp.minimum(row, slots + n_old - 1)  # past the live prefix: any row, weight 0
@@ -96,8 +107,8 @@ def leaving_sums(
     return tuple(dirs.weighted_sum(c, u) for c in vectors)
 
 
-def running(sums: tuple[Any, ...], added: tuple[Any, ...], left: tuple[Any, ...],
-            restart: jax.Array) -> tuple[Any, ...]:
+def running(sums: tuple[chex.ArrayTree, ...], added: tuple[chex.ArrayTree, ...],
+            left: tuple[chex.ArrayTree, ...], restart: jax.Array) -> tuple[chex.ArrayTree, ...]:
     """``sums + added - left``, or ``added`` alone when ``restart``: when the new records
     fill the whole buffer, the sums start again from their contributions, without any
     rounding carried over (so ZoAR without history is exactly the fixed estimator)."""
@@ -106,9 +117,9 @@ def running(sums: tuple[Any, ...], added: tuple[Any, ...], left: tuple[Any, ...]
 
 
 def refreshed(
-    sums: tuple[Any, ...], kind: dirs.Family, schedule: ledger.KeySchedule, book: ledger.QueryLedger,
-    like: Any, buffer: history.History, exact: tuple[jax.Array, ...], refresh: Any,
-) -> tuple[Any, ...]:
+    sums: tuple[chex.ArrayTree, ...], source: Source, buffer: history.History,
+    exact: tuple[jax.Array, ...], refresh: int | jax.Array,
+) -> tuple[chex.ArrayTree, ...]:
     """``sums``, or their exact recomputation from ``buffer`` when one is due.
 
     A recomputation is due after every ``refresh``-th step (``book.step + 1`` a multiple
@@ -119,15 +130,60 @@ def refreshed(
 
     Args:
       sums: the running sums after the step.
-      kind, schedule, book, like: as in :func:`leaving_sums`.
+      source: the step's :class:`Source` (its ``drawn`` is not used).
       buffer: the buffer after the step's push.
       exact: ``[capacity]`` coefficient vectors, one per sum, zero on empty slots.
       refresh: steps between recomputations.
     """
     finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(sums)])
-    due = ((book.step + 1) % refresh == 0) | ~jnp.all(finite)
+    due = ((source.book.step + 1) % refresh == 0) | ~jnp.all(finite)
     count = jnp.where(due, buffer.responses.shape[0], 0)
-    recomputed = dirs.regenerate_sums(kind, _keys(schedule, book, buffer.steps, buffer.index),
-                                      exact, like, count)
+    keys = _keys(source.schedule, source.book, buffer.steps, buffer.index)
+    recomputed = dirs.regenerate_sums(source.family, keys, exact, source.like, count)
     return tuple(jax.tree.map(lambda a, b: jnp.where(due, b, a), s, r)
                  for s, r in zip(sums, recomputed))
+
+
+def retain(
+    source: Source, buffer: history.History, sums: tuple[chex.ArrayTree, ...],
+    added: tuple[chex.ArrayTree, ...], responses: jax.Array, keep: jax.Array,
+    coeffs: Callable[[jax.Array], tuple[jax.Array, ...]],
+    exact: Callable[[history.History], tuple[jax.Array, ...]], refresh: int | jax.Array,
+    adjust: Callable[[tuple[chex.ArrayTree, ...], history.History],
+                     tuple[chex.ArrayTree, ...]] | None = None,
+) -> tuple[history.History, tuple[chex.ArrayTree, ...]]:
+    """Keeps a step's records: push, evict, add, adjust, refresh (the one call sequence).
+
+    .. math:: S \\leftarrow S + \\sum_{i\\ \\mathrm{kept}} c_i u_i
+      - \\sum_{i\\ \\mathrm{evicted}} c_i u_i
+
+    (restarting from the kept records alone when they fill the buffer), then
+    ``adjust(sums, records)`` (ZoAR re-centres at its new baseline, ZoAQ keeps the old
+    sums after an unusable step), then :func:`refreshed` when a recomputation is due.
+
+    Args:
+      source: the step's :class:`Source`.
+      buffer: the buffer before the step.
+      sums: the running sums before the step.
+      added: the kept fresh records' contributions to each sum.
+      responses: ``[slots]`` the step's fresh responses as the buffer stores them.
+      keep: ``[slots]`` which of them the buffer keeps.
+      coeffs: a leaving record's coefficient vectors from its stored responses
+        (:func:`leaving_sums`).
+      exact: the coefficient vectors of the buffer after the push, zero on empty slots
+        (:func:`refreshed`).
+      refresh: steps between exact recomputations.
+      adjust: optional ``adjust(sums, records) -> sums`` before the refresh.
+
+    Returns:
+      ``(records, sums)``: the buffer and the running sums after the step.
+    """
+    slots = keep.shape[0]
+    records = history.push(buffer, jnp.arange(slots, dtype=jnp.int32), responses,
+                           source.book.step, keep)
+    left = leaving_sums(source, buffer, keep, responses, coeffs)
+    capacity = buffer.responses.shape[0]
+    sums = running(sums, added, left, jnp.sum(keep, dtype=jnp.int32) == capacity)
+    if adjust is not None:
+        sums = adjust(sums, records)
+    return records, refreshed(sums, source, records, exact(records), refresh)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+import jax
 import optax
 
 from zoaq_jax._src import budgets, checks, gates
@@ -19,7 +18,7 @@ def statzo_estimator(
     directions: str = "gaussian",
     difference: str = "forward",
     evaluation: str = "loop",
-    key: Any = 0,
+    key: int | jax.Array = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""Adaptive sampling: grow K until the classical norm test holds.
 
@@ -39,7 +38,7 @@ def statzo_estimator(
     :math:`\sqrt{\widehat{\mathrm{Var}}/n} / \|\bar g\|` (the test is ``score <= theta``);
     fewer than two finite records cannot pass. Every step restarts at :math:`K_{\min}`.
     This is the classical test; the momentum-relative rule the ZoAQ paper also calls
-    "StatZO" is ``zoaq_estimator(trigger="norm")``.
+    "StatZO" is ``zoaq_estimator(gate=gates.momentum_norm())``.
 
     Args:
       k_min: smallest budget.

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+import jax
+import numpy as np
 import optax
 
 from zoaq_jax._src import budgets, checks, gates, retained
+from zoaq_jax._src import retention as retentions
 from zoaq_jax._src.controller import adaptive_estimator
+from zoaq_jax._src.policies import BudgetRule, Gate, Retention
 
-CONTROLLERS = ("adaptive", "always_accept", "fresh_on_expand")
+GATE_DEFAULTS = {"tau0": 1.0, "beta_tau": 0.9, "eps_anc": 1e-12}  # of gates.momentum
+
+
+def _changed(value: object, default: float) -> bool:
+    """``value`` is known to differ from ``default`` (in float32: hyperparameters injected
+    by ``optax.inject_hyperparams`` arrive as float32 arrays, traced ones are unknown)."""
+    concrete = checks.concrete_value(value)
+    return concrete is not None and np.float32(concrete) != np.float32(default)
 
 
 def zoaq_estimator(
@@ -22,16 +31,14 @@ def zoaq_estimator(
     beta_tau: float = 0.9,
     b1: float = 0.9,
     eps_anc: float = 1e-12,
-    reset: str = "min",
-    trigger: str = "cosine",
-    c_norm: float | None = None,
-    tau_band: tuple[float, float] | None = None,
+    gate: Gate | None = None,
+    budget: BudgetRule | None = None,
+    retention: Retention | None = None,
     difference: str = "central",
     directions: str = "gaussian",
-    controller: str = "adaptive",
     refresh: int = retained.REFRESH,
     evaluation: str = "loop",
-    key: Any = 0,
+    key: int | jax.Array = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAQ's accept-or-expand estimator with query reuse (Algorithm 1 of the paper).
 
@@ -43,14 +50,14 @@ def zoaq_estimator(
       g_t(K) = \frac{s}{n_t(K)} \sum_{i \in \mathcal R_{t-1} \cup \mathcal Q_t(K)} r_i u_i,
       \qquad s_t(K) = \cos(g_t(K), m_{t-1}).
 
-    Starting from :math:`K = K_{\min}` (or the reset policy's start), the first
+    Starting from :math:`K = K_{\min}` (or the budget rule's start), the first
     :math:`K` with :math:`s_t(K) \ge \tau_{t-1}` is accepted, else :math:`K_{\max}`; each
     retry buys only :math:`\Delta K` new directions. If :math:`\|m_{t-1}\| \le
     \varepsilon_{anc}` the score is :math:`\tau_{t-1}` (warm start); a zero candidate
     scores :math:`-\infty`. On acceptance :math:`m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t`,
-    :math:`\tau_t = \beta_\tau \tau_{t-1} + (1-\beta_\tau) s_t` (projected onto
-    ``tau_band`` if given; unchanged for :math:`s_t = -\infty` and at warm start), and
-    the buffer keeps the newest ``n_hist`` records. Records store a key, a response and
+    :math:`\tau_t = \beta_\tau \tau_{t-1} + (1-\beta_\tau) s_t` (unchanged for
+    :math:`s_t = -\infty` and at warm start), and the buffer keeps the newest ``n_hist``
+    records. Records store a key, a response and
     the acquisition step; the state keeps the running sum of their contributions, so a
     step draws only its fresh directions and regenerates those it evicts.
 
@@ -60,7 +67,7 @@ def zoaq_estimator(
     candidate without any finite fresh response scores :math:`-\infty` (at warm start
     too), so the gate expands within the budget. A step that ends without a finite
     fresh response (or with a non-finite forward centre value, which ends the step at
-    ``k_min`` whatever the reset policy) returns zeros and leaves ``m``, ``tau``, the
+    ``k_min`` whatever the budget rule) returns zeros and leaves ``m``, ``tau``, the
     buffer and the next step's starting budget unchanged: retained records alone say
     nothing about the current point.
 
@@ -74,24 +81,22 @@ def zoaq_estimator(
       beta_tau: threshold EMA factor :math:`\beta_\tau \in [0, 1)`.
       b1: estimate EMA factor :math:`\beta_1 \in [0, 1)`.
       eps_anc: warm-start radius :math:`\varepsilon_{anc} \ge 0` on :math:`\|m\|`.
-      reset: where the next step starts: ``"min"`` (:math:`K_{\min}`, paper default),
-        ``"half"`` (grid point at the midpoint of :math:`K_{\min}` and the accepted K)
-        or ``"linear"`` (the accepted K).
-      trigger: ``"cosine"`` (the paper's gate) or ``"norm"`` (ZoAQ-Norm ablation:
-        accept when :math:`\|g - m\| / \|m\| \le` ``c_norm``; ``tau`` is not calibrated).
-      c_norm: tolerance of the norm trigger (default 0.5); only with ``trigger="norm"``.
-      tau_band: optional ``(lo, hi)`` projection band for the threshold (paper
-        Appendix "Threshold Interface"); ``tau0`` is projected too.
+      gate: the candidate test; None: ``gates.momentum(tau0, beta_tau, b1, eps_anc)``
+        (the paper's cosine gate). Ablations: ``gates.momentum_norm(c_norm)``
+        (ZoAQ-Norm), ``gates.accept(gates.momentum())`` (AlwaysMomentum: accept at the
+        start budget), ``gates.momentum(tau_band=(lo, hi))`` (a projected threshold).
+      budget: where each step starts; None: ``budgets.reset("min")`` (paper default);
+        ``budgets.reset("half")`` or ``budgets.reset("linear")``.
+      retention: the records kept; None: ``retention.fifo(n_hist, refresh=refresh)``;
+        ``retention.fifo(n_hist, reuse_after_expand=False)`` is AlwaysGradient
+        (candidates after a failed test use fresh records only).
       difference: ``"central"`` (2 calls a direction) or ``"forward"`` (1 call a
         direction plus one centre value a step).
       directions: the family of directions: ``"gaussian"``, ``"sphere"``, ``"rademacher"``,
         ``"sparse:P"`` (mask density P) or ``"lowrank:R"`` (rank R on matrix leaves);
         math and references in :mod:`zoaq_jax._src.directions`.
-      controller: ``"adaptive"`` (the paper's controller), ``"always_accept"``
-        (AlwaysMomentum ablation: accept at the start budget) or ``"fresh_on_expand"``
-        (AlwaysGradient ablation: candidates after a failed test use fresh records only).
       refresh: steps between exact recomputations of the running sum of the retained
-        records (see :func:`adaptive_estimator`).
+        records (see :func:`retention.fifo`).
       evaluation: ``"loop"``, ``"unrolled"`` or ``"vectorized"``: how a step evaluates
         its candidates (see :func:`adaptive_estimator`).
       key: integer seed or typed key.
@@ -115,31 +120,20 @@ def zoaq_estimator(
     References:
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling, Algorithm 1.
     """
-    checks.choice("trigger", trigger, gates.METRICS)
-    checks.choice("controller", controller, CONTROLLERS)
-    checks.in_closed_interval("tau0", tau0, -1.0, 1.0)
-    if c_norm is None:
-        c_norm = 0.5
-    elif trigger != "norm":
-        raise ValueError("c_norm is the norm trigger's tolerance; pass trigger='norm' to use it.")
-    checks.positive("c_norm", c_norm)
-    if tau_band is not None:
-        if trigger == "norm":
-            raise ValueError("tau_band bounds the cosine threshold; the norm trigger has none.")
-        lo, hi = tau_band
-        checks.in_closed_interval("tau_band[0]", lo, -1.0, 1.0)
-        checks.in_closed_interval("tau_band[1]", hi, -1.0, 1.0)
-        if checks.concrete_value(lo) is not None and checks.concrete_value(hi) is not None:
-            if float(lo) > float(hi):
-                raise ValueError(f"tau_band must satisfy lo <= hi, got {tau_band}.")
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
-    gate = gates.momentum(
-        trigger, tau0=tau0, beta_tau=beta_tau, c_norm=c_norm, tau_band=tau_band, b1=b1,
-        eps_anc=eps_anc, always_accept=controller == "always_accept",
-    )
+    given = dict(tau0=tau0, beta_tau=beta_tau, eps_anc=eps_anc)
+    if gate is None:
+        gate = gates.momentum(tau0=tau0, beta_tau=beta_tau, b1=b1, eps_anc=eps_anc)
+    elif any(_changed(given[k], v) for k, v in GATE_DEFAULTS.items()):
+        raise ValueError("tau0, beta_tau and eps_anc set the default gate; with gate=..., "
+                         "pass them to the gate (e.g. gates.momentum(tau0=0.5)).")
+    if retention is None:
+        retention = retentions.fifo(n_hist, refresh=refresh)
+    elif _changed(n_hist, 8) or _changed(refresh, retained.REFRESH):
+        raise ValueError("n_hist and refresh set the default retention; with retention=..., "
+                         "pass them to it (e.g. retention.fifo(4, refresh=100)).")
     return adaptive_estimator(
-        gate, budgets.reset(reset, k_min, k_step), k_min=k_min, k_max=k_max, k_step=k_step,
-        n_hist=n_hist, mu=mu, difference=difference, directions=directions,
-        reuse_after_expand=controller != "fresh_on_expand", refresh=refresh,
+        gate, budgets.reset() if budget is None else budget, retention, k_min=k_min,
+        k_max=k_max, k_step=k_step, mu=mu, difference=difference, directions=directions,
         evaluation=evaluation, key=key,
     )

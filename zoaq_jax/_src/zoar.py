@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -20,9 +21,9 @@ class ZoARState(NamedTuple):
 
     ledger: ledger.QueryLedger
     history: history.History
-    retained_sum: Any  # forward: sum_i (y_i - baseline) / mu * u_i; central: sum_i r_i u_i
-    direction_sum: Any  # forward: sum_i u_i (None for central)
-    baseline: Any  # forward: float32 mean of the retained y_i (None for central)
+    retained_sum: chex.ArrayTree  # sum c_i u_i; c_i = (y_i - baseline) / mu (forward) or r_i
+    direction_sum: chex.ArrayTree | None  # forward: sum_i u_i (None for central)
+    baseline: jax.Array | None  # forward: float32 mean of the retained y_i (None for central)
 
 
 def zoar_estimator(
@@ -32,7 +33,7 @@ def zoar_estimator(
     difference: str = "forward",
     directions: str = "gaussian",
     refresh: int = retained.REFRESH,
-    key: Any = 0,
+    key: int | jax.Array = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator; history is counted in steps.
 
@@ -143,29 +144,37 @@ def zoar_estimator(
 
         sums = (state.retained_sum, state.direction_sum) if forward else (state.retained_sum,)
         added = tuple(dirs.weighted_sum(jnp.where(ok, c, 0.0), u) for c in coeffs(stored))
-        left = retained.leaving_sums(family, schedule, state.ledger, params, state.history,
-                                     ok, stored, coeffs, None if oldest is None else (u, oldest))
-        sums = list(retained.running(sums, added, left, n_ok == capacity))
-        records = history.push(state.history, jnp.arange(k, dtype=jnp.int32), fresh,
-                               state.ledger.step, ok)
-        kept = history.valid(records)
-        n = jnp.sum(kept, dtype=jnp.int32)
+        source = retained.Source(family, schedule, state.ledger, params,
+                                 None if oldest is None else (u, oldest))
+
+        def baseline_of(records):  # forward: the mean retained value
+            kept = history.valid(records)
+            n = jnp.sum(kept, dtype=jnp.int32)
+            return jnp.sum(jnp.where(kept, records.responses, 0.0)) / jnp.maximum(n, 1)
+
+        def recentre(sums, records):  # sum (y - b') u = sum (y - b) u - (b' - b) sum u
+            shift = (baseline_of(records) - state.baseline) / mu
+            return (jax.tree.map(lambda s, d: s - shift.astype(d.dtype) * d, *sums), sums[1])
+
+        def exact(records):
+            kept = history.valid(records)
+            if forward:
+                return (jnp.where(kept, (records.responses - baseline_of(records)) / mu, 0.0),
+                        kept.astype(jnp.float32))
+            return (jnp.where(kept, records.responses, 0.0),)
+
+        records, sums = retained.retain(source, state.history, sums, added, stored, ok, coeffs,
+                                        exact, refresh, adjust=recentre if forward else None)
+        n = jnp.sum(history.valid(records), dtype=jnp.int32)
         if forward:
-            baseline = jnp.sum(jnp.where(kept, records.responses, 0.0)) / jnp.maximum(n, 1)
-            shift = (baseline - state.baseline) / mu  # re-centre: sum (y - b') u = ... - shift U
-            sums[0] = jax.tree.map(lambda s, d: s - shift.astype(d.dtype) * d, *sums)
-            exact = (jnp.where(kept, (records.responses - baseline) / mu, 0.0),
-                     kept.astype(jnp.float32))
+            baseline = baseline_of(records)
             # y_i = f(x + mu u_i) all equal at one x: every difference of the step is 0
             same = jnp.all(jnp.where(ok, stored == jnp.max(jnp.where(ok, stored, -jnp.inf)),
                                      True))
             zero = ok & same & (n_ok >= 2)
         else:
             baseline = None
-            exact = (jnp.where(kept, records.responses, 0.0),)
             zero = ok & (fresh == 0)
-        sums = retained.refreshed(tuple(sums), family, schedule, state.ledger, params,
-                                  records, exact, refresh)
         g, _ = expansion.finish(sums[0], n, 1.0, n_ok)
         new_ledger = ledger.advance(
             state.ledger, k=k, calls=diff.step_calls(k, 0), nonfinite=k - n_ok,
