@@ -107,19 +107,15 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
 
 def merge(parts: dict[int, MethodRun], shares: list[np.ndarray], n: int) -> MethodRun:
     """Reassembles per-share outcomes in attack order."""
-    first = parts[0].outcome
+    outcomes = [parts[w].outcome for w in range(len(shares))]
     merged: dict[str, Any] = {}
     for name in ("success", "num_queries", "steps", "loss", "x", "trace_loss", "trace_cos"):
-        value = getattr(first, name)
-        array = np.zeros((n, *value.shape[1:]), value.dtype)
-        for w, share in enumerate(shares):
-            array[share] = getattr(parts[w].outcome, name)
-        merged[name] = array
+        first = getattr(outcomes[0], name)
+        merged[name] = np.zeros((n, *first.shape[1:]), first.dtype)
+        for share, outcome in zip(shares, outcomes):
+            merged[name][share] = getattr(outcome, name)
     outcome = runner.Outcome(
-        **merged,
-        lane_steps_executed=sum(p.outcome.lane_steps_executed for p in parts.values()),
-        lane_steps_useful=sum(p.outcome.lane_steps_useful for p in parts.values()),
-        widths=tuple(sorted({w for p in parts.values() for w in p.outcome.widths},
-                            reverse=True)),
-    )
+        **merged, lane_steps_executed=sum(o.lane_steps_executed for o in outcomes),
+        lane_steps_useful=sum(o.lane_steps_useful for o in outcomes),
+        widths=tuple(sorted({w for o in outcomes for w in o.widths}, reverse=True)))
     return MethodRun(outcome, max(p.seconds for p in parts.values()))
