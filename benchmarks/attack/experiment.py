@@ -25,14 +25,9 @@ RESULTS = f"attack{common.RESULTS}"  # the results file of a run folder
 
 def method_specs(preset: Preset, methods: list[str] | None, sweeps: list[str],
                  comparisons: list[str]) -> tuple[str, ...]:
-    """The canonical specs a run attacks with: ``methods`` (or, without sweeps' and
-    comparisons' company, the preset's), then the members of ``sweeps`` and
-    ``comparisons``, each once. Without ``methods``, a comparison alone runs only its own
-    methods.
-
-    Raises:
-      ValueError: a spec that does not parse.
-    """
+    """The canonical specs a run attacks with, each once: ``methods`` (without them, the
+    preset's unless a comparison is asked for), then the members of ``sweeps`` and
+    ``comparisons``; ValueError for a spec that does not parse."""
     specs = list(methods or ([] if comparisons else preset.methods))
     for sweep in sweeps:
         specs += methods_lib.SWEEPS[sweep]

@@ -42,7 +42,10 @@ def _fmt(x: float, digits: int = 0) -> str:
     return pages.num(x, f"{{:,.{digits}f}}")
 
 
-def _paper(pair: tuple[float, float] | None) -> str:
+def _paper(table: dict, group: tuple, key: Any) -> str:
+    """The paper's ``mean ± std`` of ``key`` in ``table``, if it reports ``group``'s setting."""
+    dataset, protocol, goal = group
+    pair = table.get(dataset, {}).get(key) if (goal, protocol) == PAPER_SETTING else None
     return pages.MISSING if pair is None else pages.pm(*pair, "{:,.0f}")
 
 
@@ -129,17 +132,16 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
         within = np.mean([r["success"] and r["num_queries"] <= budget for r in by_method[spec]])
         shared = [r["num_queries"] for r in by_method[spec]
                   if (r["image"], r["seed"]) in common_keys]
-        paper = PAPER.get(dataset, {}).get(spec) if (goal, protocol) == PAPER_SETTING else None
         rows.append([methods_lib.label(spec), f"`{spec}`", f"{s['success_rate']:.0%}",
                      *([f"{within:.0%}"] if failures else []), _queries(s), _fmt(s["median"]),
                      _fmt(float(np.mean(shared)) if shared else float("nan")),
-                     _fmt(s["calls_per_step"], 2), _paper(paper)])
+                     _fmt(s["calls_per_step"], 2), _paper(PAPER, group, spec)])
     parts += [COLUMNS, pages.table(
         ["Method", "Spec", "Success",
          *([f"Success within {budget:,} queries"] if failures else []), "Queries mean ± std",
          "Median", f"Mean on the {len(common_keys)} attacks all solved", "Calls/iter",
          "Paper (targeted, image 1)"], rows)]
-    parts += _sweep_tables(dataset, goal, protocol, by_method)
+    parts += _sweep_tables(group, by_method)
     regret = anytime_regret(by_method) if has_comparison(by_method) else None
     if regret is not None:
         parts += _anytime_tables(regret, _commands(results, group, regret["methods"]))
@@ -147,13 +149,10 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
     title = f"{dataset.upper()} {protocol} protocol, {goal}"
     tag = f"{dataset}_{protocol}_{goal}"
     if main:
-        plot_success_curve(drawn / f"success_{tag}.png",
-                           {spec: by_method[spec] for spec in main}, title)
-        plot_queries(drawn / f"queries_{tag}.png", {spec: by_method[spec] for spec in main},
-                     title)
+        plot_success_curve(drawn / f"success_{tag}.png", _pick(by_method, main), title)
+        plot_queries(drawn / f"queries_{tag}.png", _pick(by_method, main), title)
     if regret is not None:
-        plot_success_curve(drawn / f"anytime_{tag}.png",
-                           {spec: by_method[spec] for spec in regret["methods"]},
+        plot_success_curve(drawn / f"anytime_{tag}.png", _pick(by_method, regret["methods"]),
                            f"{title}: adaptive and fixed budgets",
                            _anytime_styles(regret["methods"]))
     for folder, name, caption in (
@@ -166,6 +165,10 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
         if png.exists():
             parts.append(f"![{caption}]({pages.link(png, report_path)})")
     return parts
+
+
+def _pick(by_method: dict[str, list[dict]], specs: Iterable[str]) -> dict[str, list[dict]]:
+    return {spec: by_method[spec] for spec in specs}
 
 
 def _anytime_styles(specs: Iterable[str]) -> dict[str, dict]:
@@ -193,31 +196,25 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
     """The fixed-K grid and the adaptive methods' regret table of :func:`anytime_regret`,
     with the ``commands`` that produced their records."""
     methods = regret["methods"]
-    fixed = [s for s in methods if "regret" not in methods[s]]
-    families = {}
-    for spec in fixed:
-        families.setdefault(methods_lib.parse(spec).base, []).append(spec)
-    ks = sorted({methods_lib.parse(s).get("k") for s in fixed})
+    parsed = {s: methods_lib.parse(s) for s in methods if "regret" not in methods[s]}
+    fixed = {(m.base, m.get("k")): s for s, m in parsed.items()}  # the grid's cells
+    families = list(dict.fromkeys(base for base, _ in fixed))
+    ks = sorted({k for _, k in fixed})
     grid = []
-    for base, members in families.items():
-        cells = {methods_lib.parse(s).get("k"): s for s in members}
+    for base in families:
         row = [_family_name(base)]
         for k in ks:
-            spec = cells.get(k)
+            spec = fixed.get((base, k))
             row.append(pages.MISSING if spec is None else pages.bold(
                 f"{_fmt(methods[spec]['mean'])} ({methods[spec]['success_rate']:.0%})",
                 spec == regret["family_best"][base]))
         grid.append([*row, _fmt(regret["family_oracle"][base])])
     best = regret["best_fixed"]
     best_name = "none" if best is None else f"{methods_lib.label(best)} (`{best}`)"
-    rows = []
-    for spec, m in methods.items():
-        if spec in fixed:
-            continue
-        rows.append([methods_lib.label(spec), f"`{spec}`", f"{m['success_rate']:.0%}",
-                     _fmt(m["mean"]), _fmt(m["calls_per_step"], 2), _fmt(m["regret"], 2),
-                     _fmt(m["median_regret"], 2),
-                     *(_fmt(m["family_regret"][base], 2) for base in families)])
+    rows = [[methods_lib.label(spec), f"`{spec}`", f"{m['success_rate']:.0%}", _fmt(m["mean"]),
+             _fmt(m["calls_per_step"], 2), _fmt(m["regret"], 2), _fmt(m["median_regret"], 2),
+             *(_fmt(m["family_regret"][base], 2) for base in families)]
+            for spec, m in methods.items() if "regret" in m]
     excluded = regret["excluded"]
     return [
         f"Anytime comparison: queries to success of the adaptive budgets against fixed K. "
@@ -268,10 +265,9 @@ def _queries(s: dict[str, Any]) -> str:
     return f"{_fmt(s['mean'])} ± {_fmt(s['std'])}"
 
 
-def _sweep_tables(dataset: str, goal: str, protocol: str,
-                  by_method: dict[str, list[dict]]) -> list[str]:
+def _sweep_tables(group: tuple, by_method: dict[str, list[dict]]) -> list[str]:
     parts = []
-    for sweep, param, paper_table, title in (
+    for sweep, param, paper, title in (
         ("nhist", "n_hist", PAPER_NHIST, "ZoAQ history window N_hist"),
         ("kmax", "k_max", PAPER_KMAX, "StatZO cap K_max (classical norm test, R-AdaZO backbone)"),
     ):
@@ -280,12 +276,9 @@ def _sweep_tables(dataset: str, goal: str, protocol: str,
             continue
         rows = []
         for spec in present:
-            value = methods_lib.parse(spec).get(param)
-            s = summarize(by_method[spec])
-            paper = (paper_table.get(dataset, {}).get(value)
-                     if (goal, protocol) == PAPER_SETTING else None)
+            value, s = methods_lib.parse(spec).get(param), summarize(by_method[spec])
             rows.append([value, f"{s['success_rate']:.0%}", _queries(s), _fmt(s["median"]),
-                         _fmt(s["calls_per_step"], 2), _paper(paper)])
+                         _fmt(s["calls_per_step"], 2), _paper(paper, group, value)])
         parts += [f"Sweep: {title}.", pages.table(
             [param, "Success", "Queries mean ± std", "Median", "Calls/iter", "Paper (targeted)"],
             rows)]

@@ -12,17 +12,12 @@ A lane also stops after ``max_steps`` iterations (failure). Queries of an attack
 its centre calls plus the estimator's ``num_queries``.
 
 Lane waste. Under ``jax.vmap`` a ``lax.while_loop`` runs until its slowest lane is done,
-and finished lanes are still computed (their carry is kept, so counts stay exact, but
-the work is wasted). One slow or failing attack (20,000 iterations) would make a whole
-batch of attacks run 20,000 iterations. So the attacks of a method share one compiled,
-vmapped loop over ``width`` lanes, run by the host in chunks of ``chunk`` iterations;
-after each chunk, lanes that finished are recorded and refilled with attacks not yet
-started, and once none are left the unfinished lanes are gathered into narrower
-power-of-two batches (one compile per width). A finished lane idles at most until the
-end of its chunk, and the tail at most halves the useful fraction; :class:`Outcome`
-reports the waste as ``lane_steps_executed`` vs ``lane_steps_useful``. A moderate
-``width`` also keeps each step's batch of ``width * (1 + K)`` images cache-friendly on
-CPU.
+still computing finished lanes (counts stay exact, the work is wasted). So the attacks
+of a method share one compiled loop over ``width`` lanes, run in chunks of ``chunk``
+iterations; after each chunk finished lanes are recorded and refilled with attacks not
+yet started, and once none are left the unfinished lanes are gathered into narrower
+power-of-two batches (one compile per width). :class:`Outcome` reports the waste as
+``lane_steps_executed`` vs ``lane_steps_useful``.
 """
 
 from __future__ import annotations
@@ -176,18 +171,9 @@ def program(loss: Loss, build: BuildOptimizer, dim: int, config: AttackConfig) -
 
 def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackConfig,
                 on_done: Callable[[int], None] | None = None) -> Outcome:
-    """Runs every attack of ``tasks`` with the optimizer ``build(key)`` until success or cap.
-
-    Args:
-      loss: ``loss(x, image0, cls)``, the objective; success is ``loss < 0``.
-      build: returns the optimizer of one lane from its key (called inside ``vmap``).
-      tasks: the attacks.
-      config: loop settings.
-      on_done: called with the number of attacks that just finished (progress bars).
-
-    Returns:
-      An :class:`Outcome`.
-    """
+    """Runs every attack of ``tasks`` with the optimizer ``build(key)`` (of one lane, called
+    inside ``vmap``) on ``loss(x, image0, cls)`` until success (``loss < 0``) or the cap;
+    ``on_done(n)`` is told of each ``n`` attacks that finished."""
     n = len(tasks.seed)
     if not (len(tasks.image0) == len(tasks.cls) == n):
         raise ValueError("tasks.image0, tasks.cls and tasks.seed must have the same length.")

@@ -1,18 +1,15 @@
 """Seeded training of the target models, with a checksummed weight cache.
 
-Weights are cached as ``<cache>/models/<key>.npz`` next to ``<key>.json``, which holds
-the file's SHA-256, the training settings and the test accuracy. The key names the
-dataset, its contents (:meth:`Dataset.fingerprint`), the model and the settings, so a
-different data source or setting never reuses stale weights; a checksum mismatch is an
-error, never a silent retrain. Run as a script to (re)train:
+Weights are cached as ``<cache>/models/<key>.npz`` next to ``<key>.json`` (SHA-256,
+settings, test accuracy). The key names the dataset, its contents
+(:meth:`Dataset.fingerprint`), the model and the settings, so stale weights are never
+reused; a checksum mismatch is an error, never a silent retrain. To (re)train:
 ``python -m benchmarks.attack.train --dataset mnist``.
 
-Training runs in a spawned process pinned to one core (on Linux; elsewhere the process
-sees every core). XLA's CPU kernels round differently depending on the number of cores
-the process sees (XLA's thread flags do not change this), so a seeded training on all
-cores gives different weights on machines with different core counts (on the 2-core
-machine of the reports: 97.60% test accuracy instead of 97.70%). Pinned to one core, the
-same seed gives the same weights whatever the machine's core count.
+Training runs in a spawned process pinned to one core (on Linux): XLA's CPU kernels
+round differently with the number of cores a process sees, so a seeded training on all
+cores gives other weights on other machines (on the reports' 2-core machine: 97.60% test
+accuracy instead of 97.70%).
 """
 
 from __future__ import annotations

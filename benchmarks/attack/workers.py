@@ -70,16 +70,9 @@ def shares(n: int, workers: int) -> list[np.ndarray]:
 def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers: int = 1,
                 on_method: Callable[[str, MethodRun], None] | None = None,
                 desc: str = "attacks") -> dict[str, MethodRun]:
-    """Runs every method of ``specs`` on all ``tasks``.
-
-    Args:
-      job: the attack settings.
-      specs: method specs (:func:`methods.parse`).
-      tasks: the attacks.
-      workers: processes, one pinned core each; 1 runs in this process.
-      on_method: ``on_method(spec, run)`` as soon as all attacks of a method are done
-        (to save results of long runs method by method).
-      desc: the progress bar's label.
+    """Runs every method of ``specs`` on all ``tasks`` with ``workers`` processes (one
+    pinned core each; 1 runs in this process), calling ``on_method(spec, run)`` as soon as
+    all attacks of a method are done (so long runs save method by method).
 
     Returns:
       ``{spec: MethodRun}`` in the order of ``specs``.
