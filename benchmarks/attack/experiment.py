@@ -23,19 +23,6 @@ from benchmarks.record import Recorder
 RESULTS = f"attack{common.RESULTS}"  # the results file of a run folder
 
 
-def method_specs(preset: Preset, methods: list[str] | None, sweeps: list[str],
-                 comparisons: list[str]) -> tuple[str, ...]:
-    """The canonical specs a run attacks with, each once: ``methods`` (without them, the
-    preset's unless a comparison is asked for), then the members of ``sweeps`` and
-    ``comparisons``; ValueError for a spec that does not parse."""
-    specs = list(methods or ([] if comparisons else preset.methods))
-    for sweep in sweeps:
-        specs += methods_lib.SWEEPS[sweep]
-    for comparison in comparisons:
-        specs += methods_lib.COMPARISONS[comparison]
-    return tuple(dict.fromkeys(methods_lib.parse(s).spec for s in specs))
-
-
 class Setup(NamedTuple):
     """What every goal of a run shares: the data, the trained model, the attacks."""
 

@@ -61,12 +61,6 @@ def run_share(item: tuple[Job, str, int, runner.Tasks]) -> MethodRun:
     return MethodRun(outcome, watch.seconds)
 
 
-def shares(n: int, workers: int) -> list[np.ndarray]:
-    """Attack indices dealt round-robin to ``min(workers, n)`` shares."""
-    workers = max(1, min(workers, n))
-    return [np.arange(n)[w::workers] for w in range(workers)]
-
-
 def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers: int = 1,
                 on_method: Callable[[str, MethodRun], None] | None = None,
                 desc: str = "attacks") -> dict[str, MethodRun]:
@@ -82,7 +76,8 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}.")
-    parts_of = shares(len(tasks.seed), workers)
+    n, used = len(tasks.seed), max(1, min(workers, len(tasks.seed)))
+    parts_of = [np.arange(n)[w::used] for w in range(used)]  # attacks dealt round-robin
     items = [(job, spec, w, runner.Tasks(*(np.asarray(a)[share] for a in tasks)))
              for spec in specs for w, share in enumerate(parts_of)]
     parts: dict[str, dict[int, MethodRun]] = {spec: {} for spec in specs}
@@ -92,7 +87,7 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
             setup_args=(job.dataset, job.weights)):
         parts[spec][w] = result
         if len(parts[spec]) == len(parts_of):
-            done[spec] = merge(parts[spec], parts_of, len(tasks.seed))
+            done[spec] = merge(parts[spec], parts_of, n)
             if on_method is not None:
                 on_method(spec, done[spec])
     return {spec: done[spec] for spec in specs}
