@@ -6,6 +6,7 @@ Modules: :mod:`data` (MNIST 5k subset, full MNIST, CIFAR-10 loaders), :mod:`mode
 compared, specs of :mod:`benchmarks.methods`), :mod:`runner` (many attacks as one vmapped
 program), :mod:`workers` (methods x shares of the attacks on the pinned pool of
 :mod:`benchmarks.pool`), :mod:`protocol` (the presets, and which images and seeds),
-:mod:`experiment` (setup, the goal x method loop, records and run entries), :mod:`report`
-(results file, figures, Markdown) and the thin :mod:`cli`.
+:mod:`experiment` (setup, the goal x method loop, records and run entries),
+:mod:`results` (merging runs, summaries, anytime regret), :mod:`report` (figures,
+Markdown) and the thin :mod:`cli`.
 """

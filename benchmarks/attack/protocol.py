@@ -73,14 +73,8 @@ class Attacks(NamedTuple):
 
 def select(protocol: str, dataset: Dataset, predictions: np.ndarray,
            seeds: tuple[int, ...] = SEEDS, num_images: int = 100) -> Attacks:
-    """The attacks of ``protocol`` on ``dataset``'s test split.
-
-    Args:
-      protocol: one of :data:`PROTOCOLS` (``"smoke"`` attacks the paper's image).
-      dataset: the data.
-      predictions: the target model's predicted class of every test image.
-      seeds: the seeds each image is attacked with.
-      num_images: images of the extended protocol.
+    """The attacks of ``protocol`` on ``dataset``'s test split, each image with every seed
+    (``predictions``: the target model's class of every test image).
 
     Raises:
       ValueError: unknown protocol, no seeds, or too few test images.

@@ -1,12 +1,7 @@
-"""Results of the attack benchmark: records, summaries, figures and the Markdown report.
-
-``attack.json.xz`` accumulates the results of every ``python -m benchmarks attack`` run
-written to the same folder: ``records`` (one per method x image x seed x goal x
-protocol x dataset) and ``runs`` (settings, machine, timings, the exact command). A new
-run replaces the records and the run entry of the same (dataset, protocol, goal,
-method). The report is rendered from the whole file, so every number in it comes with
-the command and machine that produced it; hand-written analysis lives in the report page
-outside its generated block (:func:`benchmarks.pages.write_markdown`).
+"""The attack benchmark's Markdown report and figures, rendered from the whole
+``attack.json.xz`` (:mod:`benchmarks.attack.results`), so every number comes with the
+command and machine that produced it; hand-written analysis lives outside the generated
+block (:func:`benchmarks.pages.write_markdown`).
 """
 
 from __future__ import annotations
@@ -18,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, pages
+from benchmarks import pages
 from benchmarks import record as run_record
 from benchmarks.attack import methods as methods_lib
+from benchmarks.attack.results import (GROUP, anytime_regret, by_group, has_comparison,
+                                       is_extra, summarize)
 
 TITLE = "Black-box adversarial attacks (MNIST, CIFAR-10)"
 
@@ -38,60 +35,18 @@ PAPER_KMAX = {"mnist": {2: (1996, 1231), 4: (4089, 953), 6: (5137, 2004), 8: (39
                         10: (4572, 2189)},
               "cifar10": {2: (964, 28), 4: (1134, 73)}}
 
-GROUP = ("dataset", "protocol", "goal")
 PAPER_SETTING = ("targeted", "paper")  # the only (goal, protocol) the paper's numbers are for
-
-
-def merge(existing: dict[str, Any] | None, records: list[dict], run: dict) -> dict[str, Any]:
-    """``existing`` results with those of ``run`` replacing any of the same group and method."""
-    existing = existing or {"records": [], "runs": []}
-    key = {k: run[k] for k in GROUP}
-    new_methods = set(run["methods"])
-
-    def replaced(item: dict, methods: Iterable[str]) -> bool:
-        return all(item[k] == v for k, v in key.items()) and bool(set(methods) & new_methods)
-
-    kept_records = [r for r in existing["records"] if not replaced(r, [r["method"]])]
-    kept_runs = []
-    for old in existing["runs"]:
-        if replaced(old, old["methods"]):
-            old = {**old, "methods": {m: v for m, v in old["methods"].items()
-                                      if m not in new_methods}}
-        if old["methods"]:
-            kept_runs.append(old)
-    return {"records": kept_records + records, "runs": kept_runs + [run]}
-
-
-def summarize(records: Sequence[dict]) -> dict[str, Any]:
-    """Success rate and query statistics of one method's records."""
-    queries = np.array([r["num_queries"] for r in records], float)
-    success = np.array([r["success"] for r in records], bool)
-    steps = np.array([r["steps"] for r in records], float)
-    ok = queries[success]
-    return {
-        "attacks": len(records),
-        "success_rate": float(success.mean()),
-        "mean": float(ok.mean()) if ok.size else float("nan"),
-        "std": float(ok.std()) if ok.size else float("nan"),
-        "median": float(np.median(ok)) if ok.size else float("nan"),
-        "mean_all": float(queries.mean()),
-        "calls_per_step": float(queries.sum() / max(steps.sum(), 1)),
-    }
 
 
 def _fmt(x: float, digits: int = 0) -> str:
     return pages.num(x, f"{{:,.{digits}f}}")
 
 
-def _paper(pair: tuple[float, float] | None) -> str:
+def _paper(table: dict, group: tuple, key: Any) -> str:
+    """The paper's ``mean ± std`` of ``key`` in ``table``, if it reports ``group``'s setting."""
+    dataset, protocol, goal = group
+    pair = table.get(dataset, {}).get(key) if (goal, protocol) == PAPER_SETTING else None
     return pages.MISSING if pair is None else pages.pm(*pair, "{:,.0f}")
-
-
-def _groups(results: dict) -> dict[tuple, dict[str, list[dict]]]:
-    groups: dict[tuple, dict[str, list[dict]]] = {}
-    for r in results["records"]:
-        groups.setdefault(tuple(r[k] for k in GROUP), {}).setdefault(r["method"], []).append(r)
-    return groups
 
 
 def _run_of(results: dict, group: tuple, method: str) -> dict | None:
@@ -125,7 +80,7 @@ def write(results: dict, report_path: Path, figures: Path, drawn: Path) -> Path:
         "estimator's perturbed calls (forward differences), counted up to and including "
         "the iteration whose centre value succeeds. Mean ± std (population std, as in the "
         "paper) and median are over the successful attacks."]
-    groups = _groups(results)
+    groups = by_group(results)
     for group in sorted(groups, key=lambda g: (g[0], g[1] != "paper", g[2])):
         parts += _group(results, group, groups[group], report_path, figures, drawn)
     return pages.page(report_path, TITLE, parts, "attack")
@@ -177,17 +132,16 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
         within = np.mean([r["success"] and r["num_queries"] <= budget for r in by_method[spec]])
         shared = [r["num_queries"] for r in by_method[spec]
                   if (r["image"], r["seed"]) in common_keys]
-        paper = PAPER.get(dataset, {}).get(spec) if (goal, protocol) == PAPER_SETTING else None
         rows.append([methods_lib.label(spec), f"`{spec}`", f"{s['success_rate']:.0%}",
                      *([f"{within:.0%}"] if failures else []), _queries(s), _fmt(s["median"]),
                      _fmt(float(np.mean(shared)) if shared else float("nan")),
-                     _fmt(s["calls_per_step"], 2), _paper(paper)])
+                     _fmt(s["calls_per_step"], 2), _paper(PAPER, group, spec)])
     parts += [COLUMNS, pages.table(
         ["Method", "Spec", "Success",
          *([f"Success within {budget:,} queries"] if failures else []), "Queries mean ± std",
          "Median", f"Mean on the {len(common_keys)} attacks all solved", "Calls/iter",
          "Paper (targeted, image 1)"], rows)]
-    parts += _sweep_tables(dataset, goal, protocol, by_method)
+    parts += _sweep_tables(group, by_method)
     regret = anytime_regret(by_method) if has_comparison(by_method) else None
     if regret is not None:
         parts += _anytime_tables(regret, _commands(results, group, regret["methods"]))
@@ -195,13 +149,10 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
     title = f"{dataset.upper()} {protocol} protocol, {goal}"
     tag = f"{dataset}_{protocol}_{goal}"
     if main:
-        plot_success_curve(drawn / f"success_{tag}.png",
-                           {spec: by_method[spec] for spec in main}, title)
-        plot_queries(drawn / f"queries_{tag}.png", {spec: by_method[spec] for spec in main},
-                     title)
+        plot_success_curve(drawn / f"success_{tag}.png", _pick(by_method, main), title)
+        plot_queries(drawn / f"queries_{tag}.png", _pick(by_method, main), title)
     if regret is not None:
-        plot_success_curve(drawn / f"anytime_{tag}.png",
-                           {spec: by_method[spec] for spec in regret["methods"]},
+        plot_success_curve(drawn / f"anytime_{tag}.png", _pick(by_method, regret["methods"]),
                            f"{title}: adaptive and fixed budgets",
                            _anytime_styles(regret["methods"]))
     for folder, name, caption in (
@@ -216,97 +167,8 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
     return parts
 
 
-def is_extra(spec: str) -> bool:
-    """Whether ``spec`` belongs to a sweep or a comparison but not to the main method list."""
-    return spec not in methods_lib.ALL_METHODS and any(
-        spec in members
-        for members in (*methods_lib.SWEEPS.values(), *methods_lib.COMPARISONS.values()))
-
-
-def has_comparison(by_method: dict[str, list[dict]]) -> bool:
-    """Whether the anytime comparison was run: a fixed-K method outside the main list
-    (such as ``radazo:k=4``) is present."""
-    return any(spec in by_method and is_extra(spec) for spec in methods_lib.FIXED_K)
-
-
-def anytime_regret(by_method: dict[str, list[dict]],
-                   adaptive: Sequence[str] = methods_lib.ADAPTIVE,
-                   fixed: Sequence[str] = methods_lib.FIXED_K) -> dict[str, Any] | None:
-    """Query regret of each adaptive method against the best fixed K in hindsight.
-
-    Only the attacks (image, seed) that every compared method (those of ``adaptive`` and
-    ``fixed`` present in ``by_method``) solved are counted; the others are listed under
-    ``excluded`` (the success rates, over all attacks, count them as failures). On the
-    counted attacks, the best fixed method is the one of ``fixed`` with the fewest mean
-    queries (the first in ``fixed``'s order on a tie), and likewise the best of each
-    family (base method); ``family_oracle`` is the mean over the counted attacks of each
-    family's fewest queries on that attack (its best K chosen per attack after the fact, a
-    bound no fixed K of the family beats). An adaptive method's regret is its mean
-    queries over the best fixed method's (:func:`benchmarks.anytime.ratio`, the project's
-    one query regret; the target, success, is yes or no, so no near-tie tolerance
-    applies); its per-attack regrets are its queries over the best fixed method's on the
-    same attack (median given). Means and regrets are NaN, and no best is chosen, when no
-    attack counts.
-
-    Returns:
-      ``None`` if no adaptive or no fixed method is present, else ``{"attacks",
-      "common_attacks", "excluded", "best_fixed", "family_best", "family_oracle",
-      "methods"}`` with, per compared spec, ``success_rate``, ``mean``,
-      ``calls_per_step`` and, for the adaptive ones, ``regret``, ``median_regret``,
-      ``per_attack_regret`` and ``family_regret``.
-    """
-    adaptive = [s for s in adaptive if s in by_method]
-    fixed = [s for s in fixed if s in by_method]
-    if not adaptive or not fixed:
-        return None
-    compared = adaptive + fixed
-    solved = {s: {(r["image"], r["seed"]): r["num_queries"] for r in by_method[s] if r["success"]}
-              for s in compared}
-    attacks = sorted({(r["image"], r["seed"]) for s in compared for r in by_method[s]})
-    common = [a for a in attacks if all(a in solved[s] for s in compared)]
-    mean = {s: float(np.mean([solved[s][a] for a in common])) if common else float("nan")
-            for s in compared}
-
-    def best(specs: list[str]) -> str | None:
-        return min(specs, key=lambda s: mean[s]) if common else None
-
-    best_fixed = best(fixed)
-    families = {base: members for base in methods_lib.FAMILIES
-                if (members := [s for s in fixed if methods_lib.parse(s).base == base])}
-    family_best = {base: best(members) for base, members in families.items()}
-    family_oracle = {
-        base: float(np.mean([min(solved[s][a] for s in members) for a in common]))
-        if common else float("nan") for base, members in families.items()}
-    methods = {}
-    for spec in compared:
-        s = summarize(by_method[spec])
-        entry = {"success_rate": s["success_rate"], "mean": mean[spec],
-                 "calls_per_step": s["calls_per_step"]}
-        if spec in adaptive:
-            per_attack = ([anytime.ratio(solved[spec][a], solved[best_fixed][a])
-                           for a in common] if common else [])
-            entry.update(
-                regret=anytime.ratio(mean[spec], mean[best_fixed]) if common else float("nan"),
-                median_regret=float(np.median(per_attack)) if common else float("nan"),
-                per_attack_regret=per_attack,
-                family_regret={base: anytime.ratio(mean[spec], mean[b]) if common
-                               else float("nan") for base, b in family_best.items()})
-        methods[spec] = entry
-    return {"attacks": len(attacks), "common_attacks": len(common),
-            "excluded": [list(a) for a in attacks if a not in common],
-            "best_fixed": best_fixed, "family_best": family_best,
-            "family_oracle": family_oracle, "methods": methods}
-
-
-def anytime_summaries(results: dict) -> list[dict[str, Any]]:
-    """:func:`anytime_regret` of every (dataset, protocol, goal) of ``results`` in which the
-    anytime comparison was run (:func:`has_comparison`)."""
-    summaries = []
-    for group, by_method in sorted(_groups(results).items()):
-        regret = anytime_regret(by_method) if has_comparison(by_method) else None
-        if regret is not None:
-            summaries.append({**dict(zip(GROUP, group)), **regret})
-    return summaries
+def _pick(by_method: dict[str, list[dict]], specs: Iterable[str]) -> dict[str, list[dict]]:
+    return {spec: by_method[spec] for spec in specs}
 
 
 def _anytime_styles(specs: Iterable[str]) -> dict[str, dict]:
@@ -334,31 +196,25 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
     """The fixed-K grid and the adaptive methods' regret table of :func:`anytime_regret`,
     with the ``commands`` that produced their records."""
     methods = regret["methods"]
-    fixed = [s for s in methods if "regret" not in methods[s]]
-    families = {}
-    for spec in fixed:
-        families.setdefault(methods_lib.parse(spec).base, []).append(spec)
-    ks = sorted({methods_lib.parse(s).get("k") for s in fixed})
+    parsed = {s: methods_lib.parse(s) for s in methods if "regret" not in methods[s]}
+    fixed = {(m.base, m.get("k")): s for s, m in parsed.items()}  # the grid's cells
+    families = list(dict.fromkeys(base for base, _ in fixed))
+    ks = sorted({k for _, k in fixed})
     grid = []
-    for base, members in families.items():
-        cells = {methods_lib.parse(s).get("k"): s for s in members}
+    for base in families:
         row = [_family_name(base)]
         for k in ks:
-            spec = cells.get(k)
+            spec = fixed.get((base, k))
             row.append(pages.MISSING if spec is None else pages.bold(
                 f"{_fmt(methods[spec]['mean'])} ({methods[spec]['success_rate']:.0%})",
                 spec == regret["family_best"][base]))
         grid.append([*row, _fmt(regret["family_oracle"][base])])
     best = regret["best_fixed"]
     best_name = "none" if best is None else f"{methods_lib.label(best)} (`{best}`)"
-    rows = []
-    for spec, m in methods.items():
-        if spec in fixed:
-            continue
-        rows.append([methods_lib.label(spec), f"`{spec}`", f"{m['success_rate']:.0%}",
-                     _fmt(m["mean"]), _fmt(m["calls_per_step"], 2), _fmt(m["regret"], 2),
-                     _fmt(m["median_regret"], 2),
-                     *(_fmt(m["family_regret"][base], 2) for base in families)])
+    rows = [[methods_lib.label(spec), f"`{spec}`", f"{m['success_rate']:.0%}", _fmt(m["mean"]),
+             _fmt(m["calls_per_step"], 2), _fmt(m["regret"], 2), _fmt(m["median_regret"], 2),
+             *(_fmt(m["family_regret"][base], 2) for base in families)]
+            for spec, m in methods.items() if "regret" in m]
     excluded = regret["excluded"]
     return [
         f"Anytime comparison: queries to success of the adaptive budgets against fixed K. "
@@ -409,10 +265,9 @@ def _queries(s: dict[str, Any]) -> str:
     return f"{_fmt(s['mean'])} ± {_fmt(s['std'])}"
 
 
-def _sweep_tables(dataset: str, goal: str, protocol: str,
-                  by_method: dict[str, list[dict]]) -> list[str]:
+def _sweep_tables(group: tuple, by_method: dict[str, list[dict]]) -> list[str]:
     parts = []
-    for sweep, param, paper_table, title in (
+    for sweep, param, paper, title in (
         ("nhist", "n_hist", PAPER_NHIST, "ZoAQ history window N_hist"),
         ("kmax", "k_max", PAPER_KMAX, "StatZO cap K_max (classical norm test, R-AdaZO backbone)"),
     ):
@@ -421,12 +276,9 @@ def _sweep_tables(dataset: str, goal: str, protocol: str,
             continue
         rows = []
         for spec in present:
-            value = methods_lib.parse(spec).get(param)
-            s = summarize(by_method[spec])
-            paper = (paper_table.get(dataset, {}).get(value)
-                     if (goal, protocol) == PAPER_SETTING else None)
+            value, s = methods_lib.parse(spec).get(param), summarize(by_method[spec])
             rows.append([value, f"{s['success_rate']:.0%}", _queries(s), _fmt(s["median"]),
-                         _fmt(s["calls_per_step"], 2), _paper(paper)])
+                         _fmt(s["calls_per_step"], 2), _paper(paper, group, value)])
         parts += [f"Sweep: {title}.", pages.table(
             [param, "Success", "Queries mean ± std", "Median", "Calls/iter", "Paper (targeted)"],
             rows)]

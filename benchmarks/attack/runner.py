@@ -12,17 +12,12 @@ A lane also stops after ``max_steps`` iterations (failure). Queries of an attack
 its centre calls plus the estimator's ``num_queries``.
 
 Lane waste. Under ``jax.vmap`` a ``lax.while_loop`` runs until its slowest lane is done,
-and finished lanes are still computed (their carry is kept, so counts stay exact, but
-the work is wasted). One slow or failing attack (20,000 iterations) would make a whole
-batch of attacks run 20,000 iterations. So the attacks of a method share one compiled,
-vmapped loop over ``width`` lanes, run by the host in chunks of ``chunk`` iterations;
-after each chunk, lanes that finished are recorded and refilled with attacks not yet
-started, and once none are left the unfinished lanes are gathered into narrower
-power-of-two batches (one compile per width). A finished lane idles at most until the
-end of its chunk, and the tail at most halves the useful fraction; :class:`Outcome`
-reports the waste as ``lane_steps_executed`` vs ``lane_steps_useful``. A moderate
-``width`` also keeps each step's batch of ``width * (1 + K)`` images cache-friendly on
-CPU.
+still computing finished lanes (counts stay exact, the work is wasted). So the attacks
+of a method share one compiled loop over ``width`` lanes, run in chunks of ``chunk``
+iterations; after each chunk finished lanes are recorded and refilled with attacks not
+yet started, and once none are left the unfinished lanes are gathered into narrower
+power-of-two batches (one compile per width). :class:`Outcome` reports the waste as
+``lane_steps_executed`` vs ``lane_steps_useful``.
 """
 
 from __future__ import annotations
@@ -174,42 +169,11 @@ def program(loss: Loss, build: BuildOptimizer, dim: int, config: AttackConfig) -
     return Program(jax.jit(jax.vmap(init)), advance, summary, refill)
 
 
-class _Recorder:
-    """The host's per-attack results, filled as lanes finish."""
-
-    def __init__(self, n: int, on_done: Callable[[int], None] | None):
-        self.results: dict[str, np.ndarray] = {}
-        self.recorded = np.zeros(n, bool)
-        self.n, self.on_done = n, on_done
-
-    def __call__(self, state: dict[str, np.ndarray], ids: np.ndarray) -> None:
-        """Records the finished lanes of ``state`` (lane ``i`` holds attack ``ids[i]``)."""
-        slots = np.flatnonzero(~state["active"] & (ids >= 0))
-        slots = slots[~self.recorded[ids[slots]]]
-        for name, value in state.items():
-            if name != "active":
-                if name not in self.results:
-                    self.results[name] = np.zeros((self.n, *value.shape[1:]), value.dtype)
-                self.results[name][ids[slots]] = value[slots]
-        self.recorded[ids[slots]] = True
-        if self.on_done is not None and len(slots):
-            self.on_done(len(slots))
-
-
 def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackConfig,
                 on_done: Callable[[int], None] | None = None) -> Outcome:
-    """Runs every attack of ``tasks`` with the optimizer ``build(key)`` until success or cap.
-
-    Args:
-      loss: ``loss(x, image0, cls)``, the objective; success is ``loss < 0``.
-      build: returns the optimizer of one lane from its key (called inside ``vmap``).
-      tasks: the attacks.
-      config: loop settings.
-      on_done: called with the number of attacks that just finished (progress bars).
-
-    Returns:
-      An :class:`Outcome`.
-    """
+    """Runs every attack of ``tasks`` with the optimizer ``build(key)`` (of one lane, called
+    inside ``vmap``) on ``loss(x, image0, cls)`` until success (``loss < 0``) or the cap;
+    ``on_done(n)`` is told of each ``n`` attacks that finished."""
     n = len(tasks.seed)
     if not (len(tasks.image0) == len(tasks.cls) == n):
         raise ValueError("tasks.image0, tasks.cls and tasks.seed must have the same length.")
@@ -223,13 +187,22 @@ def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackC
     queued = width  # attacks [queued, n) have not started
     slot_tasks = jax.tree.map(lambda a: a[:width], all_tasks)
     lanes = prog.init(slot_tasks)
-    record = _Recorder(n, on_done)
+    results: dict[str, np.ndarray] = {}  # per attack, filled as lanes finish
+    recorded = np.zeros(n, bool)
     executed, widths = 0, [width]
     while True:
         lanes, ran = prog.advance(lanes, slot_tasks, jnp.int32(config.chunk))
         executed += len(ids) * int(ran)
         state = jax.tree.map(np.asarray, prog.summary(lanes))
-        record(state, ids)
+        done = np.flatnonzero(~state["active"] & (ids >= 0))
+        done = done[~recorded[ids[done]]]  # lanes that finished in this chunk
+        for name, value in state.items():
+            if name not in results:
+                results[name] = np.zeros((n, *value.shape[1:]), value.dtype)
+            results[name][ids[done]] = value[done]
+        recorded[ids[done]] = True
+        if on_done is not None and len(done):
+            on_done(len(done))
         idle = np.flatnonzero(~state["active"])
         if queued < n and len(idle):  # refill idle slots with attacks not yet started
             slots = idle[: n - queued]
@@ -250,7 +223,6 @@ def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackC
             ids = np.concatenate([ids[live], np.full(len(slots) - len(live), -1)])
             widths.append(narrow)
 
-    results = record.results
     return Outcome(
         success=results["success"], num_queries=results["num_queries"].astype(np.int64),
         steps=results["steps"].astype(np.int64), loss=results["loss"], x=results["x"],

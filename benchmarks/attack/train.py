@@ -1,18 +1,15 @@
 """Seeded training of the target models, with a checksummed weight cache.
 
-Weights are cached as ``<cache>/models/<key>.npz`` next to ``<key>.json``, which holds
-the file's SHA-256, the training settings and the test accuracy. The key names the
-dataset, its contents (:meth:`Dataset.fingerprint`), the model and the settings, so a
-different data source or setting never reuses stale weights; a checksum mismatch is an
-error, never a silent retrain. Run as a script to (re)train:
+Weights are cached as ``<cache>/models/<key>.npz`` next to ``<key>.json`` (SHA-256,
+settings, test accuracy). The key names the dataset, its contents
+(:meth:`Dataset.fingerprint`), the model and the settings, so stale weights are never
+reused; a checksum mismatch is an error, never a silent retrain. To (re)train:
 ``python -m benchmarks.attack.train --dataset mnist``.
 
-Training runs in a spawned process pinned to one core (on Linux; elsewhere the process
-sees every core). XLA's CPU kernels round differently depending on the number of cores
-the process sees (XLA's thread flags do not change this), so a seeded training on all
-cores gives different weights on machines with different core counts (on the 2-core
-machine of the reports: 97.60% test accuracy instead of 97.70%). Pinned to one core, the
-same seed gives the same weights whatever the machine's core count.
+Training runs in a spawned process pinned to one core (on Linux): XLA's CPU kernels
+round differently with the number of cores a process sees, so a seeded training on all
+cores gives other weights on other machines (on the reports' 2-core machine: 97.60% test
+accuracy instead of 97.70%).
 """
 
 from __future__ import annotations
@@ -80,11 +77,6 @@ def train(model: nnx.Module, dataset: data_lib.Dataset, config: TrainConfig,
     return model
 
 
-def accuracy(log_prob, images: np.ndarray, labels: np.ndarray, batch: int = 500) -> float:
-    """Fraction of ``images`` that ``log_prob`` classifies as ``labels``."""
-    return float(np.mean(predict(log_prob, images, batch) == labels))
-
-
 def predict(log_prob, images: np.ndarray, batch: int = 500) -> np.ndarray:
     """Predicted classes of ``images``, evaluated in batches."""
     fn = jax.jit(log_prob)
@@ -113,38 +105,35 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
     model = models.create(dataset.name, config.seed)
     if weights.exists() and meta_path.exists() and not retrain:
         meta = json.loads(meta_path.read_text())
-        digest = common.sha256(weights)
+        digest, test_accuracy = common.sha256(weights), float(meta["test_accuracy"])
         if digest != meta["sha256"]:
             raise ValueError(
                 f"Cached weights {weights} have SHA-256 {digest}, but {meta_path.name} records "
                 f"{meta['sha256']}. Delete both files (or pass --retrain) to train again."
             )
-        load_weights(model, weights)
-        model.eval()
-        log(f"loaded {weights.name} (test accuracy {meta['test_accuracy']:.4f})")
-        return TrainedModel(model, float(meta["test_accuracy"]), weights, digest)
-
-    log(f"training the {dataset.name} model ({config}) in a process pinned to one core; "
-        f"weights go to {weights}")
-    # The log lines come back when training ends; a child that dies raises
-    # BrokenProcessPool here rather than hanging.
-    test_accuracy, seconds, cores, lines = pool.pinned_call(
-        _train_and_save, dataset, config, str(weights))
-    for line in lines:
-        log(line)
+        log(f"loaded {weights.name} (test accuracy {test_accuracy:.4f})")
+    else:
+        log(f"training the {dataset.name} model ({config}) in a process pinned to one core; "
+            f"weights go to {weights}")
+        # The log lines come back when training ends; a child that dies raises
+        # BrokenProcessPool here rather than hanging.
+        test_accuracy, seconds, cores, lines = pool.pinned_call(
+            _train_and_save, dataset, config, str(weights))
+        for line in lines:
+            log(line)
+        digest = common.sha256(weights)
+        common.write_json(meta_path, {
+            "sha256": digest, "dataset": dataset.name, "source": dataset.source,
+            "fingerprint": dataset.fingerprint(), "model": type(model).__name__,
+            "config": config._asdict(), "test_accuracy": test_accuracy,
+            "num_test": len(dataset.test_labels), "train_seconds": round(seconds, 1),
+            "train_cores": cores, "machine": run_record.machine_info(),
+            "load_average": run_record.load_average(),
+        })
+        log(f"test accuracy {test_accuracy:.4f} on {len(dataset.test_labels)} images "
+            f"({seconds:.0f} s)")
     load_weights(model, weights)
     model.eval()
-    digest = common.sha256(weights)
-    common.write_json(meta_path, {
-        "sha256": digest, "dataset": dataset.name, "source": dataset.source,
-        "fingerprint": dataset.fingerprint(), "model": type(model).__name__,
-        "config": config._asdict(), "test_accuracy": test_accuracy,
-        "num_test": len(dataset.test_labels), "train_seconds": round(seconds, 1),
-        "train_cores": cores, "machine": run_record.machine_info(),
-        "load_average": run_record.load_average(),
-    })
-    log(f"test accuracy {test_accuracy:.4f} on {len(dataset.test_labels)} images "
-        f"({seconds:.0f} s)")
     return TrainedModel(model, test_accuracy, weights, digest)
 
 
@@ -159,7 +148,8 @@ def _train_and_save(dataset: data_lib.Dataset, config: TrainConfig,
     model = models.create(dataset.name, config.seed)
     with common.Stopwatch() as watch:
         train(model, dataset, config, log=lines.append)
-    test_accuracy = accuracy(models.log_prob_fn(model), dataset.test_images, dataset.test_labels)
+    predicted = predict(models.log_prob_fn(model), dataset.test_images)
+    test_accuracy = float(np.mean(predicted == dataset.test_labels))
     save_weights(model, Path(weights))
     return test_accuracy, watch.seconds, len(run_record.available_cores()), lines
 

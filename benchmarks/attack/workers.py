@@ -61,25 +61,12 @@ def run_share(item: tuple[Job, str, int, runner.Tasks]) -> MethodRun:
     return MethodRun(outcome, watch.seconds)
 
 
-def shares(n: int, workers: int) -> list[np.ndarray]:
-    """Attack indices dealt round-robin to ``min(workers, n)`` shares."""
-    workers = max(1, min(workers, n))
-    return [np.arange(n)[w::workers] for w in range(workers)]
-
-
 def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers: int = 1,
                 on_method: Callable[[str, MethodRun], None] | None = None,
                 desc: str = "attacks") -> dict[str, MethodRun]:
-    """Runs every method of ``specs`` on all ``tasks``.
-
-    Args:
-      job: the attack settings.
-      specs: method specs (:func:`methods.parse`).
-      tasks: the attacks.
-      workers: processes, one pinned core each; 1 runs in this process.
-      on_method: ``on_method(spec, run)`` as soon as all attacks of a method are done
-        (to save results of long runs method by method).
-      desc: the progress bar's label.
+    """Runs every method of ``specs`` on all ``tasks`` with ``workers`` processes (one
+    pinned core each; 1 runs in this process), calling ``on_method(spec, run)`` as soon as
+    all attacks of a method are done (so long runs save method by method).
 
     Returns:
       ``{spec: MethodRun}`` in the order of ``specs``.
@@ -89,7 +76,8 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}.")
-    parts_of = shares(len(tasks.seed), workers)
+    n, used = len(tasks.seed), max(1, min(workers, len(tasks.seed)))
+    parts_of = [np.arange(n)[w::used] for w in range(used)]  # attacks dealt round-robin
     items = [(job, spec, w, runner.Tasks(*(np.asarray(a)[share] for a in tasks)))
              for spec in specs for w, share in enumerate(parts_of)]
     parts: dict[str, dict[int, MethodRun]] = {spec: {} for spec in specs}
@@ -99,7 +87,7 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
             setup_args=(job.dataset, job.weights)):
         parts[spec][w] = result
         if len(parts[spec]) == len(parts_of):
-            done[spec] = merge(parts[spec], parts_of, len(tasks.seed))
+            done[spec] = merge(parts[spec], parts_of, n)
             if on_method is not None:
                 on_method(spec, done[spec])
     return {spec: done[spec] for spec in specs}
@@ -107,19 +95,15 @@ def run_methods(job: Job, specs: Sequence[str], tasks: runner.Tasks, *, workers:
 
 def merge(parts: dict[int, MethodRun], shares: list[np.ndarray], n: int) -> MethodRun:
     """Reassembles per-share outcomes in attack order."""
-    first = parts[0].outcome
+    outcomes = [parts[w].outcome for w in range(len(shares))]
     merged: dict[str, Any] = {}
     for name in ("success", "num_queries", "steps", "loss", "x", "trace_loss", "trace_cos"):
-        value = getattr(first, name)
-        array = np.zeros((n, *value.shape[1:]), value.dtype)
-        for w, share in enumerate(shares):
-            array[share] = getattr(parts[w].outcome, name)
-        merged[name] = array
+        first = getattr(outcomes[0], name)
+        merged[name] = np.zeros((n, *first.shape[1:]), first.dtype)
+        for share, outcome in zip(shares, outcomes):
+            merged[name][share] = getattr(outcome, name)
     outcome = runner.Outcome(
-        **merged,
-        lane_steps_executed=sum(p.outcome.lane_steps_executed for p in parts.values()),
-        lane_steps_useful=sum(p.outcome.lane_steps_useful for p in parts.values()),
-        widths=tuple(sorted({w for p in parts.values() for w in p.outcome.widths},
-                            reverse=True)),
-    )
+        **merged, lane_steps_executed=sum(o.lane_steps_executed for o in outcomes),
+        lane_steps_useful=sum(o.lane_steps_useful for o in outcomes),
+        widths=tuple(sorted({w for o in outcomes for w in o.widths}, reverse=True)))
     return MethodRun(outcome, max(p.seconds for p in parts.values()))

@@ -10,7 +10,7 @@ import optax
 import pytest
 
 import zoaq_jax
-from benchmarks.attack import cli, methods, report
+from benchmarks.attack import cli, methods, report, results
 
 
 def test_fixed_k_family_specs_and_labels():
@@ -95,7 +95,7 @@ def by_method(table):
 
 
 def test_regret_on_hand_made_records():
-    out = report.anytime_regret(by_method(TABLE))
+    out = results.anytime_regret(by_method(TABLE))
     # (1, 303) is unsolved by auto_k, so it is left out for every method.
     assert (out["attacks"], out["common_attacks"], out["excluded"]) == (4, 3, [[1, 303]])
     m = out["methods"]
@@ -118,20 +118,20 @@ def test_regret_on_hand_made_records():
 def test_regret_without_common_attacks_or_without_a_side():
     table = {**TABLE, "zoar": [None, 100, 600, 200], "radazo:k=1": [200, 100, 400, None]}
     table["zoaq"] = [100, None, 300, 400]
-    out = report.anytime_regret(by_method(table))
+    out = results.anytime_regret(by_method(table))
     assert out["common_attacks"] == 0 and out["best_fixed"] is None
     assert np.isnan(out["methods"]["zoaq"]["regret"]) and np.isnan(out["methods"]["zoaq"]["mean"])
-    assert report.anytime_regret(by_method({"zoaq": TABLE["zoaq"]})) is None
-    assert report.anytime_regret(by_method({"zoar": TABLE["zoar"]})) is None
+    assert results.anytime_regret(by_method({"zoaq": TABLE["zoaq"]})) is None
+    assert results.anytime_regret(by_method({"zoar": TABLE["zoar"]})) is None
 
 
 def test_regret_table_is_rendered_only_for_the_comparison():
     records = by_method(TABLE)
     main_only = {m: r for m, r in records.items() if m != "radazo:k=1"}
-    assert not report.has_comparison(main_only)  # only main methods: no regret table
-    assert report.has_comparison(records)
+    assert not results.has_comparison(main_only)  # only main methods: no regret table
+    assert results.has_comparison(records)
     records["zoar:k=4"] = [record("zoar:k=4", i, s, 1000) for i, s in ATTACKS]
-    lines = "\n".join(report._anytime_tables(report.anytime_regret(records)))
+    lines = "\n".join(report._anytime_tables(results.anytime_regret(records)))
     assert "| ZoAR | 133 (100%) | 173 (100%) | 1,000 (100%) | 120 |" in lines.replace("**", "")
     assert "**133 (100%)**" in lines  # ZoAR K=1, best of its family
     assert "ZoAR K=1 (`zoar`)" in lines

@@ -1,0 +1,151 @@
+"""The results file ``attack.json.xz``: merging runs, summaries and the anytime regret.
+
+The file accumulates every ``python -m benchmarks attack`` run written to the same folder:
+``records`` (one per method x image x seed x goal x protocol x dataset), ``runs``
+(settings, machine, timings, the exact command) and ``anytime``
+(:func:`anytime_summaries`). A new run replaces the records and the run entry of the same
+(dataset, protocol, goal, method).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from benchmarks import anytime
+from benchmarks.attack import methods as methods_lib
+
+GROUP = ("dataset", "protocol", "goal")
+
+
+def merge(existing: dict[str, Any] | None, records: list[dict], run: dict) -> dict[str, Any]:
+    """``existing`` results with those of ``run`` replacing any of the same group and method."""
+    existing = existing or {"records": [], "runs": []}
+    key = {k: run[k] for k in GROUP}
+    new_methods = set(run["methods"])
+
+    def replaced(item: dict, methods: Iterable[str]) -> bool:
+        return all(item[k] == v for k, v in key.items()) and bool(set(methods) & new_methods)
+
+    kept_records = [r for r in existing["records"] if not replaced(r, [r["method"]])]
+    kept_runs = []
+    for old in existing["runs"]:
+        if replaced(old, old["methods"]):
+            old = {**old, "methods": {m: v for m, v in old["methods"].items()
+                                      if m not in new_methods}}
+        if old["methods"]:
+            kept_runs.append(old)
+    return {"records": kept_records + records, "runs": kept_runs + [run]}
+
+
+def by_group(results: dict) -> dict[tuple, dict[str, list[dict]]]:
+    """The records of ``results`` by (dataset, protocol, goal), then by method."""
+    out: dict[tuple, dict[str, list[dict]]] = {}
+    for r in results["records"]:
+        out.setdefault(tuple(r[k] for k in GROUP), {}).setdefault(r["method"], []).append(r)
+    return out
+
+
+def summarize(records: Sequence[dict]) -> dict[str, Any]:
+    """Success rate and query statistics (over the successful attacks) of one method."""
+    queries = np.array([r["num_queries"] for r in records], float)
+    success = np.array([r["success"] for r in records], bool)
+    steps = np.array([r["steps"] for r in records], float)
+    ok = queries[success]
+    return {
+        "attacks": len(records),
+        "success_rate": float(success.mean()),
+        "mean": float(ok.mean()) if ok.size else float("nan"),
+        "std": float(ok.std()) if ok.size else float("nan"),
+        "median": float(np.median(ok)) if ok.size else float("nan"),
+        "mean_all": float(queries.mean()),
+        "calls_per_step": float(queries.sum() / max(steps.sum(), 1)),
+    }
+
+
+def is_extra(spec: str) -> bool:
+    """Whether ``spec`` belongs to a sweep or a comparison but not to the main method list."""
+    return spec not in methods_lib.ALL_METHODS and any(
+        spec in members
+        for members in (*methods_lib.SWEEPS.values(), *methods_lib.COMPARISONS.values()))
+
+
+def has_comparison(by_method: dict[str, list[dict]]) -> bool:
+    """Whether the anytime comparison was run: a fixed-K method outside the main list
+    (such as ``radazo:k=4``) is present."""
+    return any(spec in by_method and is_extra(spec) for spec in methods_lib.FIXED_K)
+
+
+def anytime_regret(by_method: dict[str, list[dict]],
+                   adaptive: Sequence[str] = methods_lib.ADAPTIVE,
+                   fixed: Sequence[str] = methods_lib.FIXED_K) -> dict[str, Any] | None:
+    """Query regret of each adaptive method against the best fixed K in hindsight.
+
+    Only the attacks (image, seed) that every compared method present solved count (the
+    others are listed under ``excluded``). On them the best fixed method has the fewest
+    mean queries (the first of ``fixed`` on a tie), likewise the best of each family;
+    ``family_oracle`` is the mean of each attack's fewest queries within a family (a bound
+    no fixed K beats). An adaptive method's ``regret`` is its mean queries over the best
+    fixed method's (:func:`benchmarks.anytime.ratio`; success is yes or no, so no near-tie
+    tolerance), ``per_attack_regret`` the same per attack. NaN, and no best, when no
+    attack counts.
+
+    Returns:
+      ``None`` if no adaptive or no fixed method is present, else ``{"attacks",
+      "common_attacks", "excluded", "best_fixed", "family_best", "family_oracle",
+      "methods"}`` with, per compared spec, ``success_rate``, ``mean``,
+      ``calls_per_step`` and, for the adaptive ones, ``regret``, ``median_regret``,
+      ``per_attack_regret`` and ``family_regret``.
+    """
+    adaptive = [s for s in adaptive if s in by_method]
+    fixed = [s for s in fixed if s in by_method]
+    if not adaptive or not fixed:
+        return None
+    compared = adaptive + fixed
+    solved = {s: {(r["image"], r["seed"]): r["num_queries"] for r in by_method[s] if r["success"]}
+              for s in compared}
+    attacks = sorted({(r["image"], r["seed"]) for s in compared for r in by_method[s]})
+    common = [a for a in attacks if all(a in solved[s] for s in compared)]
+    nan = float("nan")
+    mean = {s: float(np.mean([solved[s][a] for a in common])) if common else nan
+            for s in compared}
+
+    def best(specs: list[str]) -> str | None:
+        return min(specs, key=lambda s: mean[s]) if common else None
+
+    best_fixed = best(fixed)
+    families = {base: members for base in methods_lib.FAMILIES
+                if (members := [s for s in fixed if methods_lib.parse(s).base == base])}
+    family_best = {base: best(members) for base, members in families.items()}
+    family_oracle = {base: float(np.mean([min(solved[s][a] for s in members) for a in common]))
+                     if common else nan for base, members in families.items()}
+    methods = {}
+    for spec in compared:
+        s = summarize(by_method[spec])
+        entry = {"success_rate": s["success_rate"], "mean": mean[spec],
+                 "calls_per_step": s["calls_per_step"]}
+        if spec in adaptive:
+            per_attack = [anytime.ratio(solved[spec][a], solved[best_fixed][a]) for a in common]
+            entry.update(
+                regret=anytime.ratio(mean[spec], mean[best_fixed]) if common else nan,
+                median_regret=float(np.median(per_attack)) if common else nan,
+                per_attack_regret=per_attack,
+                family_regret={base: anytime.ratio(mean[spec], mean[b]) if common else nan
+                               for base, b in family_best.items()})
+        methods[spec] = entry
+    return {"attacks": len(attacks), "common_attacks": len(common),
+            "excluded": [list(a) for a in attacks if a not in common],
+            "best_fixed": best_fixed, "family_best": family_best,
+            "family_oracle": family_oracle, "methods": methods}
+
+
+def anytime_summaries(results: dict) -> list[dict[str, Any]]:
+    """:func:`anytime_regret` of every group of ``results`` that ran the comparison."""
+    summaries = []
+    for group, by_method in sorted(by_group(results).items()):
+        regret = anytime_regret(by_method) if has_comparison(by_method) else None
+        if regret is not None:
+            summaries.append({**dict(zip(GROUP, group)), **regret})
+    return summaries
