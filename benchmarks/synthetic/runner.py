@@ -116,29 +116,23 @@ def compiled_runs(program, seeds, fids) -> tuple[float, list[tuple[Any, float]]]
     return compile_time.seconds, runs
 
 
+_LOGGED = ("value", "num_queries", "last_k", "last_score", "tau")  # trace fields kept
+
+
 def _result(unit: Unit, function: str, trace, compile_seconds: float, run_seconds: float):
     calls = trace.num_queries[:, -1].astype(np.int64)
     k = trace.last_k[:, 1:].astype(np.float64)
     return {
-        "function": function,
-        "method": unit.variant.name,
-        "label": unit.variant.display,
-        "seeds": list(unit.protocol.seeds),
-        "final_gap": trace.value[:, -1].tolist(),
+        "function": function, "method": unit.variant.name, "label": unit.variant.display,
+        "seeds": list(unit.protocol.seeds), "final_gap": trace.value[:, -1].tolist(),
         "num_queries": calls.tolist(),
         "compile_seconds": compile_seconds,  # once per method, shared by its functions
         "run_seconds": run_seconds,
         # Sampled at the log points: share of while-loop lane work that was useful.
         "lane_utilisation": float(k.sum() / max(k.max(axis=0).sum() * k.shape[0], 1.0)),
-        "trace": {
-            "step": trace.step[0].tolist(),
-            "value": trace.value.tolist(),
-            "num_queries": trace.num_queries.tolist(),
-            "last_k": trace.last_k.tolist(),
-            "last_score": trace.last_score.tolist(),
-            "tau": trace.tau.tolist(),
-            "consistency": trace.extras["consistency"].tolist(),
-        },
+        "trace": {"step": trace.step[0].tolist(),
+                  **{f: getattr(trace, f).tolist() for f in _LOGGED},
+                  "consistency": trace.extras["consistency"].tolist()},
     }
 
 
