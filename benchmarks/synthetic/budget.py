@@ -62,8 +62,7 @@ class BudgetProtocol:
 
     @property
     def grid(self) -> np.ndarray:
-        return np.unique(np.concatenate([anytime.call_grid(self.budget, self.budgets),
-                                         np.asarray(self.budgets)]))
+        return anytime.call_grid(self.budget, self.budgets)  # the budgets included
 
 
 _SCALE = {  # preset -> (dim, budget, seeds, log_every)

@@ -234,7 +234,7 @@ def budget_ratio_table(p, rows) -> str:
             + pages.table(["function", "backbone", "method", *FRACTIONS, "median"], table))
 
 
-def budget_best_fixed(p, rows) -> str:
+def budget_best_fixed(rows) -> str:
     """Which fixed K is the envelope at each budget (one row per function and backbone)."""
     table = {(row["function"], row["backbone"]): [
         function_label(row["function"]), row["backbone"], *row["best_fixed"]] for row in rows}
@@ -352,6 +352,6 @@ def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                " auto_k runs at the library defaults everywhere."),
         "## Query regret against the best fixed K", budget_regret_table(p, rows),
         "## Gap against the best fixed K's at the same budget", budget_ratio_table(p, rows),
-        "Best fixed K (the envelope) at each budget:", budget_best_fixed(p, rows),
+        "Best fixed K (the envelope) at each budget:", budget_best_fixed(rows),
         "## Gap at the budget", budget_final_table(results), "## Figures",
         pages.images(figures, report_path)], "synthetic")
