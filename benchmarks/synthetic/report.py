@@ -13,6 +13,7 @@ from benchmarks.synthetic.methods import REFERENCE, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic.protocol import SWITCH, Protocol
 
+
 def stem(protocol: Protocol) -> str:
     return "synthetic" if protocol.name == "main" else f"synthetic_{protocol.name}"
 
