@@ -103,3 +103,10 @@ def pinned_map(fn: Callable[[Any], list], items: Sequence[Any], workers: int, de
     for _, result in pinned_imap(fn, items, workers, desc, **kwargs):
         out += result
     return out
+
+
+def ordered(results: list[dict], field: str, names: Sequence[Any], methods: Sequence[str]) -> list:
+    """``results`` (from :func:`pinned_map`) sorted by their ``field`` in the order of
+    ``names``, then by ``method`` in the order of ``methods``."""
+    order = {(n, m): i for i, (n, m) in enumerate((n, m) for n in names for m in methods)}
+    return sorted(results, key=lambda r: order[(r[field], r["method"])])

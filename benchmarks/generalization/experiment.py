@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common, pool
+from benchmarks import anytime, pool
 from benchmarks.generalization.objectives import SETS, Problem
 from benchmarks.synthetic import budget as budget_mode
+from benchmarks.synthetic import runner
 from benchmarks.synthetic.methods import Settings, variant
 
 FIXED = tuple(f"radazo:k={k}" for k in (1, 2, 4, 8, 16))
@@ -103,27 +104,21 @@ def _start(p: Problem):
 
 def run_unit(unit: tuple[Config, str, str]) -> list[dict[str, Any]]:
     """One (problem, method) of ``config``: compiled once, run for every seed."""
-    import jax
-    import jax.numpy as jnp
-
     config, name, spec = unit
     p, v = config.problem(name), variant(spec)
     settings = settings_of(p)
     program = budget_mode.anytime_program(
         lambda key: v.build(settings, key), lambda x, batch, fid: p.fn(x, batch),
         lambda x, fid: p.gap(x), _start(p), p.budget, config.log_every)
-    seeds, fids = jnp.asarray(config.seeds, jnp.int32), jnp.zeros(2, jnp.int32)
-    with common.Stopwatch() as compile_time:
-        compiled = program.lower(seeds, fids).compile()
-    with common.Stopwatch() as run_time:
-        calls, gaps, ks = (np.asarray(a) for a in jax.block_until_ready(compiled(seeds, fids)))
+    compile_seconds, [((calls, gaps, ks), seconds)] = runner.compiled_runs(
+        program, config.seeds, [[0, 0]])
     used = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
     return [{
         "problem": name, "method": v.name, "label": v.display, "fixed_k": v.fixed_k,
         "seeds": list(config.seeds), "budget": p.budget, "lr": settings.lr, "mu": settings.mu,
         **budget_mode.logged_curves(calls, gaps, ks, grid_of(p.budget)),
         "k_changes": [int(np.count_nonzero(np.diff(k[r][1:]))) for k, r in zip(ks, used)],
-        "compile_seconds": compile_time.seconds, "run_seconds": run_time.seconds,
+        "compile_seconds": compile_seconds, "run_seconds": seconds,
     }]
 
 
@@ -136,10 +131,8 @@ def _cost(unit) -> float:
 def execute(config: Config, workers: int, desc: str) -> list[dict[str, Any]]:
     """Every (problem, method) of ``config``, longest first, in the config's order."""
     units = sorted(((config, n, m) for n in config.problems for m in config.methods), key=_cost)
-    results = pool.pinned_map(run_unit, units, workers, desc)
-    order = {(n, variant(m).name): i for i, (n, m) in enumerate(
-        (n, m) for n in config.problems for m in config.methods)}
-    return sorted(results, key=lambda r: order[(r["problem"], r["method"])])
+    return pool.ordered(pool.pinned_map(run_unit, units, workers, desc), "problem",
+                        config.problems, [variant(m).name for m in config.methods])
 
 
 def regret_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -130,40 +130,34 @@ def noisy_ellipsoid(x, batch, sigma: float = 0.01):
     return ellipsoid(x, 2.0) + sigma * jax.random.normal(key, ())
 
 
-def _deterministic(fn):
-    return lambda x, batch: fn(x)
+def _deterministic(name, label, dim, box, fn, budget=MAX_BUDGET) -> Problem:
+    return Problem(name, label, dim, budget, box, lambda x, batch: fn(x), fn)
 
 
 def _held_out() -> dict[str, Problem]:
     e6 = functools.partial(ellipsoid, decades=6.0)
     e2 = functools.partial(ellipsoid, decades=2.0)
     problems = [
-        Problem("ellipsoid_1e6", "Ellipsoid cond 1e6 (d=20)", 20, MAX_BUDGET, 1.0,
-                _deterministic(e6), e6),
-        Problem("rotated_ellipsoid_1e3", "Rotated ellipsoid cond 1e3 (d=100)", 100, MAX_BUDGET,
-                1.0, _deterministic(rotated_ellipsoid), rotated_ellipsoid),
-        Problem("sum_powers", "Sum of different powers (d=10)", 10, MAX_BUDGET, 1.0,
-                _deterministic(sum_powers), sum_powers),
-        Problem("dixon_price", "Dixon-Price (d=30)", 30, MAX_BUDGET, 2.0,
-                _deterministic(dixon_price), dixon_price),
-        Problem("rastrigin", "Rastrigin (d=10)", 10, MAX_BUDGET, 5.12,
-                _deterministic(rastrigin), rastrigin),
-        Problem("griewank", "Griewank (d=100)", 100, MAX_BUDGET, 50.0,
-                _deterministic(griewank), griewank),
-        Problem("plateau", "Gaussian plateaus (d=50)", 50, MAX_BUDGET, 4.0,
-                _deterministic(plateau), plateau),
+        _deterministic("ellipsoid_1e6", "Ellipsoid cond 1e6 (d=20)", 20, 1.0, e6),
+        _deterministic("rotated_ellipsoid_1e3", "Rotated ellipsoid cond 1e3 (d=100)", 100, 1.0,
+                       rotated_ellipsoid),
+        _deterministic("sum_powers", "Sum of different powers (d=10)", 10, 1.0, sum_powers),
+        _deterministic("dixon_price", "Dixon-Price (d=30)", 30, 2.0, dixon_price),
+        _deterministic("rastrigin", "Rastrigin (d=10)", 10, 5.12, rastrigin),
+        _deterministic("griewank", "Griewank (d=100)", 100, 50.0, griewank),
+        _deterministic("plateau", "Gaussian plateaus (d=50)", 50, 4.0, plateau),
         Problem("logistic_minibatch", "Logistic regression, minibatch (d=100)", 100, MAX_BUDGET,
                 1.0, logistic_minibatch, logistic_gap),
         Problem("noisy_ellipsoid", "Ellipsoid cond 1e2 + call noise (d=50)", 50, MAX_BUDGET, 1.0,
                 noisy_ellipsoid, e2),
-        Problem("ellipsoid_1e2_d10k", "Ellipsoid cond 1e2 (d=10^4)", 10_000, 100_000, 1.0,
-                _deterministic(e2), e2),
+        _deterministic("ellipsoid_1e2_d10k", "Ellipsoid cond 1e2 (d=10^4)", 10_000, 1.0, e2,
+                       budget=100_000),
     ]
     return {p.name: p for p in problems}
 
 
 def _tuning(dim: int = 100) -> dict[str, Problem]:
-    problems = [Problem(o.name, o.label, dim, MAX_BUDGET, 0.0, _deterministic(o.fn), o.fn)
+    problems = [_deterministic(o.name, o.label, dim, 0.0, o.fn)
                 for o in synthetic.OBJECTIVES.values()]
     problems += [Problem(o.name, o.label, dim, MAX_BUDGET, 0.0, o.fn, o.gap)
                  for o in synthetic.NOISY.values()]

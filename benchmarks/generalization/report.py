@@ -22,7 +22,7 @@ def _calls(b: float) -> str:
     return f"{b:,.0f}"
 
 
-def header(config: experiment.Config, results, record: run_record.RunRecord) -> str:
+def header(config: experiment.Config, record: run_record.RunRecord) -> str:
     problems = [config.problem(n) for n in config.problems]
     rows = [[p.label, p.dim, _calls(p.budget), f"U[-{p.box}, {p.box}]" if p.box else "N(0, 1)",
              f"{experiment.settings_of(p).lr:.3g}", f"{experiment.settings_of(p).mu:.3g}"]
@@ -77,10 +77,7 @@ def k_table(rows) -> str:
 
 
 def _label(name: str) -> str:
-    for problems in SETS.values():
-        if name in problems:
-            return problems[name].label
-    return name
+    return next((s[name].label for s in SETS.values() if name in s), name)
 
 
 def plot_curves(results, path: Path, key: str, ylabel: str) -> Path:
@@ -103,7 +100,7 @@ def page(config: experiment.Config, results, rows, summary, record, out: Path,
                ("auto_k's K against oracle calls (mean over seeds)", plot_curves(
                    results, out / "generalization" / f"{stem}_k.png", "k_curves", "K"))]
     return pages.page(report_path, TITLES[config.set], [
-        header(config, results, record),
+        header(config, record),
         "## Median and worst query regret over the set", summary_table(summary),
         "## Query regret per problem and budget (calls)", regret_table(rows),
         "## How K moved", k_table(rows), "## Figures", pages.images(figures, report_path)],

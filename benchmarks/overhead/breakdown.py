@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 
+from benchmarks import pages
 from benchmarks.overhead import measure as measure_lib
 
 
@@ -59,13 +60,6 @@ def _program(build, d: int, lanes: int, steps: int):
         (x, state), _ = jax.lax.scan(body, (x, est.init(x)), None, length=steps)
         return x, optax.tree.get(state, "num_queries")
 
-    return _jit_lanes(one, lanes)
-
-
-def _jit_lanes(one, lanes: int):
-    """``one`` over a batch of seeds, jitted: vmapped, or unbatched for one seed."""
-    import jax
-
     return jax.jit(measure_lib.over_lanes(one, lanes))
 
 
@@ -87,7 +81,7 @@ def _draw_program(n: int, d: int, lanes: int, steps: int):
 
         return jax.lax.scan(body, jnp.zeros(d), jnp.arange(steps))[0], jnp.zeros((), jnp.int32)
 
-    return _jit_lanes(one, lanes)
+    return jax.jit(measure_lib.over_lanes(one, lanes))
 
 
 def measure(d: int, lanes: int, steps: int, repeats: int) -> list[dict]:
@@ -117,14 +111,12 @@ def measure(d: int, lanes: int, steps: int, repeats: int) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     """The rows as a markdown table."""
-    lines = ["| d | seeds | configuration | µs/step | step vs fixed | calls/step/seed "
-             "| cost/call vs fixed |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        calls = f"{r['calls_per_step']:.1f}" if r["calls_per_step"] else "-"
-        per_call = f"{r['call_vs_fixed']:.2f}" if r["calls_per_step"] else "-"
-        lines.append(f"| {r['d']:,} | {r['lanes']} | {r['config']} | {r['us_per_step']:.1f} "
-                     f"| {r['step_vs_fixed']:.2f} | {calls} | {per_call} |")
-    return "\n".join(lines)
+    return pages.table(
+        ["d", "seeds", "configuration", "µs/step", "step vs fixed", "calls/step/seed",
+         "cost/call vs fixed"],
+        [[f"{r['d']:,}", r["lanes"], r["config"], f"{r['us_per_step']:.1f}",
+          f"{r['step_vs_fixed']:.2f}", f"{r['calls_per_step']:.1f}" if r["calls_per_step"] else "-",
+          f"{r['call_vs_fixed']:.2f}" if r["calls_per_step"] else "-"] for r in rows])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,5 @@
-"""Presets of the speed benchmark: sizes of its three sections, as frozen dataclasses.
-
-* ``compare``: every method and evosax's ``Open_ES`` on the quadratic at ``compare_dim``
-  with the ``compare_seeds`` vmapped and the same oracle budget per seed, in one
-  process: useful calls/s, the ratio to ``Open_ES`` and the final gaps.
-* ``dims``: per-call cost against the dimension (one seed), against R-AdaZO K=10.
-* ``seeds``: the vmapped seed sweep at ``seeds_dim`` over the lane counts ``seeds``
-  (seeds ``0 .. n-1`` each): calls/s, lane use and memory.
+"""Presets of the speed benchmark: the sizes of its three sections (``compare``, ``dims``,
+``seeds``: :mod:`benchmarks.overhead.cli`), as frozen dataclasses.
 
 ``cpu`` is what the committed page was measured with (a few minutes on 2 shared cores);
 ``gpu`` is the full sweep for a lent accelerator; ``smoke`` exercises every code path in

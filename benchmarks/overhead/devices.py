@@ -120,7 +120,8 @@ def render(record: dict, path: Path) -> None:
     fake = machine["backend"] == "cpu"
     pages.page(path, "Directions across devices: calls/s against device count", [
         f"Command: `{record['command']}`",
-        run_line(record),
+        f"Run: started {record['started']}; load average before/after "
+        f"{record['load_before']} / {record['load_after']}.",
         run_record.machine_line(machine) + (
             f" Devices: {machine['device_count']} fake CPU devices sharing those cores."
             if fake else ""),
@@ -128,11 +129,6 @@ def render(record: dict, path: Path) -> None:
         f"{record['repeats']} interleaved timings of the steps shown, compilation excluded.",
         pages.table(["d", "devices", "combine", "steps", "calls/s", "time vs no mesh"], rows),
     ], "devices")
-
-
-def run_line(record: dict) -> str:
-    return (f"Run: started {record['started']}; load average before/after "
-            f"{record['load_before']} / {record['load_after']}.")
 
 
 def main(args: argparse.Namespace) -> int:

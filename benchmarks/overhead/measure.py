@@ -157,7 +157,6 @@ class Case:
     ``seeds`` a count ``n`` (the seeds ``0 .. n-1``) or the seeds, one vmapped lane each."""
 
     def __init__(self, name: str, d: int, seeds: int | tuple[int, ...], budget: int):
-        import jax
         import jax.numpy as jnp
 
         self.seeds = jnp.asarray(tuple(range(seeds)) if isinstance(seeds, int) else seeds,
@@ -171,7 +170,6 @@ class Case:
         self.state_bytes = state_bytes(algo, d)
         self.times: list[float] = []
         self.out = None
-        del jax
 
     def time_once(self) -> None:
         import jax
@@ -256,10 +254,6 @@ def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
         x = jnp.zeros((lanes, d))
         compiled = jax.jit(run).lower(x).compile()
         jax.block_until_ready(compiled(x))
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            jax.block_until_ready(compiled(x))
-            times.append(time.perf_counter() - start)
+        times = round_robin({label: lambda: compiled(x)}, 3)[label]
         out[label] = 1e6 * float(np.median(times)) / steps
     return out

@@ -22,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common, pool
+from benchmarks import anytime, pool
 from benchmarks.synthetic.methods import Settings, Variant, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic import protocol as protocols
+from benchmarks.synthetic import runner
 from benchmarks.synthetic.protocol import SWITCH
 
 FIXED = tuple(f"{p}:k={k}" for p in ("radazo", "zo_adamm") for k in (1, 2, 4, 8, 16))
@@ -61,8 +62,7 @@ class BudgetProtocol:
 
     @property
     def grid(self) -> np.ndarray:
-        return np.unique(np.concatenate([anytime.call_grid(self.budget, self.budgets),
-                                         np.asarray(self.budgets)]))
+        return anytime.call_grid(self.budget, self.budgets)  # the budgets included
 
 
 _SCALE = {  # preset -> (dim, budget, seeds, log_every)
@@ -113,15 +113,10 @@ def from_dict(d: dict[str, Any]) -> BudgetProtocol:
 
 # --------------------------------------------------------------------------- runner
 
-_TABLE = (*OBJECTIVES, *NOISY)  # objective ids of the compiled switch
-
-
-def _fid(name: str) -> int:
-    return _TABLE.index(name)
-
 
 def objective(x, batch, fid):
-    """The objective with id ``fid``: deterministic ones ignore the data key ``batch``."""
+    """The objective with id ``fid`` (its index in :data:`FUNCTIONS`); deterministic ones
+    ignore the data key ``batch``."""
     import jax
 
     fns = [lambda x, b, o=o: o.fn(x) for o in OBJECTIVES.values()]
@@ -221,26 +216,16 @@ def logged_curves(calls, gaps, ks, grid) -> dict[str, Any]:
 
 def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
     """Compiles a method once and runs it on each function; curves on the protocol grid."""
-    import jax
-    import jax.numpy as jnp
-
     p, variant = unit
-    seeds = jnp.asarray(p.seeds, jnp.int32)
-    with common.Stopwatch() as compile_time:
-        compiled = _program(p, variant).lower(seeds, jnp.zeros(2, jnp.int32)).compile()
-    out = []
-    for function in p.functions:
-        names = function.split(">")
-        fids = jnp.asarray([_fid(names[0]), _fid(names[-1])], jnp.int32)
-        with common.Stopwatch() as run_time:
-            calls, gaps, ks = (np.asarray(a) for a in jax.block_until_ready(compiled(seeds, fids)))
-        out.append({
-            "function": function, "method": variant.name, "label": variant.display,
-            "backbone": variant.backbone, "fixed_k": variant.fixed_k, "seeds": list(p.seeds),
-            **logged_curves(calls, gaps, ks, p.grid),
-            "compile_seconds": compile_time.seconds, "run_seconds": run_time.seconds,
-        })
-    return out
+    ends = [(f.split(">")[0], f.split(">")[-1]) for f in p.functions]  # before/after a switch
+    compile_seconds, runs = runner.compiled_runs(
+        _program(p, variant), p.seeds, [[FUNCTIONS.index(n) for n in e] for e in ends])
+    return [{
+        "function": function, "method": variant.name, "label": variant.display,
+        "backbone": variant.backbone, "fixed_k": variant.fixed_k, "seeds": list(p.seeds),
+        **logged_curves(*log, p.grid),
+        "compile_seconds": compile_seconds, "run_seconds": seconds,
+    } for function, (log, seconds) in zip(p.functions, runs)]
 
 
 def _cost(unit) -> float:
@@ -250,10 +235,8 @@ def _cost(unit) -> float:
 
 def execute(p: BudgetProtocol, workers: int, desc: str) -> list[dict[str, Any]]:
     todo = sorted(((p, v) for v in p.variants), key=_cost)
-    results = pool.pinned_map(run_unit, todo, workers, desc)
-    order = {(f, v.name): i for i, (f, v) in enumerate(
-        (f, v) for f in p.functions for v in p.variants)}
-    return sorted(results, key=lambda r: order[(r["function"], r["method"])])
+    return pool.ordered(pool.pinned_map(run_unit, todo, workers, desc), "function",
+                        p.functions, [v.name for v in p.variants])
 
 
 # --------------------------------------------------------------------------- analysis

@@ -120,7 +120,7 @@ def _budget(p, results, record, args) -> Path:
 def _steps(protocol, results, record, args) -> Path:
     stem = report.stem(protocol)
     if not args.render:
-        report.write_json(args.out / f"{stem}{common.RESULTS}", protocol, results, record)
+        runner.write_json(args.out / f"{stem}{common.RESULTS}", protocol, results, record)
     md = report.steps_page(protocol, results, record, args.out, _report_path(args, stem))
     print(f"\n{protocol.name} -> {md}")
     print(report.main_tables(results, protocol) if protocol.name == "main"
@@ -132,7 +132,7 @@ def render(args: argparse.Namespace) -> int:
     """Re-renders the report of a results file of either mode (no computation)."""
     data = flags.read_results(args.render)
     if "units" in data:
-        _steps(*report.read_json(data), args)
+        _steps(*runner.read_json(data), args)
     else:
         _budget(budgets.from_dict(data["protocol"]), data["results"],
                 RunRecord.from_dict(data["record"]), args)

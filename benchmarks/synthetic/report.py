@@ -1,21 +1,17 @@
-"""JSON records, figures and the Markdown report of a synthetic run."""
+"""Figures and the Markdown report of a synthetic run."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common, pages
+from benchmarks import anytime, pages
 from benchmarks import record as run_record
-from benchmarks.synthetic import paper
-from benchmarks.synthetic import protocol as protocols
+from benchmarks.synthetic import paper, runner
 from benchmarks.synthetic.methods import REFERENCE, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic.protocol import SWITCH, Protocol
-
-TRACE_POINTS = 200  # trace samples per seed kept in the JSON file
 
 
 def stem(protocol: Protocol) -> str:
@@ -26,64 +22,6 @@ def function_label(name: str) -> str:
     if name == SWITCH:
         return "Rosenbrock → Levy"
     return (OBJECTIVES.get(name) or NOISY[name]).label
-
-
-# --------------------------------------------------------------------------- records
-
-
-def records(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per function x method x seed, traces subsampled."""
-    out = []
-    for r in results:
-        steps = len(r["trace"]["step"])
-        keep = np.unique(np.linspace(0, steps - 1, min(steps, TRACE_POINTS)).round().astype(int))
-        for i, seed in enumerate(r["seeds"]):
-            trace = {k: (np.asarray(v)[keep] if k == "step" else np.asarray(v)[i][keep]).tolist()
-                     for k, v in r["trace"].items()}
-            out.append({"function": r["function"], "method": r["method"], "label": r["label"],
-                        "seed": seed, "final_gap": r["final_gap"][i],
-                        "num_queries": r["num_queries"][i], "trace": trace})
-    return out
-
-
-def summary(r: dict[str, Any]) -> dict[str, Any]:
-    gaps, calls = np.asarray(r["final_gap"]), np.asarray(r["num_queries"], np.float64)
-    return {
-        "gap_mean": float(gaps.mean()), "gap_std": float(gaps.std()),
-        "calls_mean": float(calls.mean()), "calls_std": float(calls.std()),
-        "calls_per_second": float(calls.sum() / r["run_seconds"]),
-        "us_per_call": float(1e6 * r["run_seconds"] / calls.sum()),
-    }
-
-
-_PER_SEED = ("trace", "final_gap", "num_queries")
-_SUMMARY = ("gap_mean", "gap_std", "calls_mean", "calls_std", "calls_per_second", "us_per_call")
-
-
-def write_json(path: Path, protocol: Protocol, results, record: run_record.RunRecord) -> Path:
-    units = [{k: v for k, v in r.items() if k not in _PER_SEED} | summary(r) for r in results]
-    return common.write_json(path, {
-        "record": record.as_dict(), "protocol": protocols.as_dict(protocol), "units": units,
-        "records": records(results),
-    })
-
-
-def read_json(data: dict[str, Any]) -> tuple[Protocol, list[dict[str, Any]], run_record.RunRecord]:
-    """The protocol, per-unit results and run record of a steps-mode JSON (the inverse of
-    :func:`write_json`; traces are the subsampled ones the JSON keeps)."""
-    results = []
-    for unit in data["units"]:
-        recs = [r for r in data["records"]
-                if (r["function"], r["method"]) == (unit["function"], unit["method"])]
-        recs.sort(key=lambda r: unit["seeds"].index(r["seed"]))
-        trace = {k: [r["trace"][k] for r in recs] for k in recs[0]["trace"] if k != "step"}
-        results.append({
-            **{k: v for k, v in unit.items() if k not in _SUMMARY},
-            "final_gap": [r["final_gap"] for r in recs],
-            "num_queries": [r["num_queries"] for r in recs],
-            "trace": {"step": recs[0]["trace"]["step"], **trace}})
-    return (protocols.from_dict(data["protocol"]), results,
-            run_record.RunRecord.from_dict(data["record"]))
 
 
 # --------------------------------------------------------------------------- figures
@@ -97,17 +35,13 @@ def _smooth(y: np.ndarray, width: int) -> np.ndarray:
                        mode="valid")
 
 
-def _by_function(results):
-    return pages.grouped(results, "function")
-
-
 def plot_curves(results, path: Path, x: str) -> Path:
     """Mean gap over seeds against oracle calls (``x="calls"``) or steps."""
     plots = [(function_label(f), [
         (np.mean(r["trace"]["num_queries"], axis=0) if x == "calls" else r["trace"]["step"],
          np.nanmean(np.asarray(r["trace"]["value"], np.float64), axis=0), r["label"],
          {"lw": 1.3}) for r in rs], {})
-        for f, rs in _by_function(results).items()]
+        for f, rs in pages.grouped(results, "function").items()]
     return pages.curves(path, plots, xscale="linear", yscale="log", ylabel="gap f(x) - f*",
                         xlabel="oracle calls" if x == "calls" else "steps")
 
@@ -116,7 +50,7 @@ def plot_diagnostic(results, path: Path, key: str, ylabel: str, methods=None) ->
     """A per-step diagnostic (consistency score, threshold) averaged over seeds: thin the
     mean, thick smoothed."""
     plots = []
-    for function, rs in _by_function(results).items():
+    for function, rs in pages.grouped(results, "function").items():
         lines = []
         for j, r in enumerate(r for r in rs if methods is None or r["method"] in methods):
             y = np.nanmean(np.asarray(r["trace"][key], np.float64)[:, 1:], axis=0)
@@ -129,7 +63,7 @@ def plot_diagnostic(results, path: Path, key: str, ylabel: str, methods=None) ->
 
 
 def plot_k_histogram(results, path: Path, method: str) -> Path:
-    groups = _by_function(results)
+    groups = pages.grouped(results, "function")
     fig, axes = pages.panels(len(groups))
     for ax, (function, rs) in zip(axes, groups.items()):
         for r in rs:
@@ -145,7 +79,7 @@ def plot_k_histogram(results, path: Path, method: str) -> Path:
 def plot_budget_curves(p, results, path: Path, backbone: str) -> Path:
     """Mean gap against calls: fixed K thin, their envelope dashed, adaptive methods thick."""
     plots = []
-    for function, rs in _by_function(results).items():
+    for function, rs in pages.grouped(results, "function").items():
         rs = [r for r in rs if r["backbone"] == backbone]
         fixed = {r["label"]: np.mean(r["curves"], axis=0) for r in rs if r["fixed_k"]}
         lines = [(p.grid, c, label, {"lw": 0.8, "alpha": 0.6}) for label, c in fixed.items()]
@@ -163,7 +97,7 @@ def plot_budget_k(p, results, path: Path) -> Path:
     """The adaptive methods' K against calls (mean over seeds)."""
     plots = [(function_label(f), [(p.grid, np.mean(r["k_curves"], axis=0), r["label"],
                                    {"lw": 1.4}) for r in rs if not r["fixed_k"]], {})
-             for f, rs in _by_function(results).items()]
+             for f, rs in pages.grouped(results, "function").items()]
     return pages.curves(path, plots, legend=(0, 6), ylabel="K at the last step")
 
 
@@ -186,11 +120,11 @@ def _paper(pair: tuple, full: bool) -> list[str]:
 def main_tables(results, protocol: Protocol) -> str:
     """Final gap and calls per function, savings against R-AdaZO K=10, paper side by side."""
     parts = []
-    for function, rs in _by_function(results).items():
-        ref = next((summary(r) for r in rs if r["method"] == REFERENCE), None)
+    for function, rs in pages.grouped(results, "function").items():
+        ref = next((runner.summary(r) for r in rs if r["method"] == REFERENCE), None)
         rows = []
         for r in rs:
-            s = summary(r)
+            s = runner.summary(r)
             saving = (f"{100 * (1 - s['calls_mean'] / ref['calls_mean']):.1f}%"
                       if ref and r["method"] != REFERENCE else pages.MISSING)
             rows.append([r["label"], _gap(s["gap_mean"], s["gap_std"]),
@@ -205,10 +139,10 @@ def main_tables(results, protocol: Protocol) -> str:
 
 def speed_table(results) -> str:
     rows = []
-    for function, rs in _by_function(results).items():
-        ref = next((summary(r) for r in rs if r["method"] == REFERENCE), None)
+    for function, rs in pages.grouped(results, "function").items():
+        ref = next((runner.summary(r) for r in rs if r["method"] == REFERENCE), None)
         for r in rs:
-            s = summary(r)
+            s = runner.summary(r)
             ratio = f"{s['us_per_call'] / ref['us_per_call']:.2f}" if ref else pages.MISSING
             rows.append([function_label(function), r["label"], f"{r['compile_seconds']:.1f}",
                          f"{r['run_seconds']:.2f}", f"{s['calls_per_second']:,.0f}",
@@ -221,9 +155,9 @@ def ablation_table(results, protocol: Protocol) -> str:
     reference = paper.TABLES.get(protocol.name, {})
     variants = {v.name: v for v in protocol.variants}
     rows = []
-    for function, rs in _by_function(results).items():
+    for function, rs in pages.grouped(results, "function").items():
         for r in sorted(rs, key=lambda r: list(variants).index(r["method"])):
-            s = summary(r)
+            s = runner.summary(r)
             # the ablated setting is named like the ablation (reset, tau0, controller)
             value = dict(variants[r["method"]].method.params).get(protocol.name)
             rows.append([function_label(function), r["label"], _gap(s["gap_mean"], s["gap_std"]),
@@ -238,7 +172,7 @@ def trigger_metrics(results) -> str:
     """Queries to reach a common target, and loss drop per 1k queries (paper's metrics),
     per function."""
     rows = []
-    for function, rs in _by_function(results).items():
+    for function, rs in pages.grouped(results, "function").items():
         curves = {r["label"]: (np.mean(np.asarray(r["trace"]["num_queries"], np.float64), 0),
                                np.mean(np.asarray(r["trace"]["value"], np.float64), 0))
                   for r in rs}
@@ -301,7 +235,7 @@ def budget_ratio_table(p, rows) -> str:
             + pages.table(["function", "backbone", "method", *FRACTIONS, "median"], table))
 
 
-def budget_best_fixed(p, rows) -> str:
+def budget_best_fixed(rows) -> str:
     """Which fixed K is the envelope at each budget (one row per function and backbone)."""
     table = {(row["function"], row["backbone"]): [
         function_label(row["function"]), row["backbone"], *row["best_fixed"]] for row in rows}
@@ -419,6 +353,6 @@ def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                " auto_k runs at the library defaults everywhere."),
         "## Query regret against the best fixed K", budget_regret_table(p, rows),
         "## Gap against the best fixed K's at the same budget", budget_ratio_table(p, rows),
-        "Best fixed K (the envelope) at each budget:", budget_best_fixed(p, rows),
+        "Best fixed K (the envelope) at each budget:", budget_best_fixed(rows),
         "## Gap at the budget", budget_final_table(results), "## Figures",
         pages.images(figures, report_path)], "synthetic")
