@@ -186,7 +186,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
     seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
     import dataclasses
 
-    from benchmarks.llm import report
+    from benchmarks.llm import experiment
 
     payloads = [flags.read_results(p, "--merge") for p in args.merge]
     ignore = ("seeds", "baselines", "preset")
@@ -204,7 +204,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
         first = payloads[0]
         return {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
                 "results": results, "merged_runs": [p["record"] for p in payloads],
-                **({"regret": report.regret(results, cfg.budget, cfg.eval_every_fe)}
+                **({"regret": experiment.regret(results, cfg.budget, cfg.eval_every_fe)}
                    if cfg.budget is not None else {})}
     payload = _run(args, cfg, None, merged=results)
     payload["merged_runs"] = [p["record"] for p in payloads]

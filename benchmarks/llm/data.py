@@ -65,9 +65,8 @@ def load_movie_reviews(path: Path) -> list[SentimentExample]:
             continue
         parts = line.rstrip("\r").split("\t")
         if len(parts) < 3:
-            raise ValueError(
-                f"{path}:{n}: expected 'id<TAB>rating<TAB>sentence', got {line[:60]!r}."
-            )
+            raise ValueError(f"{path}:{n}: expected 'id<TAB>rating<TAB>sentence', got "
+                             f"{line[:60]!r}.")
         try:
             rating = float(parts[1])
         except ValueError:
@@ -86,10 +85,8 @@ def load_sst2_tsv(path: Path) -> list[SentimentExample]:
         raise ValueError(f"{path} is empty.")
     header = lines[0].split("\t")
     if "sentence" not in header or "label" not in header:
-        raise ValueError(
-            f"{path}: header {header} lacks 'sentence' and 'label' columns (GLUE's test.tsv "
-            "has no labels; use train.tsv and dev.tsv)."
-        )
+        raise ValueError(f"{path}: header {header} lacks 'sentence' and 'label' columns "
+                         "(GLUE's test.tsv has no labels; use train.tsv and dev.tsv).")
     si, li = header.index("sentence"), header.index("label")
     out = []
     for n, line in enumerate(lines[1:], 2):
@@ -110,9 +107,8 @@ def load_copa_jsonl(path: Path) -> list[CopaExample]:
             continue
         try:
             row = json.loads(line)
-            ex = CopaExample(
-                row["premise"], row["choice1"], row["choice2"], row["question"], int(row["label"])
-            )
+            ex = CopaExample(row["premise"], row["choice1"], row["choice2"], row["question"],
+                             int(row["label"]))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{path}:{n}: not a COPA record ({err}).") from None
         if ex.question not in ("cause", "effect") or ex.label not in (0, 1):
@@ -125,24 +121,21 @@ def mezo_splits(train_pool: Sequence, test_pool: Sequence, *, n_train: int, n_de
                 n_test: int, seed: int, source: str) -> Splits:
     """Dev then train from one seeded permutation of ``train_pool``; test from ``test_pool``."""
     if len(train_pool) <= n_dev:
-        raise ValueError(
-            f"{source}: {len(train_pool)} training examples cannot give {n_dev} dev ones."
-        )
+        raise ValueError(f"{source}: {len(train_pool)} training examples cannot give {n_dev} "
+                         "dev ones.")
     order = np.random.default_rng(seed).permutation(len(train_pool))
     dev = [train_pool[i] for i in order[:n_dev]]
     train = [train_pool[i] for i in order[n_dev : n_dev + n_train]]
     return Splits(train=train, dev=dev, test=list(test_pool)[:n_test], source=source)
 
 
-def single_pool_splits(
-    pool: Sequence, *, n_train: int, n_dev: int, n_test: int, seed: int, source: str
-) -> Splits:
+def single_pool_splits(pool: Sequence, *, n_train: int, n_dev: int, n_test: int, seed: int,
+                       source: str) -> Splits:
     """Disjoint test, dev and train (in that order) from one seeded permutation."""
     need = n_test + n_dev + 1
     if len(pool) < need:
-        raise ValueError(
-            f"{source}: {len(pool)} examples are too few for {n_test} test + {n_dev} dev."
-        )
+        raise ValueError(f"{source}: {len(pool)} examples are too few for {n_test} test + "
+                         f"{n_dev} dev.")
     order = np.random.default_rng(seed).permutation(len(pool))
     test = [pool[i] for i in order[:n_test]]
     dev = [pool[i] for i in order[n_test : n_test + n_dev]]
@@ -150,9 +143,8 @@ def single_pool_splits(
     return Splits(train=train, dev=dev, test=test, source=source)
 
 
-def load_splits(
-    task: str, source: Path | str, *, n_train: int, n_dev: int, n_test: int, seed: int
-) -> Splits:
+def load_splits(task: str, source: Path | str, *, n_train: int, n_dev: int, n_test: int,
+                seed: int) -> Splits:
     """Splits of ``task`` from ``source``: a movie-review file, a GLUE SST-2 folder or a
     SuperGLUE COPA folder."""
     source = Path(source)
@@ -196,12 +188,10 @@ def synthetic_sentiment(n: int, seed: int = 0) -> list[SentimentExample]:
 def synthetic_copa(n: int, seed: int = 0) -> list[CopaExample]:
     """Tiny cause/effect pairs in COPA's format."""
     rng = np.random.default_rng(seed)
-    events = [
-        ("The man was tired.", "He went to sleep.", "He ran a race."),
-        ("The glass fell.", "It broke.", "It sang."),
-        ("It rained.", "The street got wet.", "The street got dry."),
-        ("The girl was hungry.", "She ate lunch.", "She skipped lunch."),
-    ]
+    events = [("The man was tired.", "He went to sleep.", "He ran a race."),
+              ("The glass fell.", "It broke.", "It sang."),
+              ("It rained.", "The street got wet.", "The street got dry."),
+              ("The girl was hungry.", "She ate lunch.", "She skipped lunch.")]
     out = []
     for _ in range(n):
         premise, right, wrong = events[int(rng.integers(len(events)))]

@@ -86,8 +86,7 @@ class COPA:
     loss_kind = "option_lm"
 
     def context(self, ex: CopaExample) -> str:
-        premise = ex.premise.strip()
-        premise = premise.removesuffix(".")
+        premise = ex.premise.strip().removesuffix(".")
         return premise + (" because" if ex.question == "cause" else " so")
 
     @staticmethod
@@ -130,7 +129,8 @@ class Layout:
     single_token: bool  # every option of every example is one token
 
 
-def _tokenize(task, tokenizer: Tokenizer, ex) -> tuple[list[int], list[list[int]], int]:
+def tokenize(task, tokenizer: Tokenizer, ex) -> tuple[list[int], list[list[int]], int]:
+    """``(context ids, option ids, label)`` of one example."""
     ctx = tokenizer.prefix() + tokenizer.encode(task.context(ex))
     opts = [tokenizer.encode(o) for o in task.options(ex)]
     if not ctx or any(not o for o in opts):
@@ -138,20 +138,14 @@ def _tokenize(task, tokenizer: Tokenizer, ex) -> tuple[list[int], list[list[int]
     return ctx, opts, task.label(ex)
 
 
-def measure(
-    task,
-    tokenizer: Tokenizer,
-    examples: Sequence[Any],
-    *,
-    max_length: int | None = None,
-    multiple: int = 8,
-) -> Layout:
+def measure(task, tokenizer: Tokenizer, examples: Sequence[Any], *,
+            max_length: int | None = None, multiple: int = 8) -> Layout:
     """The layout that fits ``examples``: lengths rounded up to ``multiple`` unless
     ``max_length`` is given, in which case longer examples are an error."""
     longest, opt_len, single = 0, 1, True
     too_long = 0
     for ex in examples:
-        ctx, opts, _ = _tokenize(task, tokenizer, ex)
+        ctx, opts, _ = tokenize(task, tokenizer, ex)
         n = len(ctx) + max(len(o) for o in opts)
         longest = max(longest, n)
         opt_len = max(opt_len, max(len(o) for o in opts))
@@ -160,22 +154,14 @@ def measure(
     if max_length is None:
         max_length = multiple * math.ceil(longest / multiple)
     elif too_long:
-        raise ValueError(
-            f"{too_long} of {len(examples)} examples are longer than max_length={max_length} "
-            f"tokens (longest: {longest}); raise --max-length or shorten the data."
-        )
+        raise ValueError(f"{too_long} of {len(examples)} examples are longer than "
+                         f"max_length={max_length} tokens (longest: {longest}); raise "
+                         "--max-length or shorten the data.")
     return Layout(max_length=max_length, option_length=opt_len, single_token=single)
 
 
-def encode(
-    task,
-    tokenizer: Tokenizer,
-    examples: Sequence[Any],
-    layout: Layout,
-    *,
-    fast_path: bool | None = None,
-    only_correct: bool = False,
-) -> dict[str, np.ndarray]:
+def encode(task, tokenizer: Tokenizer, examples: Sequence[Any], layout: Layout, *,
+           fast_path: bool | None = None, only_correct: bool = False) -> dict[str, np.ndarray]:
     """Fixed-shape arrays for ``examples``.
 
     Returns a dict of NumPy arrays with a leading example axis ``N``:
@@ -203,7 +189,7 @@ def encode(
     mask = np.zeros((n, c, opt_len), np.float32)
     label = np.zeros((n,), np.int32)
     for i, ex in enumerate(examples):
-        ctx, opts, y = _tokenize(task, tokenizer, ex)
+        ctx, opts, y = tokenize(task, tokenizer, ex)
         if only_correct:
             opts, y = [opts[y]], 0
         if len(opts) != c:
@@ -212,9 +198,8 @@ def encode(
         for j, opt in enumerate(opts):
             seq = ctx if fast else ctx + opt
             if len(ctx) + len(opt) > length or len(opt) > opt_len:
-                raise ValueError(
-                    f"Example {i} ({len(ctx)} + {len(opt)} tokens) does not fit {layout}."
-                )
+                raise ValueError(f"Example {i} ({len(ctx)} + {len(opt)} tokens) does not fit "
+                                 f"{layout}.")
             k = 0 if fast else j
             tokens[i, k, : len(seq)] = seq
             row[i, j] = k
@@ -222,15 +207,8 @@ def encode(
             pos[i, j, :m] = len(ctx) - 1 + np.arange(m)
             tgt[i, j, :m] = opt
             mask[i, j, :m] = 1.0
-    return {
-        "tokens": tokens,
-        "row": row,
-        "pos": pos,
-        "tgt": tgt,
-        "mask": mask,
-        "label": label,
-        "weight": np.ones((n,), np.float32),
-    }
+    return {"tokens": tokens, "row": row, "pos": pos, "tgt": tgt, "mask": mask, "label": label,
+            "weight": np.ones((n,), np.float32)}
 
 
 def take(encoded: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
