@@ -51,6 +51,7 @@ PAPER_HEADERS = ["Method", "Total FE", "Avg K", "FE savings", "Best eval loss",
 
 
 def by_method(results: list[dict]) -> dict[str, list[dict]]:
+    """The result records of each method (over seeds), in order of appearance."""
     return pages.grouped(results, "method")
 
 
@@ -127,15 +128,13 @@ def timing_rows(results: list[dict]) -> list[list[str]]:
     rows = []
     for runs in by_method(results).values():
         t = [r["timing"] for r in runs]
-
-        def mean(key: str) -> float:
-            return float(np.mean([x[key] for x in t]))
-
-        rows.append([runs[0]["label"], f"{mean('fe_per_s'):.2f}", f"{mean('step_s_mean'):.2f}",
-                     f"{100 * mean('overhead_share'):.1f}%", _interleaved(t),
+        mean = {key: float(np.mean([x[key] for x in t])) for key in (
+            "fe_per_s", "step_s_mean", "overhead_share", "compile_s", "eval_s", "wall_s")}
+        rows.append([runs[0]["label"], f"{mean['fe_per_s']:.2f}", f"{mean['step_s_mean']:.2f}",
+                     f"{100 * mean['overhead_share']:.1f}%", _interleaved(t),
                      ", ".join(f"{k}: {v:.3f}" for k, v in t[0]["forward_call_s"].items()),
-                     f"{mean('compile_s'):.1f}", f"{mean('eval_s'):.0f}",
-                     f"{mean('wall_s'):.0f}"])
+                     f"{mean['compile_s']:.1f}", f"{mean['eval_s']:.0f}",
+                     f"{mean['wall_s']:.0f}"])
     return rows
 
 
