@@ -49,20 +49,19 @@ class Splits:
         return {"train": len(self.train), "dev": len(self.dev), "test": len(self.test)}
 
 
-def _need_file(path: Path, what: str) -> Path:
+def _lines(path: Path, what: str) -> list[tuple[int, str]]:
+    """The non-blank lines of the ``what`` file ``path`` with their numbers (from 1)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} file {path} does not exist.")
-    return path
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
 
 
 def load_movie_reviews(path: Path) -> list[SentimentExample]:
     """The movie-review snippets: label = rating > 0, ratings of exactly 0 dropped."""
     out = []
-    text = _need_file(path, "Movie-review").read_text(encoding="utf-8")
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, line in _lines(path, "Movie-review"):
         parts = line.rstrip("\r").split("\t")
         if len(parts) < 3:
             raise ValueError(f"{path}:{n}: expected 'id<TAB>rating<TAB>sentence', got "
@@ -80,18 +79,16 @@ def load_movie_reviews(path: Path) -> list[SentimentExample]:
 
 def load_sst2_tsv(path: Path) -> list[SentimentExample]:
     """A GLUE SST-2 TSV file with ``sentence`` and ``label`` columns."""
-    lines = _need_file(path, "SST-2").read_text(encoding="utf-8").splitlines()
+    lines = _lines(path, "SST-2")
     if not lines:
         raise ValueError(f"{path} is empty.")
-    header = lines[0].split("\t")
+    header = lines[0][1].split("\t")
     if "sentence" not in header or "label" not in header:
         raise ValueError(f"{path}: header {header} lacks 'sentence' and 'label' columns "
                          "(GLUE's test.tsv has no labels; use train.tsv and dev.tsv).")
     si, li = header.index("sentence"), header.index("label")
     out = []
-    for n, line in enumerate(lines[1:], 2):
-        if not line.strip():
-            continue
+    for n, line in lines[1:]:
         parts = line.split("\t")
         if len(parts) != len(header) or parts[li] not in ("0", "1"):
             raise ValueError(f"{path}:{n}: malformed SST-2 row {line[:60]!r}.")
@@ -102,9 +99,7 @@ def load_sst2_tsv(path: Path) -> list[SentimentExample]:
 def load_copa_jsonl(path: Path) -> list[CopaExample]:
     """A SuperGLUE COPA JSONL file."""
     out = []
-    for n, line in enumerate(_need_file(path, "COPA").read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, line in _lines(path, "COPA"):
         try:
             row = json.loads(line)
             ex = CopaExample(row["premise"], row["choice1"], row["choice2"], row["question"],

@@ -77,30 +77,22 @@ class SST2:
     def options(self, ex: SentimentExample) -> list[str]:
         return [f" {w}" for w in self.verbalizer]
 
-    def label(self, ex: SentimentExample) -> int:
-        return ex.label
-
 
 class COPA:
     name = "copa"
     loss_kind = "option_lm"
 
     def context(self, ex: CopaExample) -> str:
-        premise = ex.premise.strip().removesuffix(".")
-        return premise + (" because" if ex.question == "cause" else " so")
+        return ex.premise.strip().removesuffix(".") + (" because" if ex.question == "cause"
+                                                       else " so")
 
     @staticmethod
     def _choice(text: str) -> str:
         text = text.strip()
-        if text.split(" ", 1)[0] == "I":
-            return " " + text
-        return " " + text[:1].lower() + text[1:]
+        return " " + (text if text.split(" ", 1)[0] == "I" else text[:1].lower() + text[1:])
 
     def options(self, ex: CopaExample) -> list[str]:
         return [self._choice(ex.choice1), self._choice(ex.choice2)]
-
-    def label(self, ex: CopaExample) -> int:
-        return ex.label
 
 
 TASKS = {"sst2": SST2, "copa": COPA}
@@ -135,7 +127,7 @@ def tokenize(task, tokenizer: Tokenizer, ex) -> tuple[list[int], list[list[int]]
     opts = [tokenizer.encode(o) for o in task.options(ex)]
     if not ctx or any(not o for o in opts):
         raise ValueError(f"Empty context or option after tokenization in {ex!r}.")
-    return ctx, opts, task.label(ex)
+    return ctx, opts, ex.label
 
 
 def measure(task, tokenizer: Tokenizer, examples: Sequence[Any], *,
