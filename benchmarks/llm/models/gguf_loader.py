@@ -87,14 +87,10 @@ def llama_config(meta: dict[str, Any], vocab_rows: int, tied: bool) -> LlamaConf
     if meta.get("llama.rope.scaling.type", "none") not in ("none", None):
         raise ValueError(f"Rope scaling {meta['llama.rope.scaling.type']!r} is not supported.")
     return LlamaConfig(
-        vocab_size=int(meta.get("llama.vocab_size", vocab_rows)),
-        hidden_size=hidden,
-        intermediate_size=int(get("feed_forward_length")),
-        num_layers=int(get("block_count")),
-        num_heads=heads,
-        num_kv_heads=int(meta.get("llama.attention.head_count_kv", heads)),
-        head_dim=head_dim,
-        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+        vocab_size=int(meta.get("llama.vocab_size", vocab_rows)), hidden_size=hidden,
+        intermediate_size=int(get("feed_forward_length")), num_layers=int(get("block_count")),
+        num_heads=heads, num_kv_heads=int(meta.get("llama.attention.head_count_kv", heads)),
+        head_dim=head_dim, rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
         rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
         max_position_embeddings=int(get("context_length", 2048)),
         tie_word_embeddings=tied,
