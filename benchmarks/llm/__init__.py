@@ -7,6 +7,7 @@ and ``models.lora``: building blocks, adapters, ``models.gguf_loader`` /
 embedded model and data, cached), ``data`` (loaders and splits), ``tasks`` (templates,
 scoring, losses), ``methods`` (the LLM defaults of the shared method registry), ``config``
 (the configuration dataclass and its presets), ``experiment`` (data and model setup, the
-seed x method loop, the results payload), ``train`` (loop, evaluation, timing),
-``report`` (JSON, figure, Markdown), ``cli`` (the thin command line).
+seed x method loop, the results payload and its query regret), ``train`` (loop,
+evaluation, timing), ``report`` and ``tables`` (JSON, figure, Markdown), ``cli`` (the
+thin command line).
 """

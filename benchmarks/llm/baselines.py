@@ -124,7 +124,7 @@ def linear_probe(bundle: train.Bundle, eval_batch_size: int = 16) -> dict[str, A
     labels = {name: getattr(bundle, name)["label"] for name in feats}
 
     def acc(p, name):
-        return float(np.mean((np.asarray(z[name] @ p[0] + p[1]) > 0) == (labels[name] == 1)))
+        return calibrated_accuracy(np.asarray(z[name] @ p[0] + p[1]), labels[name], 0.0)
 
     fits = {l2: logistic_regression(z["train"], labels["train"], l2) for l2 in L2_GRID}
     best = max(L2_GRID, key=lambda l2: acc(fits[l2], "dev"))

@@ -1,15 +1,11 @@
 """Forward-only LoRA fine-tuning (MeZO protocol): FE saved against fixed K=4.
 
-Presets (benchmarks/llm/config.py): smoke (tiny model, seconds), cpu (SmolLM2-135M, the
-`review` prompt, LoRA on the top layer with the layers below cached, 3 seeds x 5 methods
-at 6,000 FE each, then the baselines and the memory table. Measured on 2 shared CPU
-cores: 14 min for loading, caching and the 5 methods of one seed (load average 5-15),
-so about 45 min for the 3 seeds; the baselines were not timed to the end on that machine), mezo_cpu (the old cpu run: MeZO's prompt,
-every layer, 100 steps), paper (the paper's protocol: 5,000 steps, 3 seeds; for a
-GPU), anytime (every method spends 144 FE; query regret against the fixed-K envelope).
-Every option named like a configuration field overrides the preset's value. ``--budget
-FE`` turns any preset into anytime mode (steps then follow from each method's FE per
-step; dev loss every ``--eval-every-fe`` FE, default budget / 8).
+Presets (described in benchmarks/llm/config.py): smoke (tiny model, seconds), cpu
+(SmolLM2-135M, 3 seeds x 5 methods at 6,000 FE each, baselines; about 45 min on 2 CPU
+cores), mezo_cpu (MeZO's prompt, 100 steps), paper (the paper's protocol; for a GPU),
+anytime (144 FE per method; query regret against the fixed-K envelope). Every option
+named like a configuration field overrides the preset's value. ``--budget FE`` turns
+any preset into anytime mode (dev loss every ``--eval-every-fe`` FE, default budget / 8).
 
 Methods are specs: BASE or BASE:key=value,... (mezo, radazo, statzo, statzo_norm, zoaq,
 auto_k; e.g. radazo:k=1, zoaq:k_max=2; see benchmarks/llm/methods.py).
@@ -25,8 +21,10 @@ Examples:
   python -m benchmarks llm --render docs/results/llm/llm.json.xz --report docs/results/llm.md
 GPU, the paper's protocol (SmolLM2; OPT from a local checkpoint folder):
   python -m benchmarks llm --preset paper --report docs/results/llm_paper.md
-  python -m benchmarks llm --preset paper --model opt:/data/opt-1.3b --dtype bfloat16 --task sst2 --data /data/SST-2 --report docs/results/llm_paper_opt.md
-  python -m benchmarks llm --preset paper --model opt:/data/opt-1.3b --dtype bfloat16 --task copa --data /data/COPA --report docs/results/llm_paper_opt_copa.md
+  python -m benchmarks llm --preset paper --model opt:/data/opt-1.3b --dtype bfloat16 \\
+    --task sst2 --data /data/SST-2 --report docs/results/llm_paper_opt.md
+  python -m benchmarks llm --preset paper --model opt:/data/opt-1.3b --dtype bfloat16 \\
+    --task copa --data /data/COPA --report docs/results/llm_paper_opt_copa.md
 """
 
 from __future__ import annotations
@@ -186,7 +184,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
     seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
     import dataclasses
 
-    from benchmarks.llm import report
+    from benchmarks.llm import experiment
 
     payloads = [flags.read_results(p, "--merge") for p in args.merge]
     ignore = ("seeds", "baselines", "preset")
@@ -204,7 +202,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
         first = payloads[0]
         return {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
                 "results": results, "merged_runs": [p["record"] for p in payloads],
-                **({"regret": report.regret(results, cfg.budget, cfg.eval_every_fe)}
+                **({"regret": experiment.regret(results, cfg.budget, cfg.eval_every_fe)}
                    if cfg.budget is not None else {})}
     payload = _run(args, cfg, None, merged=results)
     payload["merged_runs"] = [p["record"] for p in payloads]

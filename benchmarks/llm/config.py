@@ -24,7 +24,7 @@ Presets:
   anytime  the mezo_cpu preset's model and data in anytime mode: every method spends the same
            budget of 144 FE (R-AdaZO K=4 runs 18 steps, K=1 72), dev loss every 24 FE on
            100 dev examples; fixed K in {1, 2, 4} give the envelope, and the report gives
-           the query regret of each method (see report.py).
+           the query regret of each method (see experiment.regret).
 
 Every field can be overridden by the option named like it (``--steps``, ``--n-dev``,
 ``--lr``, ...; :func:`benchmarks.presets.from_args`).

@@ -49,25 +49,23 @@ class Splits:
         return {"train": len(self.train), "dev": len(self.dev), "test": len(self.test)}
 
 
-def _need_file(path: Path, what: str) -> Path:
+def _lines(path: Path, what: str) -> list[tuple[int, str]]:
+    """The non-blank lines of the ``what`` file ``path`` with their numbers (from 1)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} file {path} does not exist.")
-    return path
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
 
 
 def load_movie_reviews(path: Path) -> list[SentimentExample]:
     """The movie-review snippets: label = rating > 0, ratings of exactly 0 dropped."""
     out = []
-    text = _need_file(path, "Movie-review").read_text(encoding="utf-8")
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, line in _lines(path, "Movie-review"):
         parts = line.rstrip("\r").split("\t")
         if len(parts) < 3:
-            raise ValueError(
-                f"{path}:{n}: expected 'id<TAB>rating<TAB>sentence', got {line[:60]!r}."
-            )
+            raise ValueError(f"{path}:{n}: expected 'id<TAB>rating<TAB>sentence', got "
+                             f"{line[:60]!r}.")
         try:
             rating = float(parts[1])
         except ValueError:
@@ -81,20 +79,16 @@ def load_movie_reviews(path: Path) -> list[SentimentExample]:
 
 def load_sst2_tsv(path: Path) -> list[SentimentExample]:
     """A GLUE SST-2 TSV file with ``sentence`` and ``label`` columns."""
-    lines = _need_file(path, "SST-2").read_text(encoding="utf-8").splitlines()
+    lines = _lines(path, "SST-2")
     if not lines:
         raise ValueError(f"{path} is empty.")
-    header = lines[0].split("\t")
+    header = lines[0][1].split("\t")
     if "sentence" not in header or "label" not in header:
-        raise ValueError(
-            f"{path}: header {header} lacks 'sentence' and 'label' columns (GLUE's test.tsv "
-            "has no labels; use train.tsv and dev.tsv)."
-        )
+        raise ValueError(f"{path}: header {header} lacks 'sentence' and 'label' columns "
+                         "(GLUE's test.tsv has no labels; use train.tsv and dev.tsv).")
     si, li = header.index("sentence"), header.index("label")
     out = []
-    for n, line in enumerate(lines[1:], 2):
-        if not line.strip():
-            continue
+    for n, line in lines[1:]:
         parts = line.split("\t")
         if len(parts) != len(header) or parts[li] not in ("0", "1"):
             raise ValueError(f"{path}:{n}: malformed SST-2 row {line[:60]!r}.")
@@ -105,14 +99,11 @@ def load_sst2_tsv(path: Path) -> list[SentimentExample]:
 def load_copa_jsonl(path: Path) -> list[CopaExample]:
     """A SuperGLUE COPA JSONL file."""
     out = []
-    for n, line in enumerate(_need_file(path, "COPA").read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, line in _lines(path, "COPA"):
         try:
             row = json.loads(line)
-            ex = CopaExample(
-                row["premise"], row["choice1"], row["choice2"], row["question"], int(row["label"])
-            )
+            ex = CopaExample(row["premise"], row["choice1"], row["choice2"], row["question"],
+                             int(row["label"]))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{path}:{n}: not a COPA record ({err}).") from None
         if ex.question not in ("cause", "effect") or ex.label not in (0, 1):
@@ -125,24 +116,21 @@ def mezo_splits(train_pool: Sequence, test_pool: Sequence, *, n_train: int, n_de
                 n_test: int, seed: int, source: str) -> Splits:
     """Dev then train from one seeded permutation of ``train_pool``; test from ``test_pool``."""
     if len(train_pool) <= n_dev:
-        raise ValueError(
-            f"{source}: {len(train_pool)} training examples cannot give {n_dev} dev ones."
-        )
+        raise ValueError(f"{source}: {len(train_pool)} training examples cannot give {n_dev} "
+                         "dev ones.")
     order = np.random.default_rng(seed).permutation(len(train_pool))
     dev = [train_pool[i] for i in order[:n_dev]]
     train = [train_pool[i] for i in order[n_dev : n_dev + n_train]]
     return Splits(train=train, dev=dev, test=list(test_pool)[:n_test], source=source)
 
 
-def single_pool_splits(
-    pool: Sequence, *, n_train: int, n_dev: int, n_test: int, seed: int, source: str
-) -> Splits:
+def single_pool_splits(pool: Sequence, *, n_train: int, n_dev: int, n_test: int, seed: int,
+                       source: str) -> Splits:
     """Disjoint test, dev and train (in that order) from one seeded permutation."""
     need = n_test + n_dev + 1
     if len(pool) < need:
-        raise ValueError(
-            f"{source}: {len(pool)} examples are too few for {n_test} test + {n_dev} dev."
-        )
+        raise ValueError(f"{source}: {len(pool)} examples are too few for {n_test} test + "
+                         f"{n_dev} dev.")
     order = np.random.default_rng(seed).permutation(len(pool))
     test = [pool[i] for i in order[:n_test]]
     dev = [pool[i] for i in order[n_test : n_test + n_dev]]
@@ -150,9 +138,8 @@ def single_pool_splits(
     return Splits(train=train, dev=dev, test=test, source=source)
 
 
-def load_splits(
-    task: str, source: Path | str, *, n_train: int, n_dev: int, n_test: int, seed: int
-) -> Splits:
+def load_splits(task: str, source: Path | str, *, n_train: int, n_dev: int, n_test: int,
+                seed: int) -> Splits:
     """Splits of ``task`` from ``source``: a movie-review file, a GLUE SST-2 folder or a
     SuperGLUE COPA folder."""
     source = Path(source)
@@ -196,12 +183,10 @@ def synthetic_sentiment(n: int, seed: int = 0) -> list[SentimentExample]:
 def synthetic_copa(n: int, seed: int = 0) -> list[CopaExample]:
     """Tiny cause/effect pairs in COPA's format."""
     rng = np.random.default_rng(seed)
-    events = [
-        ("The man was tired.", "He went to sleep.", "He ran a race."),
-        ("The glass fell.", "It broke.", "It sang."),
-        ("It rained.", "The street got wet.", "The street got dry."),
-        ("The girl was hungry.", "She ate lunch.", "She skipped lunch."),
-    ]
+    events = [("The man was tired.", "He went to sleep.", "He ran a race."),
+              ("The glass fell.", "It broke.", "It sang."),
+              ("It rained.", "The street got wet.", "The street got dry."),
+              ("The girl was hungry.", "She ate lunch.", "She skipped lunch.")]
     out = []
     for _ in range(n):
         premise, right, wrong = events[int(rng.integers(len(events)))]

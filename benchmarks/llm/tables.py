@@ -95,11 +95,6 @@ def baseline_rows(payload: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _best_until(curve: list[dict], budget: float, key: str, better) -> float:
-    values = [c[key] for c in curve if c["fe"] <= budget]
-    return better(values)
-
-
 def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[list, list]:
     """``(budgets, rows)``: per method the best dev ``key`` within each budget (mean ±
     std over seeds); the best mean at a budget in bold, a dagger where its difference
@@ -110,8 +105,8 @@ def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[l
     groups = by_method(payload["results"])
     # An evaluation belongs to budget B if made within B FE plus half a period (a
     # method's last step before an evaluation may overshoot the multiple of the period).
-    stats = {name: [_stats([_best_until(r["curve"], b + every / 2, key, better) for r in runs])
-                    for b in budgets] for name, runs in groups.items()}
+    stats = {name: [_stats([better(c[key] for c in r["curve"] if c["fe"] <= b + every / 2)
+                            for r in runs]) for b in budgets] for name, runs in groups.items()}
     rows = []
     for name, runs in groups.items():
         cells = []

@@ -77,31 +77,22 @@ class SST2:
     def options(self, ex: SentimentExample) -> list[str]:
         return [f" {w}" for w in self.verbalizer]
 
-    def label(self, ex: SentimentExample) -> int:
-        return ex.label
-
 
 class COPA:
     name = "copa"
     loss_kind = "option_lm"
 
     def context(self, ex: CopaExample) -> str:
-        premise = ex.premise.strip()
-        premise = premise.removesuffix(".")
-        return premise + (" because" if ex.question == "cause" else " so")
+        return ex.premise.strip().removesuffix(".") + (" because" if ex.question == "cause"
+                                                       else " so")
 
     @staticmethod
     def _choice(text: str) -> str:
         text = text.strip()
-        if text.split(" ", 1)[0] == "I":
-            return " " + text
-        return " " + text[:1].lower() + text[1:]
+        return " " + (text if text.split(" ", 1)[0] == "I" else text[:1].lower() + text[1:])
 
     def options(self, ex: CopaExample) -> list[str]:
         return [self._choice(ex.choice1), self._choice(ex.choice2)]
-
-    def label(self, ex: CopaExample) -> int:
-        return ex.label
 
 
 TASKS = {"sst2": SST2, "copa": COPA}
@@ -130,28 +121,23 @@ class Layout:
     single_token: bool  # every option of every example is one token
 
 
-def _tokenize(task, tokenizer: Tokenizer, ex) -> tuple[list[int], list[list[int]], int]:
+def tokenize(task, tokenizer: Tokenizer, ex) -> tuple[list[int], list[list[int]], int]:
+    """``(context ids, option ids, label)`` of one example."""
     ctx = tokenizer.prefix() + tokenizer.encode(task.context(ex))
     opts = [tokenizer.encode(o) for o in task.options(ex)]
     if not ctx or any(not o for o in opts):
         raise ValueError(f"Empty context or option after tokenization in {ex!r}.")
-    return ctx, opts, task.label(ex)
+    return ctx, opts, ex.label
 
 
-def measure(
-    task,
-    tokenizer: Tokenizer,
-    examples: Sequence[Any],
-    *,
-    max_length: int | None = None,
-    multiple: int = 8,
-) -> Layout:
+def measure(task, tokenizer: Tokenizer, examples: Sequence[Any], *,
+            max_length: int | None = None, multiple: int = 8) -> Layout:
     """The layout that fits ``examples``: lengths rounded up to ``multiple`` unless
     ``max_length`` is given, in which case longer examples are an error."""
     longest, opt_len, single = 0, 1, True
     too_long = 0
     for ex in examples:
-        ctx, opts, _ = _tokenize(task, tokenizer, ex)
+        ctx, opts, _ = tokenize(task, tokenizer, ex)
         n = len(ctx) + max(len(o) for o in opts)
         longest = max(longest, n)
         opt_len = max(opt_len, max(len(o) for o in opts))
@@ -160,22 +146,14 @@ def measure(
     if max_length is None:
         max_length = multiple * math.ceil(longest / multiple)
     elif too_long:
-        raise ValueError(
-            f"{too_long} of {len(examples)} examples are longer than max_length={max_length} "
-            f"tokens (longest: {longest}); raise --max-length or shorten the data."
-        )
+        raise ValueError(f"{too_long} of {len(examples)} examples are longer than "
+                         f"max_length={max_length} tokens (longest: {longest}); raise "
+                         "--max-length or shorten the data.")
     return Layout(max_length=max_length, option_length=opt_len, single_token=single)
 
 
-def encode(
-    task,
-    tokenizer: Tokenizer,
-    examples: Sequence[Any],
-    layout: Layout,
-    *,
-    fast_path: bool | None = None,
-    only_correct: bool = False,
-) -> dict[str, np.ndarray]:
+def encode(task, tokenizer: Tokenizer, examples: Sequence[Any], layout: Layout, *,
+           fast_path: bool | None = None, only_correct: bool = False) -> dict[str, np.ndarray]:
     """Fixed-shape arrays for ``examples``.
 
     Returns a dict of NumPy arrays with a leading example axis ``N``:
@@ -203,7 +181,7 @@ def encode(
     mask = np.zeros((n, c, opt_len), np.float32)
     label = np.zeros((n,), np.int32)
     for i, ex in enumerate(examples):
-        ctx, opts, y = _tokenize(task, tokenizer, ex)
+        ctx, opts, y = tokenize(task, tokenizer, ex)
         if only_correct:
             opts, y = [opts[y]], 0
         if len(opts) != c:
@@ -212,9 +190,8 @@ def encode(
         for j, opt in enumerate(opts):
             seq = ctx if fast else ctx + opt
             if len(ctx) + len(opt) > length or len(opt) > opt_len:
-                raise ValueError(
-                    f"Example {i} ({len(ctx)} + {len(opt)} tokens) does not fit {layout}."
-                )
+                raise ValueError(f"Example {i} ({len(ctx)} + {len(opt)} tokens) does not fit "
+                                 f"{layout}.")
             k = 0 if fast else j
             tokens[i, k, : len(seq)] = seq
             row[i, j] = k
@@ -222,15 +199,8 @@ def encode(
             pos[i, j, :m] = len(ctx) - 1 + np.arange(m)
             tgt[i, j, :m] = opt
             mask[i, j, :m] = 1.0
-    return {
-        "tokens": tokens,
-        "row": row,
-        "pos": pos,
-        "tgt": tgt,
-        "mask": mask,
-        "label": label,
-        "weight": np.ones((n,), np.float32),
-    }
+    return {"tokens": tokens, "row": row, "pos": pos, "tgt": tgt, "mask": mask, "label": label,
+            "weight": np.ones((n,), np.float32)}
 
 
 def take(encoded: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:

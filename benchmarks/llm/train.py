@@ -180,16 +180,19 @@ def batches(encoded: dict, batch_size: int, seed: int):
 
 
 def make_step(opt, loss):
+    """One jitted zeroth-order step ``(lora, state, base, batch) -> (lora, state, FE, K_t)``."""
+
     def step(lora, state, base, batch):
         updates, state = opt.update(None, state, lora, value_fn=loss, base=base, batch=batch)
-        return (
-            optax.apply_updates(lora, updates),
-            state,
-            optax.tree.get(state, "num_queries"),
-            optax.tree.get(state, "last_k"),
-        )
+        return (optax.apply_updates(lora, updates), state, optax.tree.get(state, "num_queries"),
+                optax.tree.get(state, "last_k"))
 
     return jax.jit(step)
+
+
+def _key(n: int, batched: bool) -> str:
+    """The name of an oracle call: ``"n"`` (``n`` passes vmapped) or ``"centre"``."""
+    return str(n) if batched else "centre"
 
 
 def _oracle_calls(bundle: Bundle, lora: Any, sizes) -> dict[str, tuple]:
@@ -197,16 +200,16 @@ def _oracle_calls(bundle: Bundle, lora: Any, sizes) -> dict[str, tuple]:
 
     ``sizes`` holds ``(n, batched)``: batched entries vmap the objective over ``n``
     perturbed adapters (one acquisition chunk), unbatched ones are the plain objective
-    (the centre value of forward differences). Keys are ``"n"`` or ``"centre"``.
+    (the centre value of forward differences).
     """
     calls = {}
     for n, batched in sorted(set(sizes)):
         if batched:
             noise = 1e-2 * jax.random.normal(jax.random.key(n), (n,))
             arg = jax.tree.map(lambda x, z=noise: x[None] + z.reshape((-1,) + (1,) * x.ndim), lora)
-            calls[str(n)] = (bundle.batched, arg)
+            calls[_key(n, batched)] = (bundle.batched, arg)
         else:
-            calls["centre"] = (bundle.probe, lora)
+            calls[_key(n, batched)] = (bundle.probe, lora)
     return calls
 
 
@@ -225,9 +228,8 @@ def forward_call_seconds(bundle: Bundle, lora: Any, batch: dict, sizes, reps: in
     return out
 
 
-def interleaved_overhead(
-    compiled, method: Method, bundle: Bundle, lora: Any, state: Any, batch: dict, reps: int
-) -> dict:
+def interleaved_overhead(compiled, method: Method, bundle: Bundle, lora: Any, state: Any,
+                         batch: dict, reps: int) -> dict:
     """Step time vs forward time, measured back to back to cancel drifts in machine load.
 
     Repeats one step ``reps`` times from the same ``(lora, state, batch)`` (results
@@ -242,24 +244,10 @@ def interleaved_overhead(
     step_s, fwd_s = [], []
     for _ in range(reps):
         step_s.append(_timed(lambda: compiled(lora, state, bundle.base, batch)))
-        fwd_s.append(
-            sum(
-                _timed(
-                    calls[str(n) if b else "centre"][0],
-                    calls[str(n) if b else "centre"][1],
-                    bundle.base,
-                    batch,
-                )
-                for n, b in chunks
-            )
-        )
-    return {
-        "k": k,
-        "reps": reps,
-        "step_s": float(np.median(step_s)),
-        "forward_s": float(np.median(fwd_s)),
-        "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s)),
-    }
+        fwd_s.append(sum(_timed(*calls[_key(n, b)], bundle.base, batch) for n, b in chunks))
+    return {"k": k, "reps": reps, "step_s": float(np.median(step_s)),
+            "forward_s": float(np.median(fwd_s)),
+            "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s))}
 
 
 def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bool = True) -> dict:
@@ -318,42 +306,25 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
     sizes = [c for k in set(ks) for c in methods_lib.chunks(method, k)]
     calls = forward_call_seconds(bundle, lora, batch, sizes, cfg.timing_reps)
     probe = interleaved_overhead(compiled, method, bundle, lora, state, batch, cfg.timing_reps)
-    fwd_s = sum(calls[str(n) if b else "centre"]
+    fwd_s = sum(calls[_key(n, b)]
                 for k in ks for n, b in methods_lib.chunks(method, k))
     total_step = float(np.sum(step_s))
     hist = Counter(ks)
     return {
-        "method": method.spec,
-        "label": method.label,
-        "seed": seed,
-        "steps": len(ks),
-        "total_fe": fe,
-        "avg_k": float(np.mean(ks)),
-        "fe_per_step": fe / len(ks),
-        "k_trace": ks,
+        "method": method.spec, "label": method.label, "seed": seed, "steps": len(ks),
+        "total_fe": fe, "avg_k": float(np.mean(ks)), "fe_per_step": fe / len(ks), "k_trace": ks,
         "k_hist": {str(k): hist[k] for k in sorted(hist)},
         "immediate_accept_rate": hist[methods_lib.k_min(method)] / len(ks),
-        "best_eval_loss": best["loss"],
-        "best_step": best["step"],
-        "last_eval_loss": curve[-1]["dev_loss"],
-        "dev_accuracy": best["accuracy"],
-        "accuracy": test["accuracy"],
-        "test_loss": test["loss"],
-        "train_loss": curve[-1]["train_loss"],
-        "curve": curve,
+        "best_eval_loss": best["loss"], "best_step": best["step"],
+        "last_eval_loss": curve[-1]["dev_loss"], "dev_accuracy": best["accuracy"],
+        "accuracy": test["accuracy"], "test_loss": test["loss"],
+        "train_loss": curve[-1]["train_loss"], "curve": curve,
         "timing": {
-            "compile_s": compile_s,
-            "step_s_total": total_step,
-            "step_s_mean": total_step / len(step_s),
-            "step_s_median": float(np.median(step_s)),
-            "eval_s": eval_s,
-            "fe_per_s": fe / total_step,
-            "forward_call_s": calls,
-            "forward_s_estimate": fwd_s,
-            "overhead_share": 1.0 - fwd_s / total_step,
-            "interleaved": probe,
-            "wall_s": time.perf_counter() - wall0,
-        },
+            "compile_s": compile_s, "step_s_total": total_step,
+            "step_s_mean": total_step / len(step_s), "step_s_median": float(np.median(step_s)),
+            "eval_s": eval_s, "fe_per_s": fe / total_step, "forward_call_s": calls,
+            "forward_s_estimate": fwd_s, "overhead_share": 1.0 - fwd_s / total_step,
+            "interleaved": probe, "wall_s": time.perf_counter() - wall0},
     }
 
 
@@ -362,9 +333,5 @@ def zero_shot(bundle: Bundle, cfg: TrainConfig) -> dict[str, float]:
     lora = lora_lib.init_adapters(bundle.lora, 0)
     dev = evaluate(bundle, lora, bundle.dev, cfg.eval_batch_size)
     test = evaluate(bundle, lora, bundle.test, cfg.eval_batch_size)
-    return {
-        "dev_loss": dev["loss"],
-        "dev_accuracy": dev["accuracy"],
-        "test_loss": test["loss"],
-        "accuracy": test["accuracy"],
-    }
+    return {"dev_loss": dev["loss"], "dev_accuracy": dev["accuracy"], "test_loss": test["loss"],
+            "accuracy": test["accuracy"]}

@@ -9,7 +9,7 @@ from llm_helpers import tiny_bundle
 from benchmarks.common import read_json
 from benchmarks.llm import cli, train
 from benchmarks.llm.methods import REGISTRY
-from benchmarks.llm.report import best_within, mean_curve, regret
+from benchmarks.llm.experiment import best_within, mean_curve, regret
 
 
 def _cfg(**kw):

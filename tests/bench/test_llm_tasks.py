@@ -16,7 +16,7 @@ def test_templates():
     sst2 = tasks.get_task("sst2")
     ex = SentimentExample("A gripping film .", 1)
     assert sst2.context(ex) == "A gripping film . It was"
-    assert sst2.options(ex) == [" terrible", " great"] and sst2.label(ex) == 1
+    assert sst2.options(ex) == [" terrible", " great"]
     copa = tasks.get_task("copa")
     cause = CopaExample(
         "My body cast a shadow over the grass.", "The sun was rising.", "I was hungry.", "cause", 0
@@ -24,7 +24,7 @@ def test_templates():
     assert copa.context(cause) == "My body cast a shadow over the grass because"
     assert copa.options(cause) == [" the sun was rising.", " I was hungry."]
     effect = CopaExample("It rained.", "Streets got wet.", "Ice melted.", "effect", 1)
-    assert copa.context(effect) == "It rained so" and copa.label(effect) == 1
+    assert copa.context(effect) == "It rained so"
     with pytest.raises(ValueError, match="Unknown task"):
         tasks.get_task("mnli")
 

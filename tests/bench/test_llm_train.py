@@ -157,7 +157,7 @@ def test_cli_reports_bad_input(argv, message, tmp_path):
 
 
 def test_fe_to_matched_loss_interpolates_the_reference_curve():
-    from benchmarks.llm.report import fe_to_reach
+    from benchmarks.llm.experiment import fe_to_reach
 
     curve = [{"fe": 0, "dev_loss": 1.0}, {"fe": 100, "dev_loss": 0.8}, {"fe": 200, "dev_loss": 0.7}]
     assert fe_to_reach(curve, 0.9) == pytest.approx(50.0)

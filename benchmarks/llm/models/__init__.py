@@ -24,26 +24,14 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def tiny_llama_config(vocab_size: int) -> llama.LlamaConfig:
-    return llama.LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        max_position_embeddings=256,
-    )
+    return llama.LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
+                             num_layers=2, num_heads=4, num_kv_heads=2,
+                             max_position_embeddings=256)
 
 
 def tiny_opt_config(vocab_size: int) -> opt.OPTConfig:
-    return opt.OPTConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        ffn_dim=64,
-        num_layers=2,
-        num_heads=4,
-        max_position_embeddings=256,
-    )
+    return opt.OPTConfig(vocab_size=vocab_size, hidden_size=32, ffn_dim=64, num_layers=2,
+                         num_heads=4, max_position_embeddings=256)
 
 
 def load_model(spec: str, *, dtype: str = "float32", words: Sequence[str] = (), seed: int = 0):
@@ -81,9 +69,7 @@ def load_model(spec: str, *, dtype: str = "float32", words: Sequence[str] = (), 
             model = opt.OPT(cfg, random_weights(opt.weight_shapes(cfg), seed), dtype=jdtype)
         info = {"architecture": spec.split("-")[1], "name": f"{spec} (random, seed {seed})"}
     else:
-        raise ValueError(
-            f"Unknown model {spec!r}; expected smollm2, gguf:PATH, opt:PATH, hf:PATH, "
-            "tiny-llama or tiny-opt."
-        )
+        raise ValueError(f"Unknown model {spec!r}; expected smollm2, gguf:PATH, opt:PATH, "
+                         "hf:PATH, tiny-llama or tiny-opt.")
     info["dtype"] = dtype
     return model, tk, info

@@ -19,22 +19,12 @@ import numpy as np
 from benchmarks.llm.models import tokenizer as tok
 from benchmarks.llm.models.llama import Llama, LlamaConfig
 
-_GLOBAL = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-_BLOCK = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
+_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight",
+           "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+_BLOCK = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj",
+          "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+          "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+          "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
 
 
@@ -62,12 +52,8 @@ def hf_name(gguf_name: str) -> str:
 
 def read_metadata(reader) -> dict[str, Any]:
     """The key/value metadata of a ``gguf.GGUFReader`` as Python values."""
-    out = {}
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF."):
-            continue
-        out[name] = field.contents()
-    return out
+    return {name: field.contents() for name, field in reader.fields.items()
+            if not name.startswith("GGUF.")}
 
 
 def dequantize(tensor) -> np.ndarray:
@@ -82,10 +68,8 @@ def dequantize(tensor) -> np.ndarray:
         try:
             arr = deq(np.asarray(tensor.data), tensor.tensor_type)
         except NotImplementedError:
-            raise ValueError(
-                f"Tensor {tensor.name}: quantization {tensor.tensor_type.name} cannot be "
-                "dequantized by this version of the gguf package."
-            ) from None
+            raise ValueError(f"Tensor {tensor.name}: quantization {tensor.tensor_type.name} "
+                             "cannot be dequantized by this version of the gguf package.") from None
     return np.asarray(arr, np.float32).reshape(shape)
 
 
@@ -98,22 +82,15 @@ def llama_config(meta: dict[str, Any], vocab_rows: int, tied: bool) -> LlamaConf
 
     heads = int(get("attention.head_count"))
     hidden = int(get("embedding_length"))
-    head_dim = int(
-        meta.get(
-            "llama.attention.key_length", meta.get("llama.rope.dimension_count", hidden // heads)
-        )
-    )
+    head_dim = int(meta.get("llama.attention.key_length",
+                            meta.get("llama.rope.dimension_count", hidden // heads)))
     if meta.get("llama.rope.scaling.type", "none") not in ("none", None):
         raise ValueError(f"Rope scaling {meta['llama.rope.scaling.type']!r} is not supported.")
     return LlamaConfig(
-        vocab_size=int(meta.get("llama.vocab_size", vocab_rows)),
-        hidden_size=hidden,
-        intermediate_size=int(get("feed_forward_length")),
-        num_layers=int(get("block_count")),
-        num_heads=heads,
-        num_kv_heads=int(meta.get("llama.attention.head_count_kv", heads)),
-        head_dim=head_dim,
-        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+        vocab_size=int(meta.get("llama.vocab_size", vocab_rows)), hidden_size=hidden,
+        intermediate_size=int(get("feed_forward_length")), num_layers=int(get("block_count")),
+        num_heads=heads, num_kv_heads=int(meta.get("llama.attention.head_count_kv", heads)),
+        head_dim=head_dim, rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
         rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
         max_position_embeddings=int(get("context_length", 2048)),
         tie_word_embeddings=tied,
@@ -134,10 +111,9 @@ def read(path: Path) -> tuple[LlamaConfig, dict[str, np.ndarray], dict[str, Any]
     meta = read_metadata(reader)
     arch = meta.get("general.architecture")
     if arch != "llama":
-        raise ValueError(
-            f"{path.name}: GGUF architecture {arch!r} is not supported; this loader reads "
-            "'llama' models (SmolLM2, TinyLlama, Llama 2/3 without rope scaling)."
-        )
+        raise ValueError(f"{path.name}: GGUF architecture {arch!r} is not supported; this "
+                         "loader reads 'llama' models (SmolLM2, TinyLlama, Llama 2/3 without "
+                         "rope scaling).")
     tensors = {t.name: t for t in reader.tensors}
     if "token_embd.weight" not in tensors:
         raise ValueError(f"{path.name} has no token_embd.weight tensor.")
@@ -163,10 +139,6 @@ def load(path: Path, *, dtype=None):
 
     config, weights, meta = read(path)
     model = Llama(config, weights, dtype=dtype or jnp.float32)
-    info = {
-        "architecture": "llama",
-        "path": str(path),
-        "name": meta.get("general.name"),
-        "tensor_types": meta["quantization"],
-    }
+    info = {"architecture": "llama", "path": str(path), "name": meta.get("general.name"),
+            "tensor_types": meta["quantization"]}
     return model, tok.from_gguf_metadata(meta), info

@@ -31,11 +31,8 @@ def read_config(path: Path) -> dict[str, Any]:
 
 def opt_config(cfg: dict[str, Any]) -> OPTConfig:
     return OPTConfig(
-        vocab_size=cfg["vocab_size"],
-        hidden_size=cfg["hidden_size"],
-        ffn_dim=cfg["ffn_dim"],
-        num_layers=cfg["num_hidden_layers"],
-        num_heads=cfg["num_attention_heads"],
+        vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"], ffn_dim=cfg["ffn_dim"],
+        num_layers=cfg["num_hidden_layers"], num_heads=cfg["num_attention_heads"],
         max_position_embeddings=cfg.get("max_position_embeddings", 2048),
         word_embed_proj_dim=cfg.get("word_embed_proj_dim"),
         do_layer_norm_before=cfg.get("do_layer_norm_before", True),
@@ -55,10 +52,8 @@ def llama_config(cfg: dict[str, Any]) -> LlamaConfig:
         raise ValueError(f"Rope scaling {kind!r} is not supported.")
     theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
     return LlamaConfig(
-        vocab_size=cfg["vocab_size"],
-        hidden_size=cfg["hidden_size"],
-        intermediate_size=cfg["intermediate_size"],
-        num_layers=cfg["num_hidden_layers"],
+        vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"], num_layers=cfg["num_hidden_layers"],
         num_heads=cfg["num_attention_heads"],
         num_kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
         head_dim=cfg.get("head_dim"),
@@ -76,11 +71,8 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
     if single.is_file() or index.is_file():
         from safetensors.numpy import load_file
 
-        files = (
-            [single]
-            if single.is_file()
-            else sorted({path / f for f in json.loads(index.read_text())["weight_map"].values()})
-        )
+        files = ([single] if single.is_file() else
+                 sorted({path / f for f in json.loads(index.read_text())["weight_map"].values()}))
         out = {}
         for f in files:
             try:
@@ -93,16 +85,12 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
         try:
             import torch
         except ImportError:
-            raise ImportError(
-                f"{binary} is a PyTorch pickle; reading it needs torch (pip install "
-                "torch), or convert the checkpoint to safetensors."
-            ) from None
+            raise ImportError(f"{binary} is a PyTorch pickle; reading it needs torch (pip "
+                              "install torch), or convert the checkpoint to safetensors.") from None
         state = torch.load(str(binary), map_location="cpu", weights_only=True)
         return {k: v.float().numpy() for k, v in state.items()}
-    raise FileNotFoundError(
-        f"No weights in {path}: expected model.safetensors, model.safetensors.index.json "
-        "or pytorch_model.bin."
-    )
+    raise FileNotFoundError(f"No weights in {path}: expected model.safetensors, "
+                            "model.safetensors.index.json or pytorch_model.bin.")
 
 
 def _load_safetensors_via_torch(f: Path) -> dict[str, np.ndarray]:
@@ -118,9 +106,8 @@ def normalize_opt_keys(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def normalize_llama_keys(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Adds the ``model.`` prefix where a bare ``LlamaModel`` checkpoint lacks it."""
-    return {
-        k if k.startswith(("model.", "lm_head.")) else f"model.{k}": v for k, v in weights.items()
-    }
+    return {k if k.startswith(("model.", "lm_head.")) else f"model.{k}": v
+            for k, v in weights.items()}
 
 
 def load(path: Path, *, dtype=None):
@@ -137,8 +124,6 @@ def load(path: Path, *, dtype=None):
         config = llama_config(cfg)
         model = Llama(config, normalize_llama_keys(read_weights(path)), dtype=dtype)
     else:
-        raise ValueError(
-            f"Unsupported model_type {kind!r} in {Path(path) / 'config.json'}; expected 'opt' "
-            "or 'llama'."
-        )
+        raise ValueError(f"Unsupported model_type {kind!r} in {Path(path) / 'config.json'}; "
+                         "expected 'opt' or 'llama'.")
     return model, tok.from_hf_dir(path, cfg), {"architecture": kind, "path": str(path)}

@@ -66,9 +66,8 @@ class LayerNorm(nnx.Module):
         mean = jnp.mean(x32, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
         y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
-        return (
-            y * self.weight[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
-        ).astype(x.dtype)
+        return (y * self.weight[...].astype(jnp.float32)
+                + self.bias[...].astype(jnp.float32)).astype(x.dtype)
 
 
 class Embedding(nnx.Module):

@@ -17,16 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from benchmarks.llm.models.layers import (
-    CausalLM,
-    Embedding,
-    Linear,
-    RMSNorm,
-    as_param,
-    causal_attention,
-    check_weights,
-    module_list,
-)
+from benchmarks.llm.models.layers import (CausalLM, Embedding, Linear, RMSNorm, as_param,
+                                          causal_attention, check_weights, module_list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +37,8 @@ class LlamaConfig:
 
     def __post_init__(self):
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
-                f"({self.num_kv_heads})."
-            )
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
+                             f"({self.num_kv_heads}).")
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
         if self.head_dim % 2:
@@ -77,11 +67,8 @@ class LlamaAttention(nnx.Module):
 
         self.q_proj, self.k_proj = lin("q_proj"), lin("k_proj")
         self.v_proj, self.o_proj = lin("v_proj"), lin("o_proj")
-        self.num_heads, self.num_kv_heads, self.head_dim = (
-            cfg.num_heads,
-            cfg.num_kv_heads,
-            cfg.head_dim,
-        )
+        self.num_heads, self.num_kv_heads, self.head_dim = (cfg.num_heads, cfg.num_kv_heads,
+                                                              cfg.head_dim)
 
     def attend_at(self, x, index, cos, sin):
         """Attention output ``[N, D]`` of the query at ``index[n]`` only (keys: all)."""
@@ -114,11 +101,8 @@ class LlamaMLP(nnx.Module):
         def lin(name):
             return Linear(np.asarray(w[f"{prefix}.{name}.weight"]).T, dtype=dtype)
 
-        self.gate_proj, self.up_proj, self.down_proj = (
-            lin("gate_proj"),
-            lin("up_proj"),
-            lin("down_proj"),
-        )
+        self.gate_proj, self.up_proj, self.down_proj = map(lin, ("gate_proj", "up_proj",
+                                                                 "down_proj"))
 
     def __call__(self, x):
         return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -127,13 +111,11 @@ class LlamaMLP(nnx.Module):
 class LlamaBlock(nnx.Module):
     def __init__(self, cfg: LlamaConfig, w: Mapping[str, np.ndarray], i: int, dtype):
         p = f"model.layers.{i}"
-        self.input_layernorm = RMSNorm(
-            w[f"{p}.input_layernorm.weight"], cfg.rms_norm_eps, dtype=dtype
-        )
+        self.input_layernorm = RMSNorm(w[f"{p}.input_layernorm.weight"], cfg.rms_norm_eps,
+                                       dtype=dtype)
         self.self_attn = LlamaAttention(cfg, w, f"{p}.self_attn", dtype)
-        self.post_attention_layernorm = RMSNorm(
-            w[f"{p}.post_attention_layernorm.weight"], cfg.rms_norm_eps, dtype=dtype
-        )
+        self.post_attention_layernorm = RMSNorm(w[f"{p}.post_attention_layernorm.weight"],
+                                                cfg.rms_norm_eps, dtype=dtype)
         self.mlp = LlamaMLP(w, f"{p}.mlp", dtype)
 
     def __call__(self, x, cos, sin):
@@ -189,19 +171,16 @@ def weight_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     shapes = {"model.embed_tokens.weight": (cfg.vocab_size, d), "model.norm.weight": (d,)}
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}"
-        shapes.update(
-            {
-                f"{p}.input_layernorm.weight": (d,),
-                f"{p}.post_attention_layernorm.weight": (d,),
-                f"{p}.self_attn.q_proj.weight": (cfg.num_heads * hd, d),
-                f"{p}.self_attn.k_proj.weight": (cfg.num_kv_heads * hd, d),
-                f"{p}.self_attn.v_proj.weight": (cfg.num_kv_heads * hd, d),
-                f"{p}.self_attn.o_proj.weight": (d, cfg.num_heads * hd),
-                f"{p}.mlp.gate_proj.weight": (cfg.intermediate_size, d),
-                f"{p}.mlp.up_proj.weight": (cfg.intermediate_size, d),
-                f"{p}.mlp.down_proj.weight": (d, cfg.intermediate_size),
-            }
-        )
+        shapes.update({
+            f"{p}.input_layernorm.weight": (d,),
+            f"{p}.post_attention_layernorm.weight": (d,),
+            f"{p}.self_attn.q_proj.weight": (cfg.num_heads * hd, d),
+            f"{p}.self_attn.k_proj.weight": (cfg.num_kv_heads * hd, d),
+            f"{p}.self_attn.v_proj.weight": (cfg.num_kv_heads * hd, d),
+            f"{p}.self_attn.o_proj.weight": (d, cfg.num_heads * hd),
+            f"{p}.mlp.gate_proj.weight": (cfg.intermediate_size, d),
+            f"{p}.mlp.up_proj.weight": (cfg.intermediate_size, d),
+            f"{p}.mlp.down_proj.weight": (d, cfg.intermediate_size)})
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, d)
     return shapes

@@ -109,11 +109,8 @@ def init_adapters(lora: Any, key: jax.Array | int) -> Any:
         names = "/".join(str(getattr(p, "key", getattr(p, "name", p))) for p in path)
         if "lora_a" in names:
             bound = 1.0 / leaf.shape[0] ** 0.5
-            out.append(
-                jax.random.uniform(
-                    jax.random.fold_in(key, i), leaf.shape, jnp.float32, -bound, bound
-                )
-            )
+            out.append(jax.random.uniform(jax.random.fold_in(key, i), leaf.shape, jnp.float32,
+                                          -bound, bound))
         elif "lora_b" in names:
             out.append(jnp.zeros(leaf.shape, jnp.float32))
         else:

@@ -18,25 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from benchmarks.llm.models.layers import (
-    CausalLM,
-    Embedding,
-    LayerNorm,
-    Linear,
-    as_param,
-    causal_attention,
-    check_weights,
-    module_list,
-)
+from benchmarks.llm.models.layers import (CausalLM, Embedding, LayerNorm, Linear, as_param,
+                                          causal_attention, check_weights, module_list)
 
 POSITION_OFFSET = 2  # OPT's learned position table starts at index 2
 
-ACTIVATIONS = {
-    "relu": jax.nn.relu,
-    "gelu": jax.nn.gelu,
-    "gelu_new": jax.nn.gelu,
-    "silu": jax.nn.silu,
-}
+ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "gelu_new": jax.nn.gelu,
+               "silu": jax.nn.silu}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,10 +48,8 @@ class OPTConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError("hidden_size must be a multiple of num_heads.")
         if self.activation_function not in ACTIVATIONS:
-            raise ValueError(
-                f"Unsupported OPT activation {self.activation_function!r}; "
-                f"expected one of {sorted(ACTIVATIONS)}."
-            )
+            raise ValueError(f"Unsupported OPT activation {self.activation_function!r}; "
+                             f"expected one of {sorted(ACTIVATIONS)}.")
         if not self.layer_norm_elementwise_affine:
             raise ValueError("OPT checkpoints without affine layer norms are not supported.")
 
@@ -76,11 +62,16 @@ class OPTConfig:
         return self.word_embed_proj_dim != self.hidden_size
 
 
+def _linear(cfg: OPTConfig, w: Mapping[str, np.ndarray], name: str, dtype) -> Linear:
+    """The layer ``name`` of ``w`` (its bias if the checkpoint has biases)."""
+    bias = w.get(f"{name}.bias") if cfg.enable_bias else None
+    return Linear(np.asarray(w[f"{name}.weight"]).T, bias, dtype=dtype)
+
+
 class OPTAttention(nnx.Module):
     def __init__(self, cfg: OPTConfig, w: Mapping[str, np.ndarray], prefix: str, dtype):
         def lin(name):
-            bias = w.get(f"{prefix}.{name}.bias") if cfg.enable_bias else None
-            return Linear(np.asarray(w[f"{prefix}.{name}.weight"]).T, bias, dtype=dtype)
+            return _linear(cfg, w, f"{prefix}.{name}", dtype)
 
         self.q_proj, self.k_proj = lin("q_proj"), lin("k_proj")
         self.v_proj, self.out_proj = lin("v_proj"), lin("out_proj")
@@ -102,13 +93,9 @@ class OPTBlock(nnx.Module):
         def norm(name):
             return LayerNorm(w[f"{p}.{name}.weight"], w[f"{p}.{name}.bias"], dtype=dtype)
 
-        def lin(name):
-            bias = w.get(f"{p}.{name}.bias") if cfg.enable_bias else None
-            return Linear(np.asarray(w[f"{p}.{name}.weight"]).T, bias, dtype=dtype)
-
         self.self_attn = OPTAttention(cfg, w, f"{p}.self_attn", dtype)
         self.self_attn_layer_norm = norm("self_attn_layer_norm")
-        self.fc1, self.fc2 = lin("fc1"), lin("fc2")
+        self.fc1, self.fc2 = _linear(cfg, w, f"{p}.fc1", dtype), _linear(cfg, w, f"{p}.fc2", dtype)
         self.final_layer_norm = norm("final_layer_norm")
         self.pre_norm = cfg.do_layer_norm_before
         self.activation = cfg.activation_function
@@ -134,30 +121,16 @@ class OPT(CausalLM):
         w = weights
         self.embed_tokens = Embedding(w["decoder.embed_tokens.weight"], dtype=dtype)
         self.embed_positions = Embedding(w["decoder.embed_positions.weight"], dtype=dtype)
-        self.project_in = (
-            Linear(np.asarray(w["decoder.project_in.weight"]).T, dtype=dtype)
-            if cfg.projects
-            else None
-        )
-        self.project_out = (
-            Linear(np.asarray(w["decoder.project_out.weight"]).T, dtype=dtype)
-            if cfg.projects
-            else None
-        )
-        self.final_layer_norm = (
-            LayerNorm(
-                w["decoder.final_layer_norm.weight"],
-                w["decoder.final_layer_norm.bias"],
-                dtype=dtype,
-            )
-            if cfg.has_final_layer_norm
-            else None
-        )
+        self.project_in, self.project_out = (
+            (Linear(np.asarray(w[f"decoder.{name}.weight"]).T, dtype=dtype)
+             for name in ("project_in", "project_out")) if cfg.projects else (None, None))
+        self.final_layer_norm = (LayerNorm(w["decoder.final_layer_norm.weight"],
+                                           w["decoder.final_layer_norm.bias"], dtype=dtype)
+                                 if cfg.has_final_layer_norm else None)
         self.layers = module_list(OPTBlock(cfg, w, i, dtype) for i in range(cfg.num_layers))
         head = w.get("lm_head.weight")
-        tied = head is None or np.array_equal(
-            np.asarray(head), np.asarray(w["decoder.embed_tokens.weight"])
-        )
+        tied = head is None or np.array_equal(np.asarray(head),
+                                              np.asarray(w["decoder.embed_tokens.weight"]))
         self.lm_head = None if tied else as_param(np.asarray(head).T, dtype)
 
     def embed(self, tokens: jax.Array) -> jax.Array:

@@ -54,9 +54,7 @@ def _byte_level_bpe(vocab: Mapping[str, int], merges: Sequence[Any], split_digit
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.pre_tokenizer = (
         pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-        if split_digits
-        else byte_level
-    )
+        if split_digits else byte_level)
     backend.decoder = decoders.ByteLevel()
     return backend
 
@@ -67,15 +65,13 @@ def from_gguf_metadata(meta: Mapping[str, Any]) -> Tokenizer:
 
     kind = meta.get("tokenizer.ggml.model")
     if kind != "gpt2":
-        raise ValueError(
-            f"Unsupported GGUF tokenizer model {kind!r}: only byte-level BPE ('gpt2', as in "
-            "SmolLM2 and other GPT-2 style vocabularies) is implemented."
-        )
+        raise ValueError(f"Unsupported GGUF tokenizer model {kind!r}: only byte-level BPE "
+                         "('gpt2', as in SmolLM2 and other GPT-2 style vocabularies) is "
+                         "implemented.")
     pre = meta.get("tokenizer.ggml.pre", "default")
     if pre not in ("default", "gpt2", "smollm"):
-        raise ValueError(
-            f"Unsupported GGUF pre-tokenizer {pre!r}; supported: 'default', 'gpt2', 'smollm'."
-        )
+        raise ValueError(f"Unsupported GGUF pre-tokenizer {pre!r}; supported: 'default', "
+                         "'gpt2', 'smollm'.")
     tokens = list(meta["tokenizer.ggml.tokens"])
     merges = list(meta.get("tokenizer.ggml.merges", []))
     backend = _byte_level_bpe({t: i for i, t in enumerate(tokens)}, merges, pre == "smollm")
@@ -86,13 +82,9 @@ def from_gguf_metadata(meta: Mapping[str, Any]) -> Tokenizer:
     bos = meta.get("tokenizer.ggml.bos_token_id")
     eos = meta.get("tokenizer.ggml.eos_token_id")
     pad = meta.get("tokenizer.ggml.padding_token_id", eos if eos is not None else 0)
-    return Tokenizer(
-        backend=backend,
-        bos_id=None if bos is None else int(bos),
-        eos_id=None if eos is None else int(eos),
-        pad_id=int(pad),
-        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-    )
+    return Tokenizer(backend=backend, bos_id=None if bos is None else int(bos),
+                     eos_id=None if eos is None else int(eos), pad_id=int(pad),
+                     add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)))
 
 
 def from_hf_dir(path: Path, config: Mapping[str, Any]) -> Tokenizer:
@@ -114,26 +106,20 @@ def from_hf_dir(path: Path, config: Mapping[str, Any]) -> Tokenizer:
         merges = [ln for ln in lines if ln and not ln.startswith("#version")]
         backend = _byte_level_bpe(vocab, merges, split_digits=False)
     else:
-        raise FileNotFoundError(
-            f"No tokenizer in {path}: expected tokenizer.json, or vocab.json and merges.txt."
-        )
+        raise FileNotFoundError(f"No tokenizer in {path}: expected tokenizer.json, or "
+                                "vocab.json and merges.txt.")
     tok_cfg_path = path / "tokenizer_config.json"
     tok_cfg = json.loads(tok_cfg_path.read_text()) if tok_cfg_path.is_file() else {}
     default_bos = config.get("model_type") == "opt"
     eos = config.get("eos_token_id")
     pad = config.get("pad_token_id")
-    return Tokenizer(
-        backend=backend,
-        bos_id=config.get("bos_token_id"),
-        eos_id=eos,
-        pad_id=int(pad if pad is not None else (eos if eos is not None else 0)),
-        add_bos=bool(tok_cfg.get("add_bos_token", default_bos)),
-    )
+    return Tokenizer(backend=backend, bos_id=config.get("bos_token_id"), eos_id=eos,
+                     pad_id=int(pad if pad is not None else (eos if eos is not None else 0)),
+                     add_bos=bool(tok_cfg.get("add_bos_token", default_bos)))
 
 
-def word_level(
-    words: Iterable[str], *, specials: Sequence[str] = ("<pad>", "<bos>", "<unk>")
-) -> Tokenizer:
+def word_level(words: Iterable[str], *,
+               specials: Sequence[str] = ("<pad>", "<bos>", "<unk>")) -> Tokenizer:
     """A word-level tokenizer (whitespace and punctuation split) for tiny models."""
     from tokenizers import Tokenizer as Backend
     from tokenizers import models, pre_tokenizers
@@ -143,10 +129,5 @@ def word_level(
         vocab.setdefault(w, len(vocab))
     backend = Backend(models.WordLevel(vocab, unk_token=specials[2]))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return Tokenizer(
-        backend=backend,
-        bos_id=vocab[specials[1]],
-        eos_id=None,
-        pad_id=vocab[specials[0]],
-        add_bos=True,
-    )
+    return Tokenizer(backend=backend, bos_id=vocab[specials[1]], eos_id=None,
+                     pad_id=vocab[specials[0]], add_bos=True)
