@@ -78,10 +78,9 @@ def test_split_equals_single_device_and_compiles_once(single, shape, combine):
     assert len(g["w"].sharding.device_set) == n  # replicated on the mesh
 
 
-@pytest.mark.parametrize("combine, drawn", [("psum", [K // 4]), ("gather", [K])])
-def test_directions_drawn_per_device(combine, drawn, monkeypatch):
-    """Each device draws its ``K / n`` directions (psum), or all ``K`` once and evaluates
-    its slice of them (gather): no direction is drawn twice in a step."""
+@pytest.fixture
+def drawn_batches(monkeypatch):
+    """The sizes of the direction batches drawn while a test traces (a list it fills)."""
     from zoaq_jax._src import directions as dirs
 
     batches = []
@@ -92,34 +91,34 @@ def test_directions_drawn_per_device(combine, drawn, monkeypatch):
         return sample_many(kind, keys, like)
 
     monkeypatch.setattr(dirs, "sample_many", counting)
+    return batches
+
+
+@pytest.mark.parametrize("combine, drawn", [("psum", [K // 4]), ("gather", [K])])
+def test_directions_drawn_per_device(combine, drawn, drawn_batches):
+    """Each device draws its ``K / n`` directions (psum), or all ``K`` once and evaluates
+    its slice of them (gather): no direction is drawn twice in a step."""
     mesh = mesh_of(4)
     est = zoaq_jax.fixed_estimator(k=K, key=3, mesh=mesh, combine=combine)
     state, params = zoaq_jax.replicate((est.init(PARAMS), PARAMS), mesh)
     jax.eval_shape(lambda s, p: est.update(None, s, p, value_fn=objective, a=PARAMS["w"]),
                    state, params)  # traces the per-device program once
-    assert batches == drawn
+    assert drawn_batches == drawn
 
 
 @pytest.mark.parametrize("combine", ["psum", "gather"])
-def test_over_the_batch_limit_devices_draw_in_chunks(single, combine, monkeypatch):
+def test_over_the_batch_limit_devices_draw_in_chunks(single, combine, drawn_batches,
+                                                    monkeypatch):
     """With room for one direction at a time, each device draws its K / n directions one
     by one (gather then regenerates all K one by one for the sum): no batch of more than
     one direction, and the estimates agree with one device's to float32 rounding."""
     from zoaq_jax._src import directions as dirs
 
-    batches = []
-    sample_many = dirs.sample_many
-
-    def counting(kind, keys, like):
-        batches.append(keys.shape[0])
-        return sample_many(kind, keys, like)
-
-    monkeypatch.setattr(dirs, "sample_many", counting)
     monkeypatch.setattr(dirs, "_BATCH_LIMIT", dirs.dimension(PARAMS))
     estimates, state, _ = two_steps(
         zoaq_jax.fixed_estimator(k=K, key=3, mesh=mesh_of(2), combine=combine), mesh_of(2))
     ref_estimates, ref_state, _ = single
-    assert batches and max(batches) == 1
+    assert drawn_batches and max(drawn_batches) == 1
     for g, ref in zip(estimates, ref_estimates):
         assert relative_error(g, ref) < 1e-6
     assert optax.tree.get(state, "num_queries") == optax.tree.get(ref_state, "num_queries")
