@@ -102,7 +102,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"rendered {target}")
         return 0
     preset = _preset(args)
-    if "open_es" in preset.methods and "compare" in preset.sections:
+    if "open_es" in preset.methods:  # the compare and dims sections both run it
         try:
             import evosax  # noqa: F401
         except ImportError:

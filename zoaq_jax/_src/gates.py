@@ -1,6 +1,6 @@
 """Gates: the candidate tests of :func:`adaptive_estimator`, as pure functions.
 
-A gate scores the pooled candidate (:class:`controller.Evidence`) and passes or fails
+A gate scores the pooled candidate (:class:`~zoaq_jax.Evidence`) and passes or fails
 it. The scores are module-level pure functions, unit-tested on tiny inputs:
 
 * :func:`cosine_score`: ZoAQ's momentum consistency :math:`\\cos(g, m)` (paper Eq. 3);

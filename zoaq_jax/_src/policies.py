@@ -110,7 +110,7 @@ class Retention(NamedTuple):
     * ``update(state, outcome) -> state``: keep the step's records (``outcome.records``).
 
     ``capacity`` (static) is the number of records kept; 0: none, and the skeleton never
-    calls the functions.
+    calls ``oldest`` or ``pooled``.
     """
 
     init: Callable[[chex.ArrayTree, Grid], chex.ArrayTree]

@@ -79,7 +79,8 @@ def zoaq_estimator(
       mu: smoothing radius :math:`\mu > 0`.
       tau0: initial cosine threshold :math:`\tau_0 \in [-1, 1]`.
       beta_tau: threshold EMA factor :math:`\beta_\tau \in [0, 1)`.
-      b1: estimate EMA factor :math:`\beta_1 \in [0, 1)`.
+      b1: estimate EMA factor :math:`\beta_1 \in [0, 1)` of the default gate (unused with
+        ``gate=...``: a given gate has its own).
       eps_anc: warm-start radius :math:`\varepsilon_{anc} \ge 0` on :math:`\|m\|`.
       gate: the candidate test; None: ``gates.momentum(tau0, beta_tau, b1, eps_anc)``
         (the paper's cosine gate). Ablations: ``gates.momentum_norm(c_norm)``
@@ -104,8 +105,8 @@ def zoaq_estimator(
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` whose ``update(updates, state,
       params, *, value_fn, value=None, **fn_kwargs)`` ignores ``updates`` and returns
-      :math:`g_t`: :func:`adaptive_estimator` with the gate :func:`gates.momentum` and
-      the budget rule :func:`budgets.reset`. Diagnostics: ``num_queries``,
+      :math:`g_t`: :func:`adaptive_estimator` with the gate :func:`gates.momentum`, the
+      budget rule :func:`budgets.reset` and the retention :func:`retention.fifo` (defaults). Diagnostics: ``num_queries``,
       ``num_nonfinite``, ``last_k``, ``last_score``, ``tau``, ``ema``, ``next_k``.
 
     Example:
