@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import numpy as np
 import optax
@@ -10,8 +12,6 @@ from zoaq_jax._src import budgets, checks, gates, retained
 from zoaq_jax._src import retention as retentions
 from zoaq_jax._src.controller import adaptive_estimator
 from zoaq_jax._src.policies import BudgetRule, Gate, Retention
-
-GATE_DEFAULTS = {"tau0": 1.0, "beta_tau": 0.9, "eps_anc": 1e-12}  # of gates.momentum
 
 
 def _changed(value: object, default: float) -> bool:
@@ -122,15 +122,15 @@ def zoaq_estimator(
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling, Algorithm 1.
     """
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
-    given = dict(tau0=tau0, beta_tau=beta_tau, eps_anc=eps_anc)
+    given = dict(tau0=tau0, beta_tau=beta_tau, eps_anc=eps_anc, n_hist=n_hist, refresh=refresh)
     if gate is None:
         gate = gates.momentum(tau0=tau0, beta_tau=beta_tau, b1=b1, eps_anc=eps_anc)
-    elif any(_changed(given[k], v) for k, v in GATE_DEFAULTS.items()):
+    elif any(_changed(given[k], _DEFAULTS[k]) for k in ("tau0", "beta_tau", "eps_anc")):
         raise ValueError("tau0, beta_tau and eps_anc set the default gate; with gate=..., "
                          "pass them to the gate (e.g. gates.momentum(tau0=0.5)).")
     if retention is None:
         retention = retentions.fifo(n_hist, refresh=refresh)
-    elif _changed(n_hist, 8) or _changed(refresh, retained.REFRESH):
+    elif any(_changed(given[k], _DEFAULTS[k]) for k in ("n_hist", "refresh")):
         raise ValueError("n_hist and refresh set the default retention; with retention=..., "
                          "pass them to it (e.g. retention.fifo(4, refresh=100)).")
     return adaptive_estimator(
@@ -138,3 +138,7 @@ def zoaq_estimator(
         k_max=k_max, k_step=k_step, mu=mu, difference=difference, directions=directions,
         evaluation=evaluation, key=key,
     )
+
+
+# The arguments that only build a default policy; given with a policy, they must keep these.
+_DEFAULTS = {name: p.default for name, p in inspect.signature(zoaq_estimator).parameters.items()}
