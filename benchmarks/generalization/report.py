@@ -47,8 +47,14 @@ def regret_table(rows) -> str:
     table = [[_label(r["problem"]), r["label"],
               *(anytime.fmt(x) for x in r["regret"]), *([""] * (width - len(r["regret"]))),
               anytime.fmt(r["median"]), anytime.fmt(r["max"])] for r in rows]
-    return pages.table(["problem", "method", *(_calls(b) for b in budgets), "median",
-                                  "worst"], table)
+    return pages.columns({
+        "budget columns": "the query regret at that many oracle calls (blank: beyond the "
+                          "problem's largest budget)",
+        "median, worst": "over the problem's budgets. A regret below 1 is a saving at "
+                         "equal quality (the best fixed K's mean gap at that budget); what "
+                         "it costs shows where regret is above 1 or ∞ on other budgets and "
+                         "problems"}) + "\n\n" + pages.table(
+        ["problem", "method", *(_calls(b) for b in budgets), "median", "worst"], table)
 
 
 def summary_table(summary: dict[str, dict[str, Any]]) -> str:
@@ -59,11 +65,20 @@ def summary_table(summary: dict[str, dict[str, Any]]) -> str:
               s["larger_k_cells"],
               "—" if s["larger_k_median"] is None else anytime.fmt(s["larger_k_median"])]
              for m, s in summary.items()]
-    return pages.table(
+    return pages.columns({
+        "(problem, budget) cells": "the query regrets of the table below, pooled",
+        "median regret, worst regret": "their median and maximum",
+        f"median <= {TARGETS['median']}, worst <= {TARGETS['max']}": "the targets on the "
+        "held-out set met",
+        "problems above 1": "the problems where some budget has regret above 1 (more calls "
+                            "than the best fixed K)",
+        "cells where a K > 1 is best, median regret there": "the cells whose best fixed K is "
+        "above 1 (where a budget rule can beat every fixed K), and their median regret"}) + (
+        "\n\n" + pages.table(
         ["method", "(problem, budget) cells", "median regret", "worst regret",
          f"median <= {TARGETS['median']}", f"worst <= {TARGETS['max']}", "problems above 1",
          "cells where a K > 1 is best", "median regret there"],
-        table)
+        table))
 
 
 def k_table(rows) -> str:
@@ -71,9 +86,14 @@ def k_table(rows) -> str:
               " → ".join(f"{k:.3g}" for k in r["k_at"]),
               " → ".join(r["best_fixed"]).replace("R-AdaZO ", ""),
               f"{np.mean(r['k_changes']):.3g}"] for r in rows]
-    return pages.table(["problem", "method", "mean K at each budget",
-                                  "best fixed K at each budget", "K changes a run (logged)"],
-                                 table)
+    return pages.columns({
+        "mean K at each budget": "the method's K at the budgets of the table above, mean over "
+                                 "the seeds",
+        "best fixed K at each budget": "the fixed K whose mean gap is the envelope there",
+        "K changes a run (logged)": "changes of K between log rows, mean over the seeds"}) + (
+        "\n\n" + pages.table(["problem", "method", "mean K at each budget",
+                               "best fixed K at each budget", "K changes a run (logged)"],
+                              table))
 
 
 def _label(name: str) -> str:

@@ -127,6 +127,13 @@ def render(record: dict, path: Path) -> None:
             if fake else ""),
         f"R-AdaZO, K = {record['k']} central directions, quadratic, one seed; median of "
         f"{record['repeats']} interleaved timings of the steps shown, compilation excluded.",
+        pages.columns({
+            "devices": "devices the directions of a step are split over",
+            "combine": "psum: one all-reduce of the devices' partial sums; gather: every "
+                       "device draws all K directions and the K responses are all-gathered",
+            "steps": "steps a timing", "calls/s": "oracle calls (2 K a step) per second",
+            "time vs no mesh": "seconds over those of one device without a mesh at the same "
+                               "d"}),
         pages.table(["d", "devices", "combine", "steps", "calls/s", "time vs no mesh"], rows),
     ], "devices")
 

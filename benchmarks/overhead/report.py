@@ -39,7 +39,18 @@ def compare_table(records: list[dict]) -> tuple[str, list[str]]:
             met = "met" if vs_ref >= goal else "not met"
             verdicts.append(f"{r['label']}: {vs_ref:.2f}x Open_ES calls/s (goal ≥ {goal}x): "
                             f"{met}.")
-    table = pages.table(
+    table = pages.columns({
+        "kind": "fixed K, adaptive K, or an outside reference",
+        "useful calls/s, µs/call": "oracle calls the methods' ledgers count (all seeds) per "
+                                   "second of run time, and its inverse",
+        "calls/s vs Open_ES": "useful calls/s over Open_ES's",
+        "cost/call vs R-AdaZO K=10": "µs/call over R-AdaZO K=10's",
+        "steps": "while-loop steps until every seed spent its calls",
+        "calls/step/seed": "useful calls / steps / seeds",
+        "lane use": "useful over executed direction evaluations (under vmap a step runs "
+                    "until its slowest seed accepts)",
+        "final gap": "f(x_T) - f* at the end of the run",
+        "compile s": "compilation of the run"}) + "\n\n" + pages.table(
         ["method", "kind", "useful calls/s", "µs/call", "calls/s vs Open_ES",
          "cost/call vs R-AdaZO K=10", "steps", "calls/step/seed", "lane use",
          "final gap (mean ± std over seeds)", "compile s"], rows)
@@ -67,7 +78,12 @@ def dims_table(records: list[dict], parts: list[dict]) -> tuple[str, list[str]]:
             met = "met" if ratio <= DIMS_GOAL else "not met"
             verdicts.append(f"{r['label']} at d = {r['d']:,}: {ratio:.2f}x R-AdaZO K=10 per "
                             f"call (goal ≤ {DIMS_GOAL}x): {met}.")
-    table = pages.table(
+    table = pages.columns({
+        "µs/call": "run time over the useful oracle calls",
+        "cost/call vs R-AdaZO K=10": "µs/call over R-AdaZO K=10's at the same d",
+        "state MiB/seed": "one seed's optimizer state",
+        "XLA temp MiB": "the compiled run's temporary buffers (XLA's memory analysis)"}) + (
+        "\n\n") + pages.table(
         ["d", "method", "steps", "µs/call", "cost/call vs R-AdaZO K=10", "state MiB/seed",
          "XLA temp MiB"], rows)
     impls = [i for i in IMPLS if all(f"alone_{i}" in p for p in parts)]
@@ -90,7 +106,15 @@ def seeds_table(records: list[dict], parts: list[dict]) -> str:
                      f"{r['wasted_fraction']:.2f}", f"{r['state_bytes_per_seed']:,}",
                      _mib(m.get("temp_size_in_bytes")), _mib(m.get("argument_size_in_bytes")),
                      f"{r['run_seconds']:.2f}"])
-    table = pages.table(
+    table = pages.columns({
+        "seeds": "vmapped seeds, one lane each",
+        "useful calls/s, µs/call, lane use": "as under Compare",
+        "wasted evaluations": "1 - lane use: the share of objective evaluations computed and "
+                              "discarded",
+        "state bytes/seed": "one seed's optimizer state",
+        "XLA temp MiB, XLA arguments MiB": "the compiled run's temporary and argument "
+                                           "buffers (XLA's memory analysis)",
+        "run s": "median run time, compilation excluded"}) + "\n\n" + pages.table(
         ["seeds", "method", "useful calls/s", "µs/call", "lane use", "wasted evaluations",
          "state bytes/seed", "XLA temp MiB", "XLA arguments MiB", "run s"], rows)
     prow = [[f"{p['seeds']:,}", f"{p['draw'] / 10 / p['seeds']:,.4f}",

@@ -221,7 +221,7 @@ def budget_regret_table(p, rows) -> str:
              for row in rows]
     span = "after the switch" if p.switch_at else "of the run"
     return (f"Budgets are fractions of the {p.budget - p.origin:,} calls {span}. "
-            f"{anytime.rule()}\n\n"
+            f"{anytime.rule()}\n\n" + pages.columns(REGRET_COLUMNS) + "\n\n"
             + pages.table(["function", "backbone", "method", *FRACTIONS, "median", "max"], table))
 
 
@@ -232,6 +232,8 @@ def budget_ratio_table(p, rows) -> str:
              for row in rows]
     return ("Mean gap divided by the best fixed K's mean gap at the same budget (1: as good; "
             "below 1: better). Where regret is ∞ this says by how much the method missed.\n\n"
+            + pages.columns({"1/64 ... 1, median": "the ratio at that fraction of the budget, "
+                                                   "and its median over them"}) + "\n\n"
             + pages.table(["function", "backbone", "method", *FRACTIONS, "median"], table))
 
 
@@ -242,12 +244,26 @@ def budget_best_fixed(rows) -> str:
     return pages.table(["function", "backbone", *FRACTIONS], table.values())
 
 
+REGRET_COLUMNS = {
+    "backbone": "the fixed-K family (R-AdaZO or ZO-AdaMM) whose envelope the method is "
+                "compared with",
+    "1/64 ... 1": "the query regret at that fraction of the budget",
+    "median, max": "over those budgets"}
+
+
 def budget_final_table(results) -> str:
     rows = [[function_label(r["function"]), r["label"],
              _gap(np.mean(r["final_gap"]), np.std(r["final_gap"])),
              pages.num(np.mean(r["num_queries"])), f"{r['run_seconds']:.1f}"] for r in results]
-    return pages.table(["function", "method", "gap at the budget (mean ± std)", "calls spent",
-                        "run s"], rows)
+    return pages.columns({
+        "gap at the budget (mean ± std)": "f(x) - f* at the run's last log row, the first at "
+                                          "or past the budget, mean ± population std over "
+                                          "the seeds",
+        "calls spent": "oracle calls at that row, mean over the seeds (the budget, or past it "
+                       "by at most the calls of the steps between log rows)",
+        "run s": "run time of all the seeds on the function, compilation excluded"}) + (
+        "\n\n" + pages.table(["function", "method", "gap at the budget (mean ± std)",
+                               "calls spent", "run s"], rows))
 
 
 # --------------------------------------------------------------------------- pages
