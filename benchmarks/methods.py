@@ -29,8 +29,8 @@ Example:
 
 Beside the library's methods, :data:`EXTERNAL` names the methods of other libraries a
 benchmark runs as references (evosax's ``Open_ES`` in the speed benchmark), and
-:data:`SYNTHETIC` / :class:`Settings` are the synthetic benchmark's defaults, which the
-benchmarks on its objectives share (synthetic, generalization, overhead).
+:data:`SYNTHETIC` / :data:`SYNTHETIC_HYPER` are the synthetic benchmark's defaults, which
+the benchmarks on its objectives share (synthetic, generalization, overhead).
 """
 
 from __future__ import annotations
@@ -279,20 +279,9 @@ class External:
 EXTERNAL = {"open_es": External("open_es", "evosax Open_ES (pop. 20)", 10)}
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The synthetic benchmark's hyperparameters, shared by all its methods (the paper's
-    Table "Common hyperparameters")."""
-
-    lr: float = 1e-3
-    mu: float = 5e-3
-    b1: float = 0.9
-    b2: float = 0.99
-    eps: float = 1e-8
-
-    @property
-    def hyper(self) -> Hyper:
-        return Hyper(lr=self.lr, mu=self.mu, b1=self.b1, b2=self.b2, eps=self.eps)
+SYNTHETIC_HYPER = Hyper(lr=1e-3, mu=5e-3)
+"""The synthetic benchmark's hyperparameters, shared by all its methods (the paper's Table
+"Common hyperparameters": betas (0.9, 0.99), eps 1e-8, no weight decay)."""
 
 
 # The paper's synthetic defaults (Appendix, Tables 5-6); auto_k keeps the library's (no

@@ -23,9 +23,10 @@ import numpy as np
 
 from benchmarks import anytime, pool
 from benchmarks.generalization.objectives import SETS, Problem
+from benchmarks.methods import SYNTHETIC_HYPER, Hyper
 from benchmarks.synthetic import budget as budget_mode
 from benchmarks.synthetic import runner
-from benchmarks.synthetic.methods import Settings, variant
+from benchmarks.synthetic.methods import variant
 
 FIXED = tuple(f"radazo:k={k}" for k in (1, 2, 4, 8, 16))
 ADAPTIVE = ("auto_k",)
@@ -88,9 +89,9 @@ def start_scale(p: Problem) -> float:
     return p.box / math.sqrt(3.0) if p.box else 1.0
 
 
-def settings_of(p: Problem) -> Settings:
+def settings_of(p: Problem) -> Hyper:
     """The one learning-rate and smoothing rule: lr ``1e-3 s``, mu ``5e-3 s``."""
-    base, s = Settings(), start_scale(p)
+    base, s = SYNTHETIC_HYPER, start_scale(p)
     return replace(base, lr=base.lr * s, mu=base.mu * s)
 
 

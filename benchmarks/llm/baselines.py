@@ -15,7 +15,7 @@ Example (the tiny test model)::
 
     rows = prompt_table(cfg, setup, calibration=32)
     probe = linear_probe(setup.bundle, eval_batch_size=16)
-    ref = first_order(setup.bundle, seed=0, cfg=train_config(cfg), learning_rate=1e-3)
+    ref = first_order(setup.bundle, seed=0, cfg=cfg, learning_rate=1e-3)
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import optax
 
 from benchmarks.common import progress
 from benchmarks.llm import tasks, train
+from benchmarks.llm.config import Config
 from benchmarks.llm.models import lora as lora_lib
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1)
@@ -143,7 +144,7 @@ def backprop_step(loss, opt):
     return jax.jit(step)
 
 
-def first_order(bundle: train.Bundle, seed: int, cfg: train.TrainConfig, learning_rate: float,
+def first_order(bundle: train.Bundle, seed: int, cfg: Config, learning_rate: float,
                 *, wall_s: float | None = None, show: bool = True) -> dict[str, Any]:
     """Backpropagation + Adam on the adapters until ``cfg.steps`` or ``wall_s`` seconds of
     training (compilation excluded, evaluation included, as in the zeroth-order runs)."""

@@ -42,7 +42,12 @@ COPA_DEV = 100  # MeZO's COPA dev size
 
 @dataclass(frozen=True)
 class Config:
-    """Everything a run depends on (the seeds and methods included)."""
+    """Everything a run depends on (the seeds and methods included).
+
+    Runs end after ``steps`` steps, evaluating every ``eval_every`` steps; or, with
+    ``budget`` (anytime mode), at the first step whose FE reach it, evaluating at the
+    first step whose FE reach each multiple of ``eval_every_fe`` (default ``budget // 8``).
+    """
 
     model: str  # smollm2 | gguf:PATH | opt:PATH | hf:PATH | tiny-llama | tiny-opt
     steps: int
@@ -72,6 +77,24 @@ class Config:
     baselines: bool = False  # prompt list, linear probe, first-order reference, memory
     first_order_lr: float = 1e-3  # Adam's learning rate of the first-order reference
 
+    def __post_init__(self):
+        if self.budget is not None and self.eval_every_fe is None:
+            object.__setattr__(self, "eval_every_fe", max(1, self.budget // 8))
+        names = ["steps", "eval_every", "batch_size", "eval_batch_size", "probe_every"]
+        for name in names + (["budget", "eval_every_fe"] if self.budget is not None else []):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+
+    def done(self, t: int, fe: int) -> bool:
+        """Whether the run ends after step ``t`` with ``fe`` FE spent."""
+        return t >= self.steps if self.budget is None else fe >= self.budget
+
+    def eval_due(self, t: int, fe_before: int, fe: int) -> bool:
+        """Whether step ``t`` (FE ``fe_before`` -> ``fe``) is followed by an evaluation."""
+        if self.budget is None:
+            return t % self.eval_every == 0 or self.done(t, fe)
+        return fe // self.eval_every_fe > fe_before // self.eval_every_fe or self.done(t, fe)
+
 
 SMOKE = Config(model="tiny-llama", steps=12, eval_every=6, batch_size=4, n_train=32,
                n_dev=8, n_test=8, eval_batch_size=8, probe_every=3, timing_reps=1,
@@ -95,10 +118,8 @@ PRESETS = {"smoke": SMOKE, "cpu": CPU, "mezo_cpu": MEZO_CPU, "paper": PAPER,
 
 
 def complete(config: Config, *, n_dev_given: bool = False) -> Config:
-    """The derived defaults: anytime evaluation every budget / 8 FE; MeZO's 100 COPA dev
-    examples on real COPA data unless ``--n-dev`` was given."""
-    if config.budget is not None and config.eval_every_fe is None:
-        config = dataclasses.replace(config, eval_every_fe=max(1, config.budget // 8))
+    """The derived default: MeZO's 100 COPA dev examples on real COPA data unless
+    ``--n-dev`` was given."""
     if config.task == "copa" and config.data != "synthetic" and not n_dev_given:
         config = dataclasses.replace(config, n_dev=COPA_DEV)
     return config

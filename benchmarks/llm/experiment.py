@@ -112,22 +112,13 @@ def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str, fast
     }
 
 
-def train_config(cfg: Config) -> train.TrainConfig:
-    return train.TrainConfig(
-        steps=cfg.steps, eval_every=cfg.eval_every, batch_size=cfg.batch_size,
-        learning_rate=cfg.lr, mu=cfg.mu, eval_batch_size=cfg.eval_batch_size,
-        probe_every=cfg.probe_every, timing_reps=cfg.timing_reps, budget=cfg.budget,
-        eval_every_fe=cfg.eval_every_fe)
-
-
 def run(cfg: Config, setup: Setup, methods: list[Method], *, show: bool = True,
         log=sys.stderr) -> list[dict]:
     """Every method from every seed (seeds outer): one result record each."""
-    tc = train_config(cfg)
     results = []
     for seed in cfg.seeds:
         for method in methods:
-            r = train.run(method, seed, setup.bundle, tc, show=show)
+            r = train.run(method, seed, setup.bundle, cfg, show=show)
             results.append(r)
             print(f"{method.spec} seed {seed}: FE {r['total_fe']}, best dev loss "
                   f"{r['best_eval_loss']:.4f}, test acc {r['accuracy']:.3f}, "
@@ -147,7 +138,7 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *, show: bool 
 
     wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"]
                             for r in results]))
-    tc = dataclasses.replace(train_config(cfg), steps=100_000,
+    tc = dataclasses.replace(cfg, steps=100_000,
                              eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))
     first_order = [baselines.first_order(setup.bundle, seed, tc, cfg.first_order_lr,
                                          wall_s=wall, show=show) for seed in cfg.seeds]
@@ -167,7 +158,7 @@ MEMORY_METHODS = ("mezo:k=1", "mezo:k=4", "mezo:k=16")
 
 
 def zero_shot(cfg: Config, setup: Setup) -> dict[str, float]:
-    return train.zero_shot(setup.bundle, train_config(cfg))
+    return train.zero_shot(setup.bundle, cfg)
 
 
 def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[dict],

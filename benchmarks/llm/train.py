@@ -34,42 +34,9 @@ import zoaq_jax
 from benchmarks.common import progress
 from benchmarks.llm import methods as methods_lib
 from benchmarks.llm import tasks
+from benchmarks.llm.config import Config
 from benchmarks.llm.models import lora as lora_lib
 from benchmarks.methods import Method
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    steps: int
-    eval_every: int
-    batch_size: int = 16
-    learning_rate: float = 5e-5
-    mu: float = 1e-2
-    eval_batch_size: int = 16
-    probe_every: int = 10  # train-loss probe period (steps)
-    timing_reps: int = 3
-    budget: int | None = None  # FE a run may spend (anytime mode); then ``steps`` is unused
-    eval_every_fe: int | None = None  # evaluation period in FE (anytime mode)
-
-    def __post_init__(self):
-        names = ["steps", "eval_every", "batch_size", "eval_batch_size", "probe_every"]
-        if self.budget is not None:
-            names += ["budget", "eval_every_fe"]
-            if self.eval_every_fe is None:
-                raise ValueError("A budget needs eval_every_fe.")
-        for name in names:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-
-    def done(self, t: int, fe: int) -> bool:
-        """Whether the run ends after step ``t`` with ``fe`` FE spent."""
-        return t >= self.steps if self.budget is None else fe >= self.budget
-
-    def eval_due(self, t: int, fe_before: int, fe: int) -> bool:
-        """Whether step ``t`` (FE ``fe_before`` -> ``fe``) is followed by an evaluation."""
-        if self.budget is None:
-            return t % self.eval_every == 0 or self.done(t, fe)
-        return fe // self.eval_every_fe > fe_before // self.eval_every_fe or self.done(t, fe)
 
 
 @dataclasses.dataclass
@@ -250,10 +217,10 @@ def interleaved_overhead(compiled, method: Method, bundle: Bundle, lora: Any, st
             "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s))}
 
 
-def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bool = True) -> dict:
+def run(method: Method, seed: int, bundle: Bundle, cfg: Config, *, show: bool = True) -> dict:
     """Trains the adapters with ``method`` from seed ``seed``; returns the result record."""
     wall0 = time.perf_counter()
-    opt = methods_lib.build(method, cfg.learning_rate, cfg.mu, seed)
+    opt = methods_lib.build(method, cfg.lr, cfg.mu, seed)
     lora = lora_lib.init_adapters(bundle.lora, seed)
     state = opt.init(lora)
     stream = batches(bundle.train, cfg.batch_size, seed)
@@ -328,7 +295,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: TrainConfig, *, show: bo
     }
 
 
-def zero_shot(bundle: Bundle, cfg: TrainConfig) -> dict[str, float]:
+def zero_shot(bundle: Bundle, cfg: Config) -> dict[str, float]:
     """Dev and test metrics of the base model (adapters with B = 0 change nothing)."""
     lora = lora_lib.init_adapters(bundle.lora, 0)
     dev = evaluate(bundle, lora, bundle.dev, cfg.eval_batch_size)

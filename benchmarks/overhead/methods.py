@@ -26,10 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from benchmarks.methods import EXTERNAL, Settings
+from benchmarks.methods import EXTERNAL, SYNTHETIC_HYPER
 from benchmarks.methods import SYNTHETIC as REGISTRY
-
-SETTINGS = Settings()  # the synthetic benchmark's lr, mu and moments
 
 
 class Algo(NamedTuple):
@@ -114,7 +112,7 @@ def _open_es_algo(value_fn, d: int, k: int) -> Algo:
 
     import zoaq_jax
 
-    s = SETTINGS
+    s = SYNTHETIC_HYPER
     optimizer = optax.chain(zoaq_jax.scale_by_zo_adamm(b1=s.b1, b2=s.b2, eps=s.eps),
                             optax.scale_by_learning_rate(s.lr))
     es = Open_ES(population_size=2 * k, solution=jnp.zeros(d), use_antithetic_sampling=True,
@@ -146,4 +144,4 @@ def algo(name: str, value_fn, d: int) -> Algo:
     if method.kind == "outside":
         return _open_es_algo(value_fn, d, method.k_max)
     spec = REGISTRY.parse(method.spec)
-    return _optax_algo(lambda key: spec.build(SETTINGS.hyper, key, monitor=False), value_fn)
+    return _optax_algo(lambda key: spec.build(SYNTHETIC_HYPER, key, monitor=False), value_fn)

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import anytime, pool
-from benchmarks.synthetic.methods import Settings, Variant, variant
+from benchmarks.methods import SYNTHETIC_HYPER, Hyper
+from benchmarks.synthetic.methods import Variant, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic import protocol as protocols
 from benchmarks.synthetic import runner
@@ -44,7 +45,7 @@ class BudgetProtocol:
     log_every: int  # steps between log rows
     functions: tuple[str, ...]
     variants: tuple[Variant, ...]
-    settings: Settings = Settings()
+    settings: Hyper = SYNTHETIC_HYPER
 
     @property
     def switch_at(self) -> int | None:

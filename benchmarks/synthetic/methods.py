@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import optax
 
 from benchmarks import flags
-from benchmarks.methods import SYNTHETIC, Method, Settings
+from benchmarks.methods import SYNTHETIC, Hyper, Method
 
 REGISTRY = SYNTHETIC
 
@@ -55,8 +55,8 @@ class Variant:
     def backbone(self) -> str:
         return self.method.get("backbone")
 
-    def build(self, settings: Settings, key) -> optax.GradientTransformationExtraArgs:
-        return self.method.build(settings.hyper, key)
+    def build(self, hyper: Hyper, key) -> optax.GradientTransformationExtraArgs:
+        return self.method.build(hyper, key)
 
 
 def display(method: Method) -> str:

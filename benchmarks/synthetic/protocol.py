@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from benchmarks.synthetic.methods import MAIN_METHODS, Settings, Variant, variant
+from benchmarks.methods import SYNTHETIC_HYPER, Hyper
+from benchmarks.synthetic.methods import MAIN_METHODS, Variant, variant
 from benchmarks.synthetic.objectives import OBJECTIVES
 
 SWITCH = "rosenbrock>levy"  # the controlled objective switch (Appendix "Sharp Turn")
@@ -25,7 +26,7 @@ class Protocol:
     log_every: int
     functions: tuple[str, ...]
     variants: tuple[Variant, ...]
-    settings: Settings = Settings()
+    settings: Hyper = SYNTHETIC_HYPER
 
     @property
     def total_steps(self) -> int:
@@ -111,7 +112,7 @@ def restore(base, d: dict, size: str, methods: str):
     return replace(base, dim=d["dim"], **{size: d[size]}, seeds=tuple(d["seeds"]),
                    log_every=d["log_every"], functions=tuple(d["functions"]),
                    variants=tuple(known.get(m) or variant(m) for m in d[methods]),
-                   settings=Settings(**d["settings"]))
+                   settings=Hyper(**d["settings"]))
 
 
 def as_dict(p: Protocol) -> dict:

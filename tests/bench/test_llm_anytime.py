@@ -1,21 +1,22 @@
 """Anytime mode: runs stop at an FE budget; query regret against the fixed-K envelope."""
 
 import argparse
+import dataclasses
 import math
 
 import pytest
 from llm_helpers import tiny_bundle
 
 from benchmarks.common import read_json
-from benchmarks.llm import cli, train
+from benchmarks.llm import cli, config, train
 from benchmarks.llm.methods import REGISTRY
 from benchmarks.llm.experiment import best_within, mean_curve, regret
 
 
 def _cfg(**kw):
-    return train.TrainConfig(
-        steps=1, eval_every=1, batch_size=4, eval_batch_size=8, probe_every=2, timing_reps=1, **kw
-    )
+    return dataclasses.replace(
+        config.SMOKE, steps=1, eval_every=1, batch_size=4, eval_batch_size=8, probe_every=2,
+        timing_reps=1, **kw)
 
 
 @pytest.mark.parametrize("name", ["radazo:k=2", "auto_k", "zoaq:k_max=2"])
@@ -35,9 +36,10 @@ def test_budget_mode_stops_each_method_at_the_budget(name):
         assert r["k_trace"] == [1] * 5 and r["total_fe"] == 10
 
 
-def test_budget_needs_an_evaluation_period():
-    with pytest.raises(ValueError, match="eval_every_fe"):
-        _cfg(budget=10)
+def test_a_budget_evaluates_every_eighth_of_it_by_default():
+    assert _cfg(budget=80).eval_every_fe == 10 and _cfg(budget=4).eval_every_fe == 1
+    with pytest.raises(ValueError, match="eval_every_fe must be >= 1"):
+        _cfg(budget=10, eval_every_fe=0)
 
 
 def _run(method, fe, loss, seed=0):

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks.llm import baselines, memory, methods, tasks, train
+from benchmarks.llm import baselines, config, memory, methods, tasks, train
 from benchmarks.llm.models import lora
 from llm_helpers import tiny_bundle
 
@@ -76,7 +76,8 @@ def test_sequential_zo_step_costs_one_forward_pass_of_memory(bundles):
 
 def test_first_order_reference_reduces_loss(bundles):
     _, cached = bundles
-    cfg = train.TrainConfig(steps=30, eval_every=10, batch_size=8, eval_batch_size=8)
+    cfg = dataclasses.replace(config.SMOKE, steps=30, eval_every=10, batch_size=8,
+                              eval_batch_size=8, probe_every=10, timing_reps=3)
     r = baselines.first_order(cached, 0, cfg, learning_rate=1e-2, show=False)
     assert r["steps"] == 30
     assert r["curve"][-1]["dev_loss"] < r["curve"][0]["dev_loss"]

@@ -1,5 +1,6 @@
 """Training: FE counted exactly, the loop's records, the smoke preset end to end, CLI errors."""
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 from llm_helpers import tiny_bundle
 
 from benchmarks.common import read_json
-from benchmarks.llm import cli, methods, train
+from benchmarks.llm import cli, config, methods, train
 from benchmarks.llm.models import lora
 
 
@@ -45,9 +46,8 @@ def test_fe_are_counted_exactly(name):
 
 def test_run_records_curve_best_checkpoint_and_timing():
     bundle = tiny_bundle("copa")
-    cfg = train.TrainConfig(
-        steps=4, eval_every=2, batch_size=4, eval_batch_size=8, probe_every=2, timing_reps=1
-    )
+    cfg = dataclasses.replace(config.SMOKE, steps=4, eval_every=2, batch_size=4,
+                              eval_batch_size=8, probe_every=2, timing_reps=1)
     r = train.run(methods.REGISTRY.parse("zoaq:k_max=2"), 0, bundle, cfg, show=False)
     assert [c["step"] for c in r["curve"]] == [0, 2, 4]
     assert (

@@ -11,7 +11,8 @@ from benchmarks.__main__ import main as cli
 from benchmarks import presets
 from benchmarks.common import read_json
 from benchmarks.synthetic import protocol, report, runner
-from benchmarks.synthetic.methods import REGISTRY, Settings, variant
+from benchmarks.methods import SYNTHETIC_HYPER
+from benchmarks.synthetic.methods import REGISTRY, variant
 from benchmarks.synthetic.objectives import OBJECTIVES
 
 
@@ -60,7 +61,7 @@ def test_vmapped_unit_equals_per_seed_runs():
     @jax.jit  # one unbatched program, the seed an argument: compiled once for both seeds
     def one_seed(seed):
         x0 = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (p.dim,))
-        opt = unit.variant.build(Settings(), jax.random.fold_in(jax.random.key(seed), 1))
+        opt = unit.variant.build(SYNTHETIC_HYPER, jax.random.fold_in(jax.random.key(seed), 1))
         return zoaq_jax.run(opt, OBJECTIVES["rosenbrock"].fn, x0, p.steps,
                             log_every=p.log_every)[2]
 
@@ -216,7 +217,7 @@ def test_budget_runs_match_plain_runs_of_the_same_optimizer():
                          variants=[variant("radazo:k=2")], budget=400)
     (result,) = budget.run_unit((p, p.variants[0]))
     x0 = jax.random.normal(jax.random.fold_in(jax.random.key(0), 0), (p.dim,))
-    opt = p.variants[0].build(Settings(), jax.random.fold_in(jax.random.key(0), 1))
+    opt = p.variants[0].build(SYNTHETIC_HYPER, jax.random.fold_in(jax.random.key(0), 1))
     _, _, trace = zoaq_jax.run(opt, OBJECTIVES["quadratic"].fn, x0, 100, log_every=10)
     assert result["num_queries"] == [400]
     assert result["final_gap"][0] == pytest.approx(float(trace.value[-1]), rel=1e-4)
