@@ -104,12 +104,12 @@ def protocol(name: str, preset: str) -> BudgetProtocol:
 
 
 def as_dict(p: BudgetProtocol) -> dict[str, Any]:
-    return protocols.record(p, "budget", "variants")
+    return protocols.record(p, "budget")
 
 
 def from_dict(d: dict[str, Any]) -> BudgetProtocol:
     """The protocol recorded by :func:`as_dict` (variants by spec, labels kept)."""
-    return protocols.restore(protocol(d["name"], d["preset"]), d, "budget", "variants")
+    return protocols.restore(protocol(d["name"], d["preset"]), d, "budget")
 
 
 # --------------------------------------------------------------------------- runner

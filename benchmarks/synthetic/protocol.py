@@ -97,29 +97,29 @@ def restrict(protocol: Protocol, steps: int) -> Protocol:
     return replace(protocol, steps=steps, log_every=log_every)
 
 
-def record(p, size: str, methods: str) -> dict:
+def record(p, size: str) -> dict:
     """A protocol of either mode as JSON values: its length field ``size`` (``steps`` or
-    ``budget``) and its variants by spec under the key ``methods``."""
+    ``budget``) and its variants by spec (``methods``)."""
     return {"name": p.name, "preset": p.preset, "dim": p.dim, size: getattr(p, size),
             "seeds": list(p.seeds), "log_every": p.log_every, "functions": list(p.functions),
-            methods: [v.name for v in p.variants], "settings": vars(p.settings)}
+            "methods": [v.name for v in p.variants], "settings": vars(p.settings)}
 
 
-def restore(base, d: dict, size: str, methods: str):
+def restore(base, d: dict, size: str):
     """The protocol :func:`record` wrote, from its preset's ``base`` (whose display labels
     are kept)."""
     known = {v.name: v for v in base.variants}
     return replace(base, dim=d["dim"], **{size: d[size]}, seeds=tuple(d["seeds"]),
                    log_every=d["log_every"], functions=tuple(d["functions"]),
-                   variants=tuple(known.get(m) or variant(m) for m in d[methods]),
+                   variants=tuple(known.get(m) or variant(m) for m in d["methods"]),
                    settings=Hyper(**d["settings"]))
 
 
 def as_dict(p: Protocol) -> dict:
-    return record(p, "steps", "methods")
+    return record(p, "steps")
 
 
 def from_dict(d: dict) -> Protocol:
     """The protocol :func:`as_dict` recorded (methods by spec, the preset's labels kept)."""
     base = main(d["preset"]) if d["name"] == "main" else ablation(d["name"], d["preset"])
-    return restore(base, d, "steps", "methods")
+    return restore(base, d, "steps")
