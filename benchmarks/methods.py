@@ -67,17 +67,19 @@ def zoaq_policies(kwargs: dict[str, Any]) -> dict[str, Any]:
     if trigger not in ("cosine", "norm") or controller not in (
             "adaptive", "always_accept", "fresh_on_expand"):
         raise ValueError(f"unknown trigger={trigger!r} or controller={controller!r}")
+    given = {"b1": kw["b1"]} if "b1" in kw else {}  # else the gate's default
     if trigger == "norm":
         if tau_band is not None:
             raise ValueError("tau_band bounds the cosine threshold; the norm trigger has none.")
-        gate = zoaq_jax.gates.momentum_norm(0.5 if c_norm is None else c_norm,
-                                            b1=kw.get("b1", 0.9), eps_anc=kw.pop("eps_anc"))
+        if c_norm is not None:
+            given["c_norm"] = c_norm
+        gate = zoaq_jax.gates.momentum_norm(eps_anc=kw.pop("eps_anc"), **given)
         kw.pop("tau0"), kw.pop("beta_tau")
     elif c_norm is not None:
         raise ValueError("c_norm is the norm trigger's tolerance; pass trigger=norm to use it.")
     else:
-        gate = zoaq_jax.gates.momentum(kw.pop("tau0"), kw.pop("beta_tau"), kw.get("b1", 0.9),
-                                       kw.pop("eps_anc"), tau_band)
+        gate = zoaq_jax.gates.momentum(kw.pop("tau0"), kw.pop("beta_tau"),
+                                       eps_anc=kw.pop("eps_anc"), tau_band=tau_band, **given)
     if controller == "always_accept":
         gate = zoaq_jax.gates.accept(gate)
     retention = zoaq_jax.retention.fifo(kw.pop("n_hist"), refresh=kw.pop("refresh"),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +47,15 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def pm(mean: float, spread: float, fmt: str = "{:.3g}") -> str:
-    """``mean ± spread``, both in ``fmt``."""
-    return f"{fmt.format(mean)} ± {fmt.format(spread)}"
+def pm(mean: float, spread: float, fmt: str | Callable[[float], str] = "{:.3g}") -> str:
+    """``mean ± spread``, both in ``fmt`` (a format string, :data:`MISSING` for a value that
+    does not exist; or a function of the value).
+
+    >>> pm(2.0, float("nan"), "{:.1f}")
+    '2.0 ± —'
+    """
+    show = fmt if callable(fmt) else lambda x: num(x, fmt)
+    return f"{show(mean)} ± {show(spread)}"
 
 
 def mean_std(values: Sequence[float], fmt: str = "{:.3g}") -> str:

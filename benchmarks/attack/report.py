@@ -46,7 +46,7 @@ def _paper(table: dict, group: tuple, key: Any) -> str:
     """The paper's ``mean ± std`` of ``key`` in ``table``, if it reports ``group``'s setting."""
     dataset, protocol, goal = group
     pair = table.get(dataset, {}).get(key) if (goal, protocol) == PAPER_SETTING else None
-    return pages.MISSING if pair is None else pages.pm(*pair, "{:,.0f}")
+    return pages.MISSING if pair is None else pages.pm(*pair, _fmt)
 
 
 def _run_of(results: dict, group: tuple, method: str) -> dict | None:
@@ -133,7 +133,8 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
         shared = [r["num_queries"] for r in by_method[spec]
                   if (r["image"], r["seed"]) in common_keys]
         rows.append([methods_lib.label(spec), f"`{spec}`", f"{s['success_rate']:.0%}",
-                     *([f"{within:.0%}"] if failures else []), _queries(s), _fmt(s["median"]),
+                     *([f"{within:.0%}"] if failures else []),
+                     pages.pm(s["mean"], s["std"], _fmt), _fmt(s["median"]),
                      _fmt(float(np.mean(shared)) if shared else float("nan")),
                      _fmt(s["calls_per_step"], 2), _paper(PAPER, group, spec)])
     parts += [COLUMNS, pages.table(
@@ -260,11 +261,6 @@ def _run_facts(run: dict, commands: list[str], wall: float, load_after: float) -
             "are those of the first):", pages.bullets(f"`{c}`" for c in commands), facts]
 
 
-def _queries(s: dict[str, Any]) -> str:
-    """``mean ± std`` of the queries of the successful attacks (:func:`summarize`)."""
-    return f"{_fmt(s['mean'])} ± {_fmt(s['std'])}"
-
-
 def _sweep_tables(group: tuple, by_method: dict[str, list[dict]]) -> list[str]:
     parts = []
     for sweep, param, paper, title in (
@@ -277,7 +273,8 @@ def _sweep_tables(group: tuple, by_method: dict[str, list[dict]]) -> list[str]:
         rows = []
         for spec in present:
             value, s = methods_lib.parse(spec).get(param), summarize(by_method[spec])
-            rows.append([value, f"{s['success_rate']:.0%}", _queries(s), _fmt(s["median"]),
+            rows.append([value, f"{s['success_rate']:.0%}", pages.pm(s["mean"], s["std"], _fmt),
+                         _fmt(s["median"]),
                          _fmt(s["calls_per_step"], 2), _paper(paper, group, value)])
         parts += [f"Sweep: {title}.", pages.table(
             [param, "Success", "Queries mean ± std", "Median", "Calls/iter", "Paper (targeted)"],

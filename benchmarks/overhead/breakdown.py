@@ -68,15 +68,10 @@ def _draw_program(n: int, d: int, lanes: int, steps: int):
     import jax
     import jax.numpy as jnp
 
-    from zoaq_jax._src import directions as dirs
-    from zoaq_jax._src import ledger
-
-    family = dirs.family("gaussian")
-
     def one(seed):
         def body(total, t):
-            key = jax.random.fold_in(jax.random.key(seed), t)
-            u = dirs.sample_many(family, ledger.direction_keys(key, 0, n), jnp.zeros(d))
+            u = measure_lib.directions(jax.random.fold_in(jax.random.key(seed), t), n,
+                                       jnp.zeros(d))
             return total + jnp.sum(u, axis=0), None
 
         return jax.lax.scan(body, jnp.zeros(d), jnp.arange(steps))[0], jnp.zeros((), jnp.int32)

@@ -210,6 +210,15 @@ def measure(configs: list[tuple], repeats: int, progress) -> list[dict]:
 IMPLS = ("threefry2x32", "philox4x32", "rbg")  # key implementations timed drawing alone
 
 
+def directions(key, n: int, x):
+    """A step's ``n`` Gaussian directions of ``x``'s shape, from the per-direction keys of
+    ``key`` (as the estimators draw them)."""
+    from zoaq_jax._src import directions as dirs
+    from zoaq_jax._src import ledger
+
+    return dirs.sample_many(dirs.family("gaussian"), ledger.direction_keys(key, 0, n), x)
+
+
 def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
     """µs per step of the parts of a K-direction step, ``lanes`` seeds (:func:`over_lanes`),
     in scans of ``steps``: drawing ``k`` Gaussian directions in one batch, ``2k`` objective calls on
@@ -219,15 +228,12 @@ def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
     import jax.numpy as jnp
 
     from zoaq_jax._src import directions as dirs
-    from zoaq_jax._src import ledger
 
     u_fixed = jax.random.normal(jax.random.key(3), (k, d))
 
     def draw(x, lane, t):
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), lane), t)
-        keys = ledger.direction_keys(key, 0, k)
-        u = dirs.sample_many(dirs.family("gaussian"), keys, x)
-        return x + 1e-9 * jnp.sum(u, axis=0)
+        return x + 1e-9 * jnp.sum(directions(key, k, x), axis=0)
 
     def evaluate(x, lane, t):
         pts = jnp.concatenate([x + 1e-3 * u_fixed, x - 1e-3 * u_fixed])

@@ -108,10 +108,6 @@ def _fmt(x: float | None) -> str:
     return pages.num(x, "{:.3g}" if x is None or abs(x) < 1e4 else "{:,.0f}")
 
 
-def _gap(mean: float, std: float) -> str:
-    return f"{_fmt(mean)} ± {_fmt(std)}"
-
-
 def _paper(pair: tuple, full: bool) -> list[str]:
     """The paper's gap and calls, for the paper preset only."""
     return [_fmt(pair[0]), pages.num(pair[1])] if full else [pages.MISSING] * 2
@@ -127,7 +123,7 @@ def main_tables(results, protocol: Protocol) -> str:
             s = runner.summary(r)
             saving = (f"{100 * (1 - s['calls_mean'] / ref['calls_mean']):.1f}%"
                       if ref and r["method"] != REFERENCE else pages.MISSING)
-            rows.append([r["label"], _gap(s["gap_mean"], s["gap_std"]),
+            rows.append([r["label"], pages.pm(s["gap_mean"], s["gap_std"], _fmt),
                          pages.num(s["calls_mean"]), saving,
                          *_paper(paper.MAIN.get((function, r["method"]), (None, None)),
                                  protocol.preset == "paper")])
@@ -160,7 +156,8 @@ def ablation_table(results, protocol: Protocol) -> str:
             s = runner.summary(r)
             # the ablated setting is named like the ablation (reset, tau0, controller)
             value = dict(variants[r["method"]].method.params).get(protocol.name)
-            rows.append([function_label(function), r["label"], _gap(s["gap_mean"], s["gap_std"]),
+            rows.append([function_label(function), r["label"],
+                         pages.pm(s["gap_mean"], s["gap_std"], _fmt),
                          pages.num(s["calls_mean"]),
                          *_paper(reference.get((function, value), (None, None)),
                                  protocol.preset == "paper")])
@@ -253,7 +250,7 @@ REGRET_COLUMNS = {
 
 def budget_final_table(results) -> str:
     rows = [[function_label(r["function"]), r["label"],
-             _gap(np.mean(r["final_gap"]), np.std(r["final_gap"])),
+             pages.pm(np.mean(r["final_gap"]), np.std(r["final_gap"]), _fmt),
              pages.num(np.mean(r["num_queries"])), f"{r['run_seconds']:.1f}"] for r in results]
     return pages.columns({
         "gap at the budget (mean ± std)": "f(x) - f* at the run's last log row, the first at "
