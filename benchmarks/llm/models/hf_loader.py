@@ -94,7 +94,11 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
 
 
 def _load_safetensors_via_torch(f: Path) -> dict[str, np.ndarray]:
-    from safetensors.torch import load_file
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise ImportError(f"{f} holds bfloat16 tensors; reading them needs torch (pip "
+                          "install torch).") from None
 
     return {k: v.float().numpy() for k, v in load_file(str(f)).items()}
 
