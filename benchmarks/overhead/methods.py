@@ -1,8 +1,8 @@
 """The timed methods: zoaq_jax's optimizers and evosax's ``Open_ES`` as the outside reference.
 
 Each method becomes an :class:`Algo` of pure functions over one seed's state; the
-measurement vmaps them over seeds. All use the synthetic benchmark's settings
-(learning rate 1e-3, ``mu`` = 5e-3, ``b1`` = 0.9, ``b2`` = 0.99, ``eps`` = 1e-8).
+measurement vmaps them over seeds. All use the synthetic benchmark's hyperparameters
+(:data:`benchmarks.methods.SYNTHETIC_HYPER`).
 
 Methods are specs of the one registry with the synthetic benchmark's defaults
 (:data:`benchmarks.methods.SYNTHETIC`: ``radazo`` is R-AdaZO K=10, ``zoaq`` ZoAQ K in
