@@ -189,9 +189,9 @@ def fits_in_batch(n: int, like: Any) -> bool:
 def batch_size(like: Any) -> int:
     """The most directions shaped like ``like`` that :func:`fits_in_batch` allows (at least 1).
 
-    Drawn where they are used, larger batches go in chunks of this size: a vectorised
-    Gaussian draw of ``10 x 10^6`` numbers costs about 2.5 times as much per number as ten
-    draws of ``10^6`` (``docs/results/overhead_large_d.md``).
+    Drawn where they are used, larger batches go in chunks of this size: one vectorised
+    draw of many large directions costs more per number than several smaller draws
+    (``docs/results/overhead_large_d.md``).
     """
     return max(1, _BATCH_LIMIT // max(dimension(like), 1))
 

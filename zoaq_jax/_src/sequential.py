@@ -10,11 +10,11 @@ A plain loop is not enough: XLA hoists every computation of the loop body that d
 depend on the iteration (loop-invariant code motion) out of the loop, and keeps its
 results alive for the whole loop. For a language model with adapters on some layers,
 that is everything the adapters do not touch (token embeddings, the frozen layers' keys
-and values, ...): on the tiny model of the tests the loop then costs 1.6x a forward
-pass. The wrapper passes the loop-invariant arguments through
-``lax.optimization_barrier`` together with each iteration's slice, so they look
-iteration-dependent, nothing is hoisted, and the loop costs what one pass costs
-(1.01x there), whatever ``K`` is. The price is that invariant work is recomputed in
+and values, ...), so the loop's memory exceeds a forward pass's. The wrapper passes the
+loop-invariant arguments through ``lax.optimization_barrier`` together with each
+iteration's slice, so they look iteration-dependent, nothing is hoisted, and the loop's
+memory stays that of one pass whatever ``K`` is (``tests/library/test_sequential.py``;
+``docs/results/llm.md`` measures it on the benchmark's model). The price is that invariant work is recomputed in
 every iteration, as a forward pass recomputes it anyway.
 """
 

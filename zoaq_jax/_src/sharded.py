@@ -30,10 +30,9 @@ bounded at any :math:`d`. Above the limit ``"gather"`` cannot keep all :math:`K`
 directions: it draws its own in chunks for the responses and regenerates all :math:`K`
 one at a time for the sum (:math:`K/n + K` draws per device).
 
-``"psum"`` is the default: on 1 to 8 fake CPU devices sharing one core it took 0.90 to
-1.08 times the time of one device without a mesh at :math:`d = 10^5`, while
-``"gather"`` took up to 6 times (``docs/results/devices.md``, measured when it drew
-:math:`K/n + K` directions per device). ``"gather"`` saves one collective a step (the
+``"psum"`` is the default: on fake CPU devices it costs about what one device without a
+mesh costs, and ``"gather"`` several times more (``docs/results/devices.md``).
+``"gather"`` saves one collective a step (the
 all-reduce), which can pay on accelerators for small :math:`d`, where drawing
 directions is cheap and a step is bound by collective latency (not measured here).
 
