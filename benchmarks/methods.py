@@ -278,7 +278,8 @@ class External:
     k: int  # directions a step (2k calls: antithetic pairs)
 
 
-EXTERNAL = {"open_es": External("open_es", "evosax Open_ES (pop. 20)", 10)}
+EXTERNAL = {"open_es": External("open_es", "evosax Open_ES (pop. 20)", 10),
+            "torch_loop": External("torch_loop", "PyTorch loop, ZO-AdaMM K=10", 10)}
 
 
 SYNTHETIC_HYPER = Hyper(lr=1e-3, mu=5e-3)

@@ -10,7 +10,9 @@ Three sections, in one process (one core pinned on CPU), compilation excluded:
 * seeds: the vmapped seed sweep (``--lanes 5 10 100 1000``): calls/s, lane use (the share
   of executed objective evaluations that were counted queries) and memory.
 
-Methods: ``open_es`` and the specs of :data:`benchmarks.methods.SYNTHETIC` (``radazo:k=4``),
+Methods: ``open_es``, ``torch_loop`` (a hand-written PyTorch loop of ZO-AdaMM K=10, when
+PyTorch is installed: :mod:`benchmarks.overhead.torch_loop`) and the specs of
+:data:`benchmarks.methods.SYNTHETIC` (``radazo:k=4``),
 each also as ``SPEC+eager`` / ``SPEC+vectorized`` (see :mod:`benchmarks.overhead.methods`).
 
 Examples:
@@ -107,6 +109,13 @@ def main(args: argparse.Namespace) -> int:
             import evosax  # noqa: F401
         except ImportError:
             flags.fail("open_es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
+    if "torch_loop" in preset.methods:
+        from benchmarks.overhead import torch_loop
+
+        try:
+            torch_loop.check()
+        except ImportError as err:
+            flags.fail(str(err))
     command = flags.command_line("overhead", args, skip=("render", "workers"))
     with run_record.Recorder(command) as recorder:
         record = run(preset, command=command)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTION = {"PIL": "pillow"}  # import name -> the package that provides it
-OPTIONAL = {"torch"}  # only to read PyTorch checkpoints (benchmarks.llm.models.hf_loader)
+OPTIONAL = {"torch"}  # PyTorch checkpoints (llm.models.hf_loader), the speed baseline (overhead.torch_loop)
 NEEDS = {"safetensors.torch": "torch"}  # modules that import an optional package
 
 

@@ -23,7 +23,7 @@ from benchmarks.overhead import measure
 def test_gpu_preset_runs_on_cpu_at_smoke_sizes(tmp_path):
     out = tmp_path / "res"
     argv = ["overhead", "--preset", "gpu", "--methods", "statzo+vectorized", "open_es",
-            "--dims", "8", "--dims-calls", "40", "--lanes", "3", "--seeds", "7,9",
+            "torch_loop", "--dims", "8", "--dims-calls", "40", "--lanes", "3", "--seeds", "7,9",
             "--compare-calls", "40",
             "--seeds-calls", "40", "--repeats", "1", "--no-pin", "--out", str(out),
             "--report", str(out / "overhead_gpu.md")]
@@ -33,12 +33,13 @@ def test_gpu_preset_runs_on_cpu_at_smoke_sizes(tmp_path):
     assert record["record"]["command"] == record["command"]  # the harness's run record
     sections = record["sections"]
     compare = {r["method"]: r for r in sections["compare"]}
-    assert set(compare) == {"statzo+vectorized", "open_es"}
+    assert set(compare) == {"statzo+vectorized", "open_es", "torch_loop"}
     assert record["preset"]["compare_seeds"] == [7, 9] and compare["open_es"]["seeds"] == 2
     assert compare["open_es"]["useful_calls"] == 40 * compare["open_es"]["seeds"]
     assert compare["open_es"]["lane_use"] == 1.0
     assert all(r["useful_calls"] >= 40 * r["seeds"] for r in sections["compare"])
-    assert [r["seeds"] for r in sections["seeds"]] == [3, 3]
+    assert compare["torch_loop"]["useful_calls"] == 40 * 2  # two seeds, one after the other
+    assert [r["seeds"] for r in sections["seeds"]] == [3, 3, 3]
     assert {r["d"] for r in sections["dims"]} == {8}
     for r in sections["compare"] + sections["dims"] + sections["seeds"]:
         assert 0.0 < r["lane_use"] <= 1.0 and r["calls_per_second"] > 0
@@ -46,6 +47,7 @@ def test_gpu_preset_runs_on_cpu_at_smoke_sizes(tmp_path):
     report = (out / "overhead_gpu.md").read_text()
     assert "calls/s vs Open_ES" in report and "lane use" in report
     assert "d = 100, 2 vmapped seeds" in report
+    assert "StatZO K∈[1,10], vectorized: " in report and "the PyTorch loop's calls/s" in report
     assert (out / "overhead_gpu" / "seeds.png").exists()
     # --render rebuilds the generated block from the JSON alone, keeping hand-written text
     path = out / "overhead_gpu.md"
@@ -53,6 +55,23 @@ def test_gpu_preset_runs_on_cpu_at_smoke_sizes(tmp_path):
     assert bench_main(["overhead", "--render", str(out / "overhead_gpu.json.xz"),
                        "--report", str(path)]) == 0
     assert path.read_text() == report + "\nHand-written note.\n"
+
+
+def test_torch_loop_steps_as_zo_adamm():
+    """The PyTorch baseline's first step, k = 1, against ZO-AdaMM's update by hand."""
+    torch = pytest.importorskip("torch")
+    from benchmarks.methods import SYNTHETIC_HYPER as h
+    from benchmarks.overhead import torch_loop
+
+    x, calls, steps = torch_loop.run(d=6, seed=3, calls=2, k=1)
+    generator = torch.Generator().manual_seed(3)
+    x0 = torch.randn(6, generator=generator).double().numpy()
+    u = torch.randn(6, generator=generator).double().numpy()
+    r = (0.5 * np.sum((x0 + h.mu * u) ** 2) - 0.5 * np.sum((x0 - h.mu * u) ** 2)) / (2 * h.mu)
+    g = r * u  # = (x0 . u) u on the quadratic
+    m, v = (1 - h.b1) * g, (1 - h.b2) * g * g
+    assert (calls, steps) == (2, 1)
+    np.testing.assert_allclose(x, x0 - h.lr * m / (np.sqrt(v) + h.eps), rtol=1e-6, atol=1e-7)
 
 
 def test_fixed_method_accounting_is_exact():

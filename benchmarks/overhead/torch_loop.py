@@ -1,0 +1,109 @@
+"""The outside baseline of hand-written research code: a PyTorch loop of ZO-AdaMM K=10.
+
+The loop a researcher writes without a functional library, as zeroth-order research
+code commonly is: one seed after the other, Python control flow, PyTorch eager tensors
+on the CPU, and the objective treated as a black box queried at one point at a time.
+Each step draws ``k`` Gaussian directions one by one and queries the central difference
+of each,
+
+.. math:: r_i = \\frac{f(x + \\mu u_i) - f(x - \\mu u_i)}{2\\mu}, \\qquad
+  g = \\frac1k \\sum_i r_i u_i,
+
+then updates ZO-AdaMM's moments without bias correction,
+:math:`m \\leftarrow \\beta_1 m + (1-\\beta_1) g`,
+:math:`v \\leftarrow \\beta_2 v + (1-\\beta_2) g^2`,
+:math:`x \\leftarrow x - \\eta\\, m / (\\sqrt v + \\epsilon)`: the algorithm of
+``zo_adamm`` K=10 and of the evosax ``Open_ES`` row, with the synthetic benchmark's
+hyperparameters (:data:`benchmarks.methods.SYNTHETIC_HYPER`), on the same quadratic
+``0.5 * ||x||^2``. Written for this project, not taken from another one.
+
+PyTorch is optional (the ``dev`` extra installs it; never a dependency of the library):
+:func:`check` raises a clear error without it. Timings use one PyTorch thread, as the
+speed benchmark pins its process to one core.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks.methods import SYNTHETIC_HYPER
+
+NAME = "torch_loop"  # the method's name in :data:`benchmarks.methods.EXTERNAL`
+
+
+def check() -> None:
+    """Raises ``ImportError`` with the install command when PyTorch is missing."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as err:
+        raise ImportError("torch_loop needs PyTorch: pip install torch (a CPU build is "
+                          "enough; 'pip install -e .[dev]' installs one)") from err
+
+
+def run(d: int, seed: int, calls: int, k: int = 10) -> tuple[np.ndarray, int, int]:
+    """One seed's run until ``calls`` oracle calls: ``(x, calls made, steps)``."""
+    import torch
+
+    h = SYNTHETIC_HYPER
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(d, generator=generator)
+    m, v = torch.zeros(d), torch.zeros(d)
+
+    def f(z):
+        return 0.5 * torch.sum(z * z)
+
+    steps = calls // (2 * k)
+    with torch.no_grad():
+        for _ in range(steps):
+            g = torch.zeros(d)
+            for _ in range(k):
+                u = torch.randn(d, generator=generator)
+                r = (f(x + h.mu * u) - f(x - h.mu * u)) / (2 * h.mu)
+                g += r * u
+            g /= k
+            m.mul_(h.b1).add_(g, alpha=1 - h.b1)
+            v.mul_(h.b2).addcmul_(g, g, value=1 - h.b2)
+            x -= h.lr * m / (v.sqrt() + h.eps)
+    return x.numpy(), 2 * k * steps, steps
+
+
+class Case:
+    """The PyTorch loop as one configuration of :func:`benchmarks.overhead.measure.measure`:
+    the same interface and record as a compiled JAX configuration (``seeds`` run one
+    after the other; nothing is compiled)."""
+
+    def __init__(self, name: str, d: int, seeds: int | tuple[int, ...], budget: int):
+        check()
+        import torch
+
+        torch.set_num_threads(1)
+        self.seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)
+        self.name, self.d, self.lanes, self.budget = name, d, len(self.seeds), budget
+        self.compile_seconds = 0.0
+        self.times: list[float] = []
+        self.out: list[tuple[np.ndarray, int, int]] = []
+
+    def time_once(self) -> None:
+        start = time.perf_counter()
+        self.out = [run(self.d, s, self.budget) for s in self.seeds]
+        self.times.append(time.perf_counter() - start)
+
+    def record(self) -> dict[str, Any]:
+        from benchmarks.methods import EXTERNAL
+
+        seconds = float(np.median(self.times))
+        calls = sum(c for _, c, _ in self.out)
+        return {
+            "method": self.name, "label": EXTERNAL[self.name].label, "kind": "outside",
+            "d": self.d, "seeds": self.lanes, "budget_per_seed": self.budget,
+            "steps": max(s for _, _, s in self.out), "compile_seconds": 0.0,
+            "run_seconds": seconds, "run_seconds_all": self.times,
+            "useful_calls": calls, "calls_per_second": calls / seconds,
+            "us_per_call": 1e6 * seconds / calls, "lane_use": 1.0, "wasted_fraction": 0.0,
+            "final_gap": [float(0.5 * np.sum(x.astype(np.float64) ** 2)) for x, _, _ in self.out],
+            "state_bytes_per_seed": 3 * 4 * self.d,  # x, m, v in float32
+            "memory": {},
+        }
