@@ -94,6 +94,11 @@ def rule(tolerance: float = TOLERANCE) -> str:
             "reached (near-tie tolerance); ∞: not reached within the run.")
 
 
+SAVING = ("A regret below 1 is a saving at equal quality (the best fixed K's mean gap at "
+          "that budget); what it costs shows where regret is above 1 or ∞")
+"""What a regret below 1 buys and where its price shows (the pages' column notes)."""
+
+
 def summarize(regrets: Sequence[float]) -> dict[str, float]:
     """Worst and median regret over budgets."""
     arr = np.asarray(regrets, np.float64)

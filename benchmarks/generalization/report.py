@@ -50,10 +50,8 @@ def regret_table(rows) -> str:
     return pages.columns({
         "budget columns": "the query regret at that many oracle calls (blank: beyond the "
                           "problem's largest budget)",
-        "median, worst": "over the problem's budgets. A regret below 1 is a saving at "
-                         "equal quality (the best fixed K's mean gap at that budget); what "
-                         "it costs shows where regret is above 1 or ∞ on other budgets and "
-                         "problems"}) + "\n\n" + pages.table(
+        "median, worst": f"over the problem's budgets. {anytime.SAVING} on other budgets "
+                         "and problems"}) + "\n\n" + pages.table(
         ["problem", "method", *(_calls(b) for b in budgets), "median", "worst"], table)
 
 

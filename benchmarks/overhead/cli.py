@@ -113,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
         from benchmarks.overhead import torch_loop
 
         try:
-            torch_loop.check()
+            torch_loop.torch()
         except ImportError as err:
             flags.fail(str(err))
     command = flags.command_line("overhead", args, skip=("render", "workers"))

@@ -18,7 +18,7 @@ hyperparameters (:data:`benchmarks.methods.SYNTHETIC_HYPER`), on the same quadra
 ``0.5 * ||x||^2``. Written for this project, not taken from another one.
 
 PyTorch is optional (the ``dev`` extra installs it; never a dependency of the library):
-:func:`check` raises a clear error without it. Timings use one PyTorch thread, as the
+:func:`torch` raises a clear error without it. Timings use one PyTorch thread, as the
 speed benchmark pins its process to one core.
 """
 
@@ -34,33 +34,33 @@ from benchmarks.methods import SYNTHETIC_HYPER
 NAME = "torch_loop"  # the method's name in :data:`benchmarks.methods.EXTERNAL`
 
 
-def check() -> None:
-    """Raises ``ImportError`` with the install command when PyTorch is missing."""
+def torch():
+    """The ``torch`` module; ``ImportError`` with the install command when it is missing."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as err:
         raise ImportError("torch_loop needs PyTorch: pip install torch (a CPU build is "
                           "enough; 'pip install -e .[dev]' installs one)") from err
+    return torch
 
 
 def run(d: int, seed: int, calls: int, k: int = 10) -> tuple[np.ndarray, int, int]:
     """One seed's run until ``calls`` oracle calls: ``(x, calls made, steps)``."""
-    import torch
-
+    th = torch()
     h = SYNTHETIC_HYPER
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(d, generator=generator)
-    m, v = torch.zeros(d), torch.zeros(d)
+    generator = th.Generator().manual_seed(seed)
+    x = th.randn(d, generator=generator)
+    m, v = th.zeros(d), th.zeros(d)
 
     def f(z):
-        return 0.5 * torch.sum(z * z)
+        return 0.5 * th.sum(z * z)
 
     steps = calls // (2 * k)
-    with torch.no_grad():
+    with th.no_grad():
         for _ in range(steps):
-            g = torch.zeros(d)
+            g = th.zeros(d)
             for _ in range(k):
-                u = torch.randn(d, generator=generator)
+                u = th.randn(d, generator=generator)
                 r = (f(x + h.mu * u) - f(x - h.mu * u)) / (2 * h.mu)
                 g += r * u
             g /= k
@@ -76,10 +76,7 @@ class Case:
     after the other; nothing is compiled)."""
 
     def __init__(self, name: str, d: int, seeds: int | tuple[int, ...], budget: int):
-        check()
-        import torch
-
-        torch.set_num_threads(1)
+        torch().set_num_threads(1)
         self.seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)
         self.name, self.d, self.lanes, self.budget = name, d, len(self.seeds), budget
         self.compile_seconds = 0.0

@@ -111,7 +111,8 @@ def restore(base, d: dict, size: str):
     known = {v.name: v for v in base.variants}
     return replace(base, dim=d["dim"], **{size: d[size]}, seeds=tuple(d["seeds"]),
                    log_every=d["log_every"], functions=tuple(d["functions"]),
-                   variants=tuple(known.get(m) or variant(m) for m in d["methods"]),
+                   variants=tuple(known.get(m) or variant(m)
+                                  for m in d.get("methods", d.get("variants", ()))),
                    settings=Hyper(**d["settings"]))
 
 

@@ -245,9 +245,7 @@ REGRET_COLUMNS = {
     "backbone": "the fixed-K family (R-AdaZO or ZO-AdaMM) whose envelope the method is "
                 "compared with",
     "1/64 ... 1": "the query regret at that fraction of the budget",
-    "median, max": "over those budgets. A regret below 1 is a saving at equal quality (the "
-                   "best fixed K's mean gap at that budget); what it costs shows where "
-                   "regret is above 1 or ∞ and in the gap ratios below"}
+    "median, max": f"over those budgets. {anytime.SAVING} and in the gap ratios below"}
 
 
 def budget_final_table(results) -> str:

@@ -23,6 +23,7 @@ RENDERS = {  # page: the arguments that render it, RESULTS standing for the resu
        for p in RESULTS.glob("generalization_*.json.xz")},
     "overhead": ["overhead", "--render", "RESULTS/overhead.json.xz"],
     "overhead_large_d": ["overhead", "--render", "RESULTS/overhead_large_d.json.xz"],
+    "overhead_torch": ["overhead", "--render", "RESULTS/overhead_torch.json.xz"],
     "devices": ["devices", "--render", "RESULTS/devices.json.xz"],
     "attack": ["attack", "--render", "RESULTS/attack/attack.json.xz", "--report",
                "RESULTS/attack.md"],

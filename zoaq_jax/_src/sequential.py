@@ -12,9 +12,10 @@ results alive for the whole loop. For a language model with adapters on some lay
 that is everything the adapters do not touch (token embeddings, the frozen layers' keys
 and values, ...), so the loop's memory exceeds a forward pass's. The wrapper passes the
 loop-invariant arguments through ``lax.optimization_barrier`` together with each
-iteration's slice, so they look iteration-dependent, nothing is hoisted, and the loop's
-memory stays that of one pass whatever ``K`` is (``tests/library/test_sequential.py``;
-``docs/results/llm.md`` measures it on the benchmark's model). The price is that invariant work is recomputed in
+iteration's slice, so they look iteration-dependent, nothing is hoisted, and the
+activations held stay those of one pass whatever ``K`` is
+(``tests/library/test_sequential.py``; ``docs/results/llm.md`` measures a step's memory
+on the benchmark's model). The price is that invariant work is recomputed in
 every iteration, as a forward pass recomputes it anyway.
 """
 

@@ -30,8 +30,8 @@ bounded at any :math:`d`. Above the limit ``"gather"`` cannot keep all :math:`K`
 directions: it draws its own in chunks for the responses and regenerates all :math:`K`
 one at a time for the sum (:math:`K/n + K` draws per device).
 
-``"psum"`` is the default: on fake CPU devices it costs about what one device without a
-mesh costs, and ``"gather"`` several times more (``docs/results/devices.md``).
+``"psum"`` is the default: on fake CPU devices it was the cheaper of the two at every
+size measured (``docs/results/devices.md``).
 ``"gather"`` saves one collective a step (the
 all-reduce), which can pay on accelerators for small :math:`d`, where drawing
 directions is cheap and a step is bound by collective latency (not measured here).
