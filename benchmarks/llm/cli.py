@@ -129,6 +129,8 @@ def configure(args: argparse.Namespace):
     values = dict(vars(args), seeds=flags.seeds(args.seeds),
                   baselines=False if args.no_baselines else args.baselines,
                   methods=[m.spec for m in chosen] if args.methods else None)
+    if args.budget is not None and args.eval_every_fe is None:  # not the preset's period
+        values["eval_every_fe"] = max(1, args.budget // 8)
     cfg = presets.from_args(PRESETS[args.preset], argparse.Namespace(**values))
     return config.complete(cfg, n_dev_given=args.n_dev is not None), chosen
 

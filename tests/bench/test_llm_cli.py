@@ -42,6 +42,18 @@ def test_presets_are_frozen_dataclasses_with_the_papers_protocol():
     assert copa.n_dev == config.COPA_DEV
 
 
+def test_a_budget_on_the_command_line_sets_its_own_evaluation_period():
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+
+    def period(*argv):
+        return cli.configure(parser.parse_args(["--preset", "cpu", *argv]))[0].eval_every_fe
+
+    assert period() == config.CPU_BUDGET // 8  # the preset's
+    assert period("--budget", "800") == 100  # budget / 8, not the preset's 750
+    assert period("--budget", "800", "--eval-every-fe", "7") == 7
+
+
 def test_paper_preset_runs_on_cpu_at_tiny_size_with_a_seed_range(tmp_path):
     assert _main(["--preset", "paper", "--model", "tiny-llama", "--seeds", "0-1",
                   "--out", str(tmp_path)] + TINY) == 0
