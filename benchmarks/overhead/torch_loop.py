@@ -45,7 +45,7 @@ def torch():
 
 
 def run(d: int, seed: int, calls: int, k: int = 10) -> tuple[np.ndarray, int, int]:
-    """One seed's run until ``calls`` oracle calls: ``(x, calls made, steps)``."""
+    """One seed's run of ``calls // (2 k)`` steps: ``(x, calls made, steps)``."""
     th = torch()
     h = SYNTHETIC_HYPER
     generator = th.Generator().manual_seed(seed)
