@@ -5,10 +5,11 @@ every program of the test process (and of the processes it starts), so no test c
 an optimised program with an unoptimised one. Backend (LLVM) optimisations off compile
 the same HLO programs about a third faster: the suite checks semantics (dtypes, counts,
 one executable, equal runs of one program, equality to float rounding, printed outputs),
-never speed. XLA's CPU fusion emitters off: fusions are emitted by the elemental (LLVM IR)
-emitters instead of the MLIR pipeline, which halves the compile time of the suite's
-programs (the same HLO after fusion; measured in tests/library/test_properties.py). A user's ``XLA_FLAGS`` come after
-these and win.
+never speed. XLA's CPU fusion emitters off: fused kernels come from XLA's elemental
+LLVM IR emitters instead of its MLIR fusion pipeline, in about half the compile time (the
+property matrix's scans and vmaps); rounding may differ from the default compiler's, as
+with the backend flags. A user's ``XLA_FLAGS``
+come after these and win.
 """
 
 import os
