@@ -8,8 +8,7 @@ one executable, equal runs of one program, equality to float rounding, printed o
 never speed. XLA's CPU fusion emitters off: fused kernels come from XLA's elemental
 LLVM IR emitters instead of its MLIR fusion pipeline, in about half the compile time (the
 property matrix's scans and vmaps); rounding may differ from the default compiler's, as
-with the backend flags. A user's ``XLA_FLAGS``
-come after these and win.
+with the backend flags. A user's ``XLA_FLAGS`` come after these and win.
 """
 
 import os
