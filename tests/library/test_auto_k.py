@@ -13,12 +13,17 @@ from helpers import trajectory, wavy
 D = 6
 
 
-def test_with_a_window_that_never_closes_it_is_radazo_k_min_bit_for_bit():
+def test_with_a_window_that_never_closes_it_is_radazo_k_min():
+    """The same directions, budgets and queries; parameters to float32 rounding after 50
+    steps (two programs: XLA may fuse their arithmetic differently, see tests/conftest.py;
+    here 5e-6 apart, while another key or K moves them by 0.6 to 3, a 1% larger learning
+    rate by 2e-2)."""
     x = jnp.linspace(-1.0, 1.0, D)
     a = zoaq_jax.run(zoaq_jax.auto_k(1e-2, k_min=2, window=10**6, key=3), wavy, x, 50)
     b = zoaq_jax.run(zoaq_jax.radazo(1e-2, k=2, key=3), wavy, x, 50)
-    chex.assert_trees_all_equal(a[0], b[0])
+    chex.assert_trees_all_close(a[0], b[0], rtol=1e-4, atol=1e-5)
     chex.assert_trees_all_equal(a[2].num_queries, b[2].num_queries)
+    chex.assert_trees_all_equal(a[2].last_k, b[2].last_k)
 
 
 @pytest.mark.parametrize("difference, centre_calls", [("central", 0), ("forward", 1)])

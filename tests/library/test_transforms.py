@@ -227,9 +227,12 @@ def test_chain_with_backtracking_linesearch_decreases_the_objective():
     for _ in range(40):
         params, state = step(params, state)
         values.append(float(coercive(params)))
-        armijo.append(float(optax.tree.get(state, "decrease_error")) <= 0)
+        # Armijo's condition to the objective's float32 resolution (8 ulps of f): near the
+        # minimum the decrease it asks for is rounding, whose sign depends on the compiler.
+        armijo.append(float(optax.tree.get(state, "decrease_error")) <= 1e-6 * abs(values[-2]))
     assert values[-1] < values[0] - 10.0  # from 10.0 to about -10.5 (6 keys: -5.7 to -12.5)
-    assert sum(armijo) >= 30  # the slope proxy is a descent direction most of the time
+    # The slope proxy is a descent direction most of the time (keys 0-7: 30 to 36 steps).
+    assert sum(armijo) >= 30
     # Where the Armijo condition held, the objective did not increase.
     assert all(b <= a + 1e-4 for a, b, ok in zip(values, values[1:], armijo) if ok)
 
