@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-VERSIONED = ("zoaq-jax", "jax", "jaxlib", "optax", "numpy", "flax", "evosax")
+VERSIONED = ("zoaq-jax", "jax", "jaxlib", "optax", "numpy", "flax", "evosax", "torch")
 
 
 @dataclass(frozen=True)

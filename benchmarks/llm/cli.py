@@ -130,7 +130,7 @@ def configure(args: argparse.Namespace):
                   baselines=False if args.no_baselines else args.baselines,
                   methods=[m.spec for m in chosen] if args.methods else None)
     if args.budget is not None and args.eval_every_fe is None:  # not the preset's period
-        values["eval_every_fe"] = max(1, args.budget // 8)
+        values["eval_every_fe"] = config.default_eval_every_fe(args.budget)
     cfg = presets.from_args(PRESETS[args.preset], argparse.Namespace(**values))
     return config.complete(cfg, n_dev_given=args.n_dev is not None), chosen
 

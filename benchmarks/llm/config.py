@@ -79,7 +79,7 @@ class Config:
 
     def __post_init__(self):
         if self.budget is not None and self.eval_every_fe is None:
-            object.__setattr__(self, "eval_every_fe", max(1, self.budget // 8))
+            object.__setattr__(self, "eval_every_fe", default_eval_every_fe(self.budget))
         names = ["steps", "eval_every", "batch_size", "eval_batch_size", "probe_every"]
         for name in names + (["budget", "eval_every_fe"] if self.budget is not None else []):
             if getattr(self, name) < 1:
@@ -94,6 +94,11 @@ class Config:
         if self.budget is None:
             return t % self.eval_every == 0 or self.done(t, fe)
         return fe // self.eval_every_fe > fe_before // self.eval_every_fe or self.done(t, fe)
+
+
+def default_eval_every_fe(budget: int) -> int:
+    """Anytime mode's evaluation period without ``eval_every_fe``: an eighth of the budget."""
+    return max(1, budget // 8)
 
 
 SMOKE = Config(model="tiny-llama", steps=12, eval_every=6, batch_size=4, n_train=32,

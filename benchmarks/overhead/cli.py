@@ -155,7 +155,7 @@ def run(preset: config.Preset, command: str = "") -> dict:
         record["load_after_dims"] = run_record.load_average()
     if "seeds" in preset.sections:
         configs = [(m, preset.seeds_dim, s, preset.seeds_calls) for s in preset.seeds
-                   for m in preset.methods]
+                   for m in preset.methods if m != "torch_loop"]  # it runs seeds in turn
         sections["seeds"] = measure.measure(configs, max(1, preset.repeats // 3),
                                             _progress("seeds"))
         sections["seeds_parts"] = [

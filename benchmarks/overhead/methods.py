@@ -1,4 +1,5 @@
-"""The timed methods: zoaq_jax's optimizers and evosax's ``Open_ES`` as the outside reference.
+"""The timed methods: zoaq_jax's optimizers and evosax's ``Open_ES`` as the outside reference
+(the PyTorch loop, the other outside method, is :mod:`benchmarks.overhead.torch_loop`).
 
 Each method becomes an :class:`Algo` of pure functions over one seed's state; the
 measurement vmaps them over seeds. All use the synthetic benchmark's hyperparameters
@@ -59,7 +60,8 @@ _SUFFIXES = {"eager": "unrolled", "vectorized": "vectorized"}  # names in the re
 
 
 def timed(name: str) -> Timed:
-    """The timed method ``name``: ``open_es``, a spec, or ``SPEC+eager`` / ``SPEC+vectorized``.
+    """The timed method ``name``: ``open_es``, ``torch_loop``, a spec, or ``SPEC+eager`` /
+    ``SPEC+vectorized``.
 
     Raises:
       ValueError: an unknown method or suffix, or a spec that does not parse.
@@ -141,7 +143,9 @@ def _open_es_algo(value_fn, d: int, k: int) -> Algo:
 def algo(name: str, value_fn, d: int) -> Algo:
     """The :class:`Algo` of method ``name`` (:func:`timed`) on ``value_fn`` in dimension ``d``."""
     method = timed(name)
-    if method.kind == "outside":
+    if method.name == "open_es":
         return _open_es_algo(value_fn, d, method.k_max)
+    if method.kind == "outside":  # torch_loop is not a JAX program: torch_loop.Case runs it
+        raise ValueError(f"{name} has no JAX program to compile")
     spec = REGISTRY.parse(method.spec)
     return _optax_algo(lambda key: spec.build(SYNTHETIC_HYPER, key, monitor=False), value_fn)

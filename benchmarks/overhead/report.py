@@ -46,8 +46,8 @@ def compare_table(records: list[dict]) -> tuple[str, list[str]]:
         if r["kind"] in ("fixed", "adaptive"):
             vs = r["calls_per_second"] / loop["calls_per_second"]
             met = "met" if vs >= LOOP_GOAL else "not met"
-            verdicts.append(f"{r['label']}: {vs:,.0f}x the PyTorch loop's calls/s (goal ≥ "
-                            f"{LOOP_GOAL:.0f}x): {met}.")
+            verdicts.append(f"{r['label']}: {vs:,.0f}x the PyTorch loop's calls/s (the loop on "
+                            f"one CPU thread; goal ≥ {LOOP_GOAL:.0f}x): {met}.")
     table = pages.columns({
         "kind": "fixed K, adaptive K, or an outside reference",
         "useful calls/s, µs/call": "oracle calls the methods' ledgers count (all seeds) per "

@@ -46,6 +46,8 @@ def torch():
 
 def run(d: int, seed: int, calls: int, k: int = 10) -> tuple[np.ndarray, int, int]:
     """One seed's run of ``calls // (2 k)`` steps: ``(x, calls made, steps)``."""
+    if calls < 2 * k:
+        raise ValueError(f"torch_loop needs at least one step's {2 * k} calls, got {calls}")
     th = torch()
     h = SYNTHETIC_HYPER
     generator = th.Generator().manual_seed(seed)
@@ -76,16 +78,27 @@ class Case:
     after the other; nothing is compiled)."""
 
     def __init__(self, name: str, d: int, seeds: int | tuple[int, ...], budget: int):
-        torch().set_num_threads(1)
         self.seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)
         self.name, self.d, self.lanes, self.budget = name, d, len(self.seeds), budget
         self.compile_seconds = 0.0
         self.times: list[float] = []
         self.out: list[tuple[np.ndarray, int, int]] = []
+        self._one_thread(lambda: run(d, self.seeds[0], 20))  # warm-up, as JAX compiles here
+
+    @staticmethod
+    def _one_thread(fn):
+        """``fn()`` on one PyTorch thread (the pinned core), the setting restored after."""
+        th = torch()
+        threads = th.get_num_threads()
+        th.set_num_threads(1)
+        try:
+            return fn()
+        finally:
+            th.set_num_threads(threads)
 
     def time_once(self) -> None:
         start = time.perf_counter()
-        self.out = [run(self.d, s, self.budget) for s in self.seeds]
+        self.out = self._one_thread(lambda: [run(self.d, s, self.budget) for s in self.seeds])
         self.times.append(time.perf_counter() - start)
 
     def record(self) -> dict[str, Any]:

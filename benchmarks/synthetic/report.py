@@ -297,7 +297,7 @@ GAP_COLUMNS = {
                     "estimator's exact count)",
     "paper gap, paper calls": "the paper's numbers for the same setting (paper preset only)",
 }
-SAVING = ("1 - calls / R-AdaZO K=10's calls. A saving is bought with fewer directions a "
+CALL_SAVING = ("1 - calls / R-AdaZO K=10's calls. A saving is bought with fewer directions a "
           "step, a noisier estimate: read it with the final gap beside it (a saving with a "
           "larger gap is a trade, not a win) and with the cost per call under Speed")
 SPEED = pages.columns({
@@ -325,7 +325,7 @@ def steps_page(protocol: Protocol, results, record: run_record.RunRecord, out: P
         parts += ["## Final gap and oracle calls",
                   f"Savings are against {variant(REFERENCE).display}. Paper columns "
                   "are filled for the paper preset only.",
-                  pages.columns({**GAP_COLUMNS, "saving vs R-AdaZO K=10": SAVING}),
+                  pages.columns({**GAP_COLUMNS, "saving vs R-AdaZO K=10": CALL_SAVING}),
                   main_tables(results, protocol), "## Figures", figures, "## Speed", SPEED,
                   speed_table(results)]
     else:
