@@ -28,7 +28,8 @@ Example:
   'R-AdaZO K=10'
 
 Beside the library's methods, :data:`EXTERNAL` names the methods of other libraries a
-benchmark runs as references (evosax's ``Open_ES`` in the speed benchmark), and
+benchmark runs as references (evosax's ``Open_ES`` and a hand-written PyTorch loop in the
+speed benchmark), and
 :data:`SYNTHETIC` / :data:`SYNTHETIC_HYPER` are the synthetic benchmark's defaults, which
 the benchmarks on its objectives share (synthetic, generalization, overhead).
 """

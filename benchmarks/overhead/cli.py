@@ -29,7 +29,7 @@ from pathlib import Path
 
 from benchmarks import common, flags, pool, presets
 from benchmarks import record as run_record
-from benchmarks.overhead import config, report
+from benchmarks.overhead import config, report, torch_loop
 from benchmarks.methods import EXTERNAL
 from benchmarks.methods import SYNTHETIC as REGISTRY
 from benchmarks.overhead import methods as methods_mod
@@ -109,9 +109,7 @@ def main(args: argparse.Namespace) -> int:
             import evosax  # noqa: F401
         except ImportError:
             flags.fail("open_es needs evosax: pip install 'zoaq-jax[bench]' (evosax==0.3.2)")
-    if "torch_loop" in preset.methods:
-        from benchmarks.overhead import torch_loop
-
+    if torch_loop.NAME in preset.methods:
         try:
             torch_loop.torch()
         except ImportError as err:
@@ -155,7 +153,7 @@ def run(preset: config.Preset, command: str = "") -> dict:
         record["load_after_dims"] = run_record.load_average()
     if "seeds" in preset.sections:
         configs = [(m, preset.seeds_dim, s, preset.seeds_calls) for s in preset.seeds
-                   for m in preset.methods if m != "torch_loop"]  # it runs seeds in turn
+                   for m in preset.methods if m != torch_loop.NAME]  # it runs seeds in turn
         sections["seeds"] = measure.measure(configs, max(1, preset.repeats // 3),
                                             _progress("seeds"))
         sections["seeds_parts"] = [

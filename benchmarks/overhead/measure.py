@@ -181,21 +181,31 @@ class Case:
 
     def record(self) -> dict[str, Any]:
         out = self.out
-        seconds = float(np.median(self.times))
-        useful_calls = int(out["calls"].astype(np.int64).sum())
-        method = methods_mod.timed(self.name)
-        lane_use = float(out["useful"]) / max(float(out["executed"]), 1.0)
-        return {
-            "method": self.name, "label": method.label, "kind": method.kind,
-            "d": self.d, "seeds": self.lanes, "budget_per_seed": self.budget,
-            "steps": int(out["steps"]), "compile_seconds": self.compile_seconds,
-            "run_seconds": seconds, "run_seconds_all": self.times,
-            "useful_calls": useful_calls, "calls_per_second": useful_calls / seconds,
-            "us_per_call": 1e6 * seconds / useful_calls,
-            "lane_use": lane_use, "wasted_fraction": 1.0 - lane_use,
-            "final_gap": out["gap"].tolist(), "state_bytes_per_seed": self.state_bytes,
-            "memory": self.memory,
-        }
+        return record(self, steps=int(out["steps"]),
+                      useful_calls=int(out["calls"].astype(np.int64).sum()),
+                      lane_use=float(out["useful"]) / max(float(out["executed"]), 1.0),
+                      final_gap=out["gap"].tolist(), state_bytes=self.state_bytes,
+                      memory=self.memory)
+
+
+def record(case, *, steps: int, useful_calls: int, lane_use: float, final_gap: list[float],
+           state_bytes: int, memory: dict[str, Any]) -> dict[str, Any]:
+    """The result record of a timed configuration ``case`` (its ``name``, ``d``, ``lanes``,
+    ``budget``, ``compile_seconds`` and ``times``): what it did, and the timings and
+    ratios derived from the median of its times."""
+    seconds = float(np.median(case.times))
+    method = methods_mod.timed(case.name)
+    return {
+        "method": case.name, "label": method.label, "kind": method.kind,
+        "d": case.d, "seeds": case.lanes, "budget_per_seed": case.budget,
+        "steps": steps, "compile_seconds": case.compile_seconds,
+        "run_seconds": seconds, "run_seconds_all": case.times,
+        "useful_calls": useful_calls, "calls_per_second": useful_calls / seconds,
+        "us_per_call": 1e6 * seconds / useful_calls,
+        "lane_use": lane_use, "wasted_fraction": 1.0 - lane_use,
+        "final_gap": final_gap, "state_bytes_per_seed": state_bytes,
+        "memory": memory,
+    }
 
 
 def measure(configs: list[tuple], repeats: int, progress) -> list[dict]:

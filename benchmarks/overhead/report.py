@@ -6,10 +6,11 @@ from pathlib import Path
 
 from benchmarks import pages
 from benchmarks import record as run_record
+from benchmarks.overhead import torch_loop
 from benchmarks.overhead.measure import IMPLS
 
 REFERENCE = "open_es"  # the outside reference of the compare section
-LOOP = "torch_loop"  # the hand-written PyTorch loop, when the run has it
+LOOP = torch_loop.NAME  # the hand-written PyTorch loop, when the run has it
 LOOP_GOAL = 100.0  # calls/s against the PyTorch loop (issue 24)
 FIXED_REFERENCE = "radazo"  # the per-call cost reference of the dims section
 ADAPTIVE_GOAL, FIXED_GOAL = 1.0, 1.2  # calls/s against Open_ES at d = 100, 5 seeds

@@ -54,7 +54,7 @@ def run(d: int, seed: int, calls: int, k: int = 10) -> tuple[np.ndarray, int, in
     x = th.randn(d, generator=generator)
     m, v = th.zeros(d), th.zeros(d)
 
-    def f(z):
+    def f(z):  # measure.quadratic, in PyTorch
         return 0.5 * th.sum(z * z)
 
     steps = calls // (2 * k)
@@ -78,12 +78,16 @@ class Case:
     after the other; nothing is compiled)."""
 
     def __init__(self, name: str, d: int, seeds: int | tuple[int, ...], budget: int):
+        from benchmarks.methods import EXTERNAL
+
         self.seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)
         self.name, self.d, self.lanes, self.budget = name, d, len(self.seeds), budget
+        self.k = EXTERNAL[name].k
         self.compile_seconds = 0.0
         self.times: list[float] = []
         self.out: list[tuple[np.ndarray, int, int]] = []
-        self._one_thread(lambda: run(d, self.seeds[0], 20))  # warm-up, as JAX compiles here
+        # warm-up (one step), as a JAX configuration compiles here
+        self._one_thread(lambda: run(d, self.seeds[0], 2 * self.k, self.k))
 
     @staticmethod
     def _one_thread(fn):
@@ -98,22 +102,16 @@ class Case:
 
     def time_once(self) -> None:
         start = time.perf_counter()
-        self.out = self._one_thread(lambda: [run(self.d, s, self.budget) for s in self.seeds])
+        self.out = self._one_thread(
+            lambda: [run(self.d, s, self.budget, self.k) for s in self.seeds])
         self.times.append(time.perf_counter() - start)
 
     def record(self) -> dict[str, Any]:
-        from benchmarks.methods import EXTERNAL
+        from benchmarks.overhead import measure
 
-        seconds = float(np.median(self.times))
-        calls = sum(c for _, c, _ in self.out)
-        return {
-            "method": self.name, "label": EXTERNAL[self.name].label, "kind": "outside",
-            "d": self.d, "seeds": self.lanes, "budget_per_seed": self.budget,
-            "steps": max(s for _, _, s in self.out), "compile_seconds": 0.0,
-            "run_seconds": seconds, "run_seconds_all": self.times,
-            "useful_calls": calls, "calls_per_second": calls / seconds,
-            "us_per_call": 1e6 * seconds / calls, "lane_use": 1.0, "wasted_fraction": 0.0,
-            "final_gap": [float(0.5 * np.sum(x.astype(np.float64) ** 2)) for x, _, _ in self.out],
-            "state_bytes_per_seed": 3 * 4 * self.d,  # x, m, v in float32
-            "memory": {},
-        }
+        return measure.record(
+            self, steps=max(s for _, _, s in self.out),
+            useful_calls=sum(c for _, c, _ in self.out), lane_use=1.0,
+            final_gap=[float(measure.quadratic(x)) for x, _, _ in self.out],
+            state_bytes=3 * 4 * self.d,  # x, m, v in float32
+            memory={})
