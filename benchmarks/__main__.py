@@ -4,9 +4,9 @@ Each command lives in ``benchmarks/<command>/cli.py`` and exposes
 ``add_arguments(parser)`` and ``main(args) -> int``. Commands are imported only when
 chosen, so a command's optional dependencies never break the others. Every command
 takes the flags of :mod:`benchmarks.flags` with one meaning: ``--preset`` (``smoke``:
-seconds, for tests), ``--seeds`` (except ``devices``, which times one seed), ``--workers``, ``--out``,
-``--report``, ``--render`` and ``--quiet`` (no progress bars, in its process and the
-workers it starts).
+seconds, for tests), ``--seeds`` (except ``devices``, which times one seed),
+``--workers``, ``--out``, ``--report``, ``--render`` and ``--quiet`` (no progress bars,
+in its process and the workers it starts).
 """
 
 from __future__ import annotations

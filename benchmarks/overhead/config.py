@@ -1,8 +1,8 @@
 """Presets of the speed benchmark: the sizes of its three sections (``compare``, ``dims``,
 ``seeds``: :mod:`benchmarks.overhead.cli`), as frozen dataclasses.
 
-``cpu`` is what the committed page was measured with (7 to 14 minutes on 2 shared cores, depending on the load);
-``gpu`` is the full sweep for a lent accelerator; ``smoke`` exercises every code path in
+``cpu`` is what the committed page was measured with (7 to 14 minutes on 2 shared cores,
+depending on the load); ``gpu`` is the full sweep for a lent accelerator; ``smoke`` exercises every code path in
 seconds (the tests run the ``gpu`` preset's code path at the ``smoke`` sizes).
 """
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTION = {"PIL": "pillow"}  # import name -> the package that provides it
-OPTIONAL = {"torch"}  # PyTorch checkpoints (llm.models.hf_loader), the speed baseline (overhead.torch_loop)
+# PyTorch checkpoints (llm.models.hf_loader) and the speed baseline (overhead.torch_loop)
+OPTIONAL = {"torch"}
 NEEDS = {"safetensors.torch": "torch"}  # modules that import an optional package
 
 

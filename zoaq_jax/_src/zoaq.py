@@ -106,8 +106,9 @@ def zoaq_estimator(
       An :class:`optax.GradientTransformationExtraArgs` whose ``update(updates, state,
       params, *, value_fn, value=None, **fn_kwargs)`` ignores ``updates`` and returns
       :math:`g_t`: :func:`adaptive_estimator` with the gate :func:`gates.momentum`, the
-      budget rule :func:`budgets.reset` and the retention :func:`retention.fifo` (defaults). Diagnostics: ``num_queries``,
-      ``num_nonfinite``, ``last_k``, ``last_score``, ``tau``, ``ema``, ``next_k``.
+      budget rule :func:`budgets.reset` and the retention :func:`retention.fifo`
+      (defaults). Diagnostics: ``num_queries``, ``num_nonfinite``, ``last_k``,
+      ``last_score``, ``tau``, ``ema``, ``next_k``.
 
     Example:
       >>> import jax.numpy as jnp, optax, zoaq_jax
