@@ -2,8 +2,9 @@
 ``seeds``: :mod:`benchmarks.overhead.cli`), as frozen dataclasses.
 
 ``cpu`` is what the committed page was measured with (7 to 14 minutes on 2 shared cores,
-depending on the load); ``gpu`` is the full sweep for a lent accelerator; ``smoke`` exercises every code path in
-seconds (the tests run the ``gpu`` preset's code path at the ``smoke`` sizes).
+depending on the load); ``gpu`` is the full sweep for a lent accelerator; ``smoke``
+exercises every code path in seconds (the tests run the ``gpu`` preset's code path at the
+``smoke`` sizes).
 """
 
 from __future__ import annotations
