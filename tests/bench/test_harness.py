@@ -13,7 +13,7 @@ import optax
 import pytest
 
 import zoaq_jax
-from benchmarks import flags, pool, presets, record
+from benchmarks import experiment, flags, pool, presets, record
 from benchmarks.methods import BASES, Hyper, Registry
 
 
@@ -78,6 +78,21 @@ def test_pool_raises_when_a_worker_dies_instead_of_hanging():
 
 def _pid_and_cores(x):
     return x, os.getpid(), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def _power_run(config, method):
+    """An experiment's run: one record per seed of ``config`` (a (seeds, power) pair)."""
+    seeds, power = config
+    return [{"method": method, "seed": s, "value": s ** power} for s in seeds]
+
+
+def test_execute_returns_records_in_unit_order_whatever_finishes_first():
+    units = [(((1, 2), 1), "a"), (((3,), 2), "b"), (((4, 5), 3), "c")]
+    expected = [r for config, method in units for r in _power_run(config, method)]
+    for workers in (1, 2):
+        out = experiment.execute(_power_run, units, workers, "t", bar=False,
+                                 cost=lambda config, method: -len(config[0]))
+        assert out == expected
 
 
 def test_pinned_call_runs_one_job_in_a_pinned_child_and_raises_if_it_dies():

@@ -1,0 +1,70 @@
+"""The one experiment structure every benchmark follows, and the one way units are run.
+
+A benchmark is three things:
+
+- a **config**, a frozen dataclass with presets (:mod:`benchmarks.presets`) that names
+  everything a result depends on, its seeds included;
+- **``run(config, method) -> list[dict]``**, a module-level function that runs one method
+  (a spec of :mod:`benchmarks.methods`) on every seed of ``config`` and returns its
+  records (JSON values; one per seed, or one per objective with per-seed lists where a
+  method's seeds are one vmapped program);
+- a **renderer** from the config and the records to a Markdown page and its figures
+  (``report.py``, on :mod:`benchmarks.pages`).
+
+A command splits its config into units ``(config, method)`` (a config narrowed to one
+problem where problems should spread over the workers too) and hands them to
+:func:`execute`, which runs them on :mod:`benchmarks.pool`'s pinned workers. Results files
+hold ``{"record": ..., <the config>: ..., "results": [...]}`` plus what the renderer derives
+from the results (regret rows, summaries), written with :func:`benchmarks.common.write_json`.
+
+Example:
+  >>> from benchmarks import experiment
+  >>> def run(config, method):  # one record: the config squared
+  ...     return [{"method": method, "value": config * config}]
+  >>> experiment.execute(run, [(2, "a"), (3, "b")], workers=1, desc="ex", bar=False)
+  [{'method': 'a', 'value': 4}, {'method': 'b', 'value': 9}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from benchmarks import pool
+
+C = TypeVar("C")
+
+
+class Run(Protocol[C]):
+    """``run(config, method) -> records``: one method on every seed of ``config``."""
+
+    def __call__(self, config: C, method: str) -> list[dict[str, Any]]: ...
+
+
+def _unit(item: tuple[Run, Any, str, int]) -> list[tuple[int, list[dict[str, Any]]]]:
+    run, config, method, index = item
+    return [(index, run(config, method))]
+
+
+def execute(run: Run[C], units: Sequence[tuple[C, str]], workers: int, desc: str, *,
+            cost: Callable[[C, str], float] | None = None, bar: bool = True
+            ) -> list[dict[str, Any]]:
+    """The records of ``run(config, method)`` for every unit, in the order of ``units``.
+
+    Args:
+      run: the experiment's module-level ``run`` (workers import it by name).
+      units: ``(config, method)`` pairs.
+      workers: processes pinned to one core each; ``<= 1`` runs in this process.
+      desc: the progress bar's label.
+      cost: a unit's relative cost; the costliest start first, for a short tail.
+      bar: show a progress bar.
+
+    Returns:
+      The concatenated records, in the order of ``units`` whatever order they finished in.
+    """
+    items = [(run, config, method, i) for i, (config, method) in enumerate(units)]
+    if cost is not None:
+        items.sort(key=lambda item: -cost(item[1], item[2]))
+    done = dict(pool.pinned_map(_unit, items, workers, desc, bar=bar))
+    return [record for i in range(len(items)) for record in done[i]]
+
