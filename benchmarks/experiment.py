@@ -41,14 +41,15 @@ class Run(Protocol[C]):
     def __call__(self, config: C, method: str) -> list[dict[str, Any]]: ...
 
 
-def _unit(item: tuple[Run, Any, str, int]) -> list[tuple[int, list[dict[str, Any]]]]:
-    run, config, method, index = item
-    return [(index, run(config, method))]
+def _unit(item: tuple[Run, Any, str, int]) -> list[dict[str, Any]]:
+    run, config, method, _ = item
+    return run(config, method)
 
 
 def execute(run: Run[C], units: Sequence[tuple[C, str]], workers: int, desc: str, *,
-            cost: Callable[[C, str], float] | None = None, bar: bool = True
-            ) -> list[dict[str, Any]]:
+            cost: Callable[[C, str], float] | None = None,
+            done: Callable[[C, str, list[dict[str, Any]]], None] | None = None,
+            bar: bool = True) -> list[dict[str, Any]]:
     """The records of ``run(config, method)`` for every unit, in the order of ``units``.
 
     Args:
@@ -57,6 +58,8 @@ def execute(run: Run[C], units: Sequence[tuple[C, str]], workers: int, desc: str
       workers: processes pinned to one core each; ``<= 1`` runs in this process.
       desc: the progress bar's label.
       cost: a unit's relative cost; the costliest start first, for a short tail.
+      done: called in this process with ``(config, method, records)`` as each unit
+        finishes (a long run saves what it has).
       bar: show a progress bar.
 
     Returns:
@@ -65,6 +68,10 @@ def execute(run: Run[C], units: Sequence[tuple[C, str]], workers: int, desc: str
     items = [(run, config, method, i) for i, (config, method) in enumerate(units)]
     if cost is not None:
         items.sort(key=lambda item: -cost(item[1], item[2]))
-    done = dict(pool.pinned_map(_unit, items, workers, desc, bar=bar))
-    return [record for i in range(len(items)) for record in done[i]]
+    finished: dict[int, list[dict[str, Any]]] = {}
+    for (_, config, method, i), records in pool.pinned_imap(_unit, items, workers, desc, bar=bar):
+        finished[i] = records
+        if done is not None:
+            done(config, method, records)
+    return [record for i in range(len(items)) for record in finished[i]]
 

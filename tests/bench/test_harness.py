@@ -90,9 +90,12 @@ def test_execute_returns_records_in_unit_order_whatever_finishes_first():
     units = [(((1, 2), 1), "a"), (((3,), 2), "b"), (((4, 5), 3), "c")]
     expected = [r for config, method in units for r in _power_run(config, method)]
     for workers in (1, 2):
+        seen = []
         out = experiment.execute(_power_run, units, workers, "t", bar=False,
-                                 cost=lambda config, method: -len(config[0]))
+                                 cost=lambda config, method: -len(config[0]),
+                                 done=lambda config, method, records: seen.append(method))
         assert out == expected
+        assert sorted(seen) == ["a", "b", "c"]  # each unit reported once, as it finished
 
 
 def test_pinned_call_runs_one_job_in_a_pinned_child_and_raises_if_it_dies():
