@@ -16,6 +16,8 @@ problem where problems should spread over the workers too) and hands them to
 :func:`execute`, which runs them on :mod:`benchmarks.pool`'s pinned workers. Results files
 hold ``{"record": ..., <the config>: ..., "results": [...]}`` plus what the renderer derives
 from the results (regret rows, summaries), written with :func:`benchmarks.common.write_json`.
+The speed benchmark is the exception: timings are only comparable when every
+configuration is timed round-robin in one process, so its unit is the whole set.
 
 Example:
   >>> from benchmarks import experiment
