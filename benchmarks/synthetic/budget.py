@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, pool
+from benchmarks import anytime
 from benchmarks.methods import SYNTHETIC_HYPER, Hyper
 from benchmarks.synthetic.methods import Variant, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
@@ -215,29 +215,23 @@ def logged_curves(calls, gaps, ks, grid) -> dict[str, Any]:
     }
 
 
-def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
-    """Compiles a method once and runs it on each function; curves on the protocol grid."""
-    p, variant = unit
+def run(p: BudgetProtocol, spec: str) -> list[dict[str, Any]]:
+    """One method on every function of ``p``, compiled once; curves on the protocol grid."""
+    v = protocols.find(p, spec)
     ends = [(f.split(">")[0], f.split(">")[-1]) for f in p.functions]  # before/after a switch
     compile_seconds, runs = runner.compiled_runs(
-        _program(p, variant), p.seeds, [[FUNCTIONS.index(n) for n in e] for e in ends])
+        _program(p, v), p.seeds, [[FUNCTIONS.index(n) for n in e] for e in ends])
     return [{
-        "function": function, "method": variant.name, "label": variant.display,
-        "backbone": variant.backbone, "fixed_k": variant.fixed_k, "seeds": list(p.seeds),
+        "function": function, "method": v.name, "label": v.display,
+        "backbone": v.backbone, "fixed_k": v.fixed_k, "seeds": list(p.seeds),
         **logged_curves(*log, p.grid),
         "compile_seconds": compile_seconds, "run_seconds": seconds,
     } for function, (log, seconds) in zip(p.functions, runs)]
 
 
-def _cost(unit) -> float:
-    _, variant = unit
-    return -(1.0 / (variant.fixed_k or 2))  # small budgets take the most steps
-
-
-def execute(p: BudgetProtocol, workers: int, desc: str) -> list[dict[str, Any]]:
-    todo = sorted(((p, v) for v in p.variants), key=_cost)
-    return pool.ordered(pool.pinned_map(run_unit, todo, workers, desc), "function",
-                        p.functions, [v.name for v in p.variants])
+def cost(p: BudgetProtocol, spec: str) -> float:
+    """Rough relative cost of :func:`run`: small budgets take the most steps."""
+    return 1.0 / (protocols.find(p, spec).fixed_k or 2)
 
 
 # --------------------------------------------------------------------------- analysis

@@ -88,6 +88,11 @@ def ablation(name: str, preset: str) -> Protocol:
                     variants)
 
 
+def find(p, spec: str) -> Variant:
+    """The variant of protocol ``p`` (of either mode) whose spec is ``spec``."""
+    return next(v for v in p.variants if v.name == spec)
+
+
 def restrict(protocol: Protocol, steps: int) -> Protocol:
     """The protocol with ``steps`` steps and a log period that divides them (at most a
     tenth of them)."""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from benchmarks import anytime, pages
 from benchmarks import record as run_record
-from benchmarks.synthetic import paper, runner
+from benchmarks.synthetic import paper
 from benchmarks.synthetic.methods import REFERENCE, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic.protocol import SWITCH, Protocol
@@ -113,14 +114,25 @@ def _paper(pair: tuple, full: bool) -> list[str]:
     return [_fmt(pair[0]), pages.num(pair[1])] if full else [pages.MISSING] * 2
 
 
+def summary(r: dict[str, Any]) -> dict[str, Any]:
+    """Mean and std of the final gap and calls over the seeds, and the speed of a result."""
+    gaps, calls = np.asarray(r["final_gap"]), np.asarray(r["num_queries"], np.float64)
+    return {
+        "gap_mean": float(gaps.mean()), "gap_std": float(gaps.std()),
+        "calls_mean": float(calls.mean()), "calls_std": float(calls.std()),
+        "calls_per_second": float(calls.sum() / r["run_seconds"]),
+        "us_per_call": float(1e6 * r["run_seconds"] / calls.sum()),
+    }
+
+
 def main_tables(results, protocol: Protocol) -> str:
     """Final gap and calls per function, savings against R-AdaZO K=10, paper side by side."""
     parts = []
     for function, rs in pages.grouped(results, "function").items():
-        ref = next((runner.summary(r) for r in rs if r["method"] == REFERENCE), None)
+        ref = next((summary(r) for r in rs if r["method"] == REFERENCE), None)
         rows = []
         for r in rs:
-            s = runner.summary(r)
+            s = summary(r)
             saving = (f"{100 * (1 - s['calls_mean'] / ref['calls_mean']):.1f}%"
                       if ref and r["method"] != REFERENCE else pages.MISSING)
             rows.append([r["label"], pages.pm(s["gap_mean"], s["gap_std"], _fmt),
@@ -136,9 +148,9 @@ def main_tables(results, protocol: Protocol) -> str:
 def speed_table(results) -> str:
     rows = []
     for function, rs in pages.grouped(results, "function").items():
-        ref = next((runner.summary(r) for r in rs if r["method"] == REFERENCE), None)
+        ref = next((summary(r) for r in rs if r["method"] == REFERENCE), None)
         for r in rs:
-            s = runner.summary(r)
+            s = summary(r)
             ratio = f"{s['us_per_call'] / ref['us_per_call']:.2f}" if ref else pages.MISSING
             rows.append([function_label(function), r["label"], f"{r['compile_seconds']:.1f}",
                          f"{r['run_seconds']:.2f}", f"{s['calls_per_second']:,.0f}",
@@ -153,7 +165,7 @@ def ablation_table(results, protocol: Protocol) -> str:
     rows = []
     for function, rs in pages.grouped(results, "function").items():
         for r in sorted(rs, key=lambda r: list(variants).index(r["method"])):
-            s = runner.summary(r)
+            s = summary(r)
             # the ablated setting is named like the ablation (reset, tau0, controller)
             value = dict(variants[r["method"]].method.params).get(protocol.name)
             rows.append([function_label(function), r["label"],
