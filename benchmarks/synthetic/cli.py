@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ablation", choices=(*protocols.ABLATIONS, "auto_k", "all"),
                         help="run an ablation instead of the main comparison (budget mode: "
                              "switch or auto_k)")
-    parser.add_argument("--functions", nargs="+", choices=budgets.FUNCTIONS,
+    parser.add_argument("--functions", nargs="+", choices=protocols.FUNCTIONS,
                         help="objectives (default: the preset's; least_squares: budget mode)")
     flags.add_methods(parser, REGISTRY.bases)
     flags.add_seeds(parser)
@@ -84,7 +84,7 @@ def protocols_of(args: argparse.Namespace) -> list:
     if args.mode == "budget":
         names = {None: ["budget"], "switch": ["budget_switch"], "auto_k": ["budget_auto_k"],
                  "all": ["budget_switch", "budget_auto_k"]}[args.ablation]
-        bases = [budgets.protocol(n, args.preset) for n in names]
+        bases = [protocols.budget(n, args.preset) for n in names]
     elif args.ablation is None:
         bases = [protocols.main(args.preset)]
     else:
@@ -102,14 +102,14 @@ def protocols_of(args: argparse.Namespace) -> list:
 
 def write(p, results, record: RunRecord, args: argparse.Namespace) -> Path:
     """The results file (unless re-rendering) and the page of a protocol of either mode."""
-    budget = isinstance(p, budgets.BudgetProtocol)
+    budget = isinstance(p, protocols.BudgetProtocol)
     rows = budgets.regret_rows(p, results) if budget else None
     stem = report.stem(p)
     if not args.render:
         derived = {"grid": p.grid, "budgets": p.budgets, "regret": rows} if budget else {}
         common.write_json(args.out / f"{stem}{common.RESULTS}", {
             "record": record.as_dict(),
-            "protocol": (budgets.as_dict if budget else protocols.as_dict)(p),
+            "protocol": protocols.as_dict(p),
             **derived, "results": results})
     path = args.report or args.out / f"{stem}.md"
     if budget:
@@ -126,8 +126,7 @@ def write(p, results, record: RunRecord, args: argparse.Namespace) -> Path:
 def main(args: argparse.Namespace) -> int:
     if args.render:  # re-renders a results file of either mode (no computation)
         data = flags.read_results(args.render)
-        mode = budgets if "budget" in data["protocol"] else protocols
-        write(mode.from_dict(data["protocol"]), data["results"],
+        write(protocols.from_dict(data["protocol"]), data["results"],
               RunRecord.from_dict(data["record"]), args)
         return 0
     command = flags.command_line("synthetic", args, skip=("render",))

@@ -212,7 +212,7 @@ def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_pat
 def test_budget_runs_match_plain_runs_of_the_same_optimizer():
     from benchmarks.synthetic import budget
 
-    p = presets.override(budget.protocol("budget", "smoke"), functions=["quadratic"], seeds=[0],
+    p = presets.override(protocol.budget("budget", "smoke"), functions=["quadratic"], seeds=[0],
                          variants=[variant("radazo:k=2")], budget=400)
     (result,) = budget.run(p, "radazo:k=2")
     x0 = jax.random.normal(jax.random.fold_in(jax.random.key(0), 0), (p.dim,))
