@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -114,31 +113,26 @@ def _paper(pair: tuple, full: bool) -> list[str]:
     return [_fmt(pair[0]), pages.num(pair[1])] if full else [pages.MISSING] * 2
 
 
-def summary(r: dict[str, Any]) -> dict[str, Any]:
-    """Mean and std of the final gap and calls over the seeds, and the speed of a result."""
-    gaps, calls = np.asarray(r["final_gap"]), np.asarray(r["num_queries"], np.float64)
-    return {
-        "gap_mean": float(gaps.mean()), "gap_std": float(gaps.std()),
-        "calls_mean": float(calls.mean()), "calls_std": float(calls.std()),
-        "calls_per_second": float(calls.sum() / r["run_seconds"]),
-        "us_per_call": float(1e6 * r["run_seconds"] / calls.sum()),
-    }
+def _gap_and_calls(r) -> list[str]:
+    """The final gap (mean ± population std over the seeds) and the mean oracle calls."""
+    return [pages.pm(np.mean(r["final_gap"]), np.std(r["final_gap"]), _fmt),
+            pages.num(np.mean(r["num_queries"]))]
+
+
+def _us_per_call(r) -> float:
+    return 1e6 * r["run_seconds"] / np.sum(r["num_queries"])
 
 
 def main_tables(results, protocol: Protocol) -> str:
     """Final gap and calls per function, savings against R-AdaZO K=10, paper side by side."""
     parts = []
     for function, rs in pages.grouped(results, "function").items():
-        ref = next((summary(r) for r in rs if r["method"] == REFERENCE), None)
-        rows = []
-        for r in rs:
-            s = summary(r)
-            saving = (f"{100 * (1 - s['calls_mean'] / ref['calls_mean']):.1f}%"
-                      if ref and r["method"] != REFERENCE else pages.MISSING)
-            rows.append([r["label"], pages.pm(s["gap_mean"], s["gap_std"], _fmt),
-                         pages.num(s["calls_mean"]), saving,
-                         *_paper(paper.MAIN.get((function, r["method"]), (None, None)),
-                                 protocol.preset == "paper")])
+        ref = next((np.mean(r["num_queries"]) for r in rs if r["method"] == REFERENCE), None)
+        rows = [[r["label"], *_gap_and_calls(r),
+                 f"{100 * (1 - np.mean(r['num_queries']) / ref):.1f}%"
+                 if ref and r["method"] != REFERENCE else pages.MISSING,
+                 *_paper(paper.MAIN.get((function, r["method"]), (None, None)),
+                         protocol.preset == "paper")] for r in rs]
         parts.append(f"### {function_label(function)}\n\n" + pages.table(
             ["method", "final gap (mean ± std)", "oracle calls", "saving vs R-AdaZO K=10",
              "paper gap", "paper calls"], rows))
@@ -148,13 +142,13 @@ def main_tables(results, protocol: Protocol) -> str:
 def speed_table(results) -> str:
     rows = []
     for function, rs in pages.grouped(results, "function").items():
-        ref = next((summary(r) for r in rs if r["method"] == REFERENCE), None)
-        for r in rs:
-            s = summary(r)
-            ratio = f"{s['us_per_call'] / ref['us_per_call']:.2f}" if ref else pages.MISSING
-            rows.append([function_label(function), r["label"], f"{r['compile_seconds']:.1f}",
-                         f"{r['run_seconds']:.2f}", f"{s['calls_per_second']:,.0f}",
-                         f"{s['us_per_call']:.3f}", ratio, f"{r['lane_utilisation']:.2f}"])
+        ref = next((_us_per_call(r) for r in rs if r["method"] == REFERENCE), None)
+        rows += [[function_label(function), r["label"], f"{r['compile_seconds']:.1f}",
+                  f"{r['run_seconds']:.2f}",
+                  f"{np.sum(r['num_queries']) / r['run_seconds']:,.0f}",
+                  f"{_us_per_call(r):.3f}",
+                  f"{_us_per_call(r) / ref:.2f}" if ref else pages.MISSING,
+                  f"{r['lane_utilisation']:.2f}"] for r in rs]
     return pages.table(["function", "method", "compile s", "run s", "calls/s", "µs/call",
                         "cost/call vs R-AdaZO K=10", "lane use"], rows)
 
@@ -165,12 +159,9 @@ def ablation_table(results, protocol: Protocol) -> str:
     rows = []
     for function, rs in pages.grouped(results, "function").items():
         for r in sorted(rs, key=lambda r: list(variants).index(r["method"])):
-            s = summary(r)
             # the ablated setting is named like the ablation (reset, tau0, controller)
             value = dict(variants[r["method"]].method.params).get(protocol.name)
-            rows.append([function_label(function), r["label"],
-                         pages.pm(s["gap_mean"], s["gap_std"], _fmt),
-                         pages.num(s["calls_mean"]),
+            rows.append([function_label(function), r["label"], *_gap_and_calls(r),
                          *_paper(reference.get((function, value), (None, None)),
                                  protocol.preset == "paper")])
     return pages.table(["function", "variant", "final gap (mean ± std)", "oracle calls",
@@ -261,9 +252,8 @@ REGRET_COLUMNS = {
 
 
 def budget_final_table(results) -> str:
-    rows = [[function_label(r["function"]), r["label"],
-             pages.pm(np.mean(r["final_gap"]), np.std(r["final_gap"]), _fmt),
-             pages.num(np.mean(r["num_queries"])), f"{r['run_seconds']:.1f}"] for r in results]
+    rows = [[function_label(r["function"]), r["label"], *_gap_and_calls(r),
+             f"{r['run_seconds']:.1f}"] for r in results]
     return pages.columns({
         "gap at the budget (mean ± std)": "f(x) - f* at the run's last log row, the first at "
                                           "or past the budget, mean ± population std over "
