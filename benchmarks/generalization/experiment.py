@@ -84,14 +84,10 @@ def grid_of(budget: int) -> np.ndarray:
     return anytime.call_grid(budget, budgets_of(budget), points=600, low=FIRST_BUDGET / 64)
 
 
-def start_scale(p: Problem) -> float:
-    """RMS of the start distribution: ``a / sqrt 3`` for ``U[-a, a]``, 1 for ``N(0, 1)``."""
-    return p.box / math.sqrt(3.0) if p.box else 1.0
-
-
 def settings_of(p: Problem) -> Hyper:
-    """The one learning-rate and smoothing rule: lr ``1e-3 s``, mu ``5e-3 s``."""
-    base, s = SYNTHETIC_HYPER, start_scale(p)
+    """The one learning-rate and smoothing rule: lr ``1e-3 s``, mu ``5e-3 s``, with ``s`` the
+    RMS of the start distribution (``a / sqrt 3`` for ``U[-a, a]``, 1 for ``N(0, 1)``)."""
+    base, s = SYNTHETIC_HYPER, (p.box / math.sqrt(3.0) if p.box else 1.0)
     return replace(base, lr=base.lr * s, mu=base.mu * s)
 
 
