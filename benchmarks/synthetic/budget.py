@@ -18,7 +18,7 @@ from benchmarks.synthetic import protocol as protocols
 from benchmarks.synthetic import runner
 from benchmarks.synthetic.methods import Variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
-from benchmarks.synthetic.protocol import FUNCTIONS, BudgetProtocol
+from benchmarks.synthetic.protocol import FUNCTIONS, Protocol
 
 def objective(x, batch, fid):
     """The objective with id ``fid`` (its index in :data:`FUNCTIONS`); deterministic ones
@@ -38,7 +38,7 @@ def gap(x, fid):
     return jax.lax.switch(fid, fns, x)
 
 
-def _program(p: BudgetProtocol, variant: Variant):
+def _program(p: Protocol, variant: Variant):
     """A jit-compiled function of (seeds, objective ids before/after the switch)."""
     import jax
 
@@ -120,7 +120,7 @@ def logged_curves(calls, gaps, ks, grid) -> dict[str, Any]:
     }
 
 
-def run(p: BudgetProtocol, spec: str) -> list[dict[str, Any]]:
+def run(p: Protocol, spec: str) -> list[dict[str, Any]]:
     """One method on every function of ``p``, compiled once; curves on the protocol grid."""
     v = protocols.find(p, spec)
     ends = [(f.split(">")[0], f.split(">")[-1]) for f in p.functions]  # before/after a switch
@@ -134,7 +134,7 @@ def run(p: BudgetProtocol, spec: str) -> list[dict[str, Any]]:
     } for function, (log, seconds) in zip(p.functions, runs)]
 
 
-def cost(p: BudgetProtocol, spec: str) -> float:
+def cost(p: Protocol, spec: str) -> float:
     """Rough relative cost of :func:`run`: small budgets take the most steps."""
     return 1.0 / (protocols.find(p, spec).fixed_k or 2)
 
@@ -142,7 +142,7 @@ def cost(p: BudgetProtocol, spec: str) -> float:
 # --------------------------------------------------------------------------- analysis
 
 
-def regret_rows(p: BudgetProtocol, results) -> list[dict[str, Any]]:
+def regret_rows(p: Protocol, results) -> list[dict[str, Any]]:
     """Query regret of every non-fixed method against its backbone's fixed-K envelope."""
     grid = p.grid
     out = []

@@ -102,7 +102,7 @@ def protocols_of(args: argparse.Namespace) -> list:
 
 def write(p, results, record: RunRecord, args: argparse.Namespace) -> Path:
     """The results file (unless re-rendering) and the page of a protocol of either mode."""
-    budget = isinstance(p, protocols.BudgetProtocol)
+    budget = p.mode == "budget"
     rows = budgets.regret_rows(p, results) if budget else None
     stem = report.stem(p)
     if not args.render:

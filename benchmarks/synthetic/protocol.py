@@ -33,19 +33,46 @@ SWITCH = "rosenbrock>levy"  # the controlled objective switch (Appendix "Sharp T
 
 @dataclass(frozen=True)
 class Protocol:
-    name: str  # "main" or the ablation's name
+    """A run of either mode: every method runs ``steps`` steps (steps mode), or until it
+    has spent ``budget`` oracle calls (budget mode)."""
+
+    name: str  # "main", an ablation's name, or "budget", "budget_switch", "budget_auto_k"
     preset: str
     dim: int
-    steps: int  # per phase for the objective switch
+    steps: int | None  # steps mode: steps per run, per phase for the objective switch
+    budget: int | None  # budget mode: calls per run (the switch happens at half of it)
     seeds: tuple[int, ...]
-    log_every: int
+    log_every: int  # steps between log rows
     functions: tuple[str, ...]
     variants: tuple[Variant, ...]
     settings: Hyper = SYNTHETIC_HYPER
 
     @property
+    def mode(self) -> str:
+        return "steps" if self.budget is None else "budget"
+
+    @property
     def total_steps(self) -> int:
         return self.steps * (2 if SWITCH in self.functions else 1)
+
+    @property
+    def switch_at(self) -> int | None:
+        """Budget mode: the calls after which the objective switches (None: never)."""
+        return self.budget // 2 if any(">" in f for f in self.functions) else None
+
+    @property
+    def origin(self) -> int:
+        """Budget mode: calls from which regret is measured (the switch, if any)."""
+        return self.switch_at or 0
+
+    @property
+    def budgets(self) -> tuple[float, ...]:
+        span = self.budget - self.origin
+        return tuple(self.origin + f * span for f in anytime.FRACTIONS)
+
+    @property
+    def grid(self) -> np.ndarray:
+        return anytime.call_grid(self.budget, self.budgets)  # the budgets included
 
 
 _SCALE = {  # preset -> (dim, steps, seeds, log_every)
@@ -60,7 +87,7 @@ _QUICK_METHODS = ("zoaq", "radazo:k=2", "radazo", "statzo", "zoar")
 def main(preset: str) -> Protocol:
     dim, steps, seeds, log_every = _SCALE[preset]
     methods = {"smoke": ("zoaq", "radazo"), "quick": _QUICK_METHODS}.get(preset, MAIN_METHODS)
-    return Protocol("main", preset, dim, steps, tuple(range(seeds)), log_every,
+    return Protocol("main", preset, dim, steps, None, tuple(range(seeds)), log_every,
                     tuple(OBJECTIVES), tuple(variant(m) for m in methods))
 
 
@@ -99,44 +126,13 @@ _ABLATION_SCALE = {  # preset -> ablation -> (dim, steps, seeds, log_every) over
 def ablation(name: str, preset: str) -> Protocol:
     functions, variants = ABLATIONS[name]
     dim, steps, seeds, log_every = _ABLATION_SCALE[preset].get(name, _SCALE[preset])
-    return Protocol(name, preset, dim, steps, tuple(range(seeds)), log_every, functions,
+    return Protocol(name, preset, dim, steps, None, tuple(range(seeds)), log_every, functions,
                     variants)
 
 
 FIXED = tuple(f"{p}:k={k}" for p in ("radazo", "zo_adamm") for k in (1, 2, 4, 8, 16))
 ADAPTIVE = ("zoaq", "statzo", "auto_k", "zoaq:backbone=zo_adamm", "auto_k:backbone=zo_adamm")
 FUNCTIONS = (*OBJECTIVES, *NOISY)
-
-
-@dataclass(frozen=True)
-class BudgetProtocol:
-    name: str  # "budget", "budget_switch" or "budget_auto_k"
-    preset: str
-    dim: int
-    budget: int  # oracle calls per run (the switch happens at half of it)
-    seeds: tuple[int, ...]
-    log_every: int  # steps between log rows
-    functions: tuple[str, ...]
-    variants: tuple[Variant, ...]
-    settings: Hyper = SYNTHETIC_HYPER
-
-    @property
-    def switch_at(self) -> int | None:
-        return self.budget // 2 if any(">" in f for f in self.functions) else None
-
-    @property
-    def origin(self) -> int:
-        """Calls from which regret is measured (the switch, if any)."""
-        return self.switch_at or 0
-
-    @property
-    def budgets(self) -> tuple[float, ...]:
-        span = self.budget - self.origin
-        return tuple(self.origin + f * span for f in anytime.FRACTIONS)
-
-    @property
-    def grid(self) -> np.ndarray:
-        return anytime.call_grid(self.budget, self.budgets)  # the budgets included
 
 
 _BUDGET_SCALE = {  # preset -> (dim, budget, seeds, log_every)
@@ -152,7 +148,7 @@ SENSITIVITY = (
 )
 
 
-def budget(name: str, preset: str) -> BudgetProtocol:
+def budget(name: str, preset: str) -> Protocol:
     """The budget-mode protocol ``name`` (``budget``, ``budget_switch``, ``budget_auto_k``)."""
     dim, calls, seeds, log_every = _BUDGET_SCALE[preset]
     fixed_radazo = tuple(m for m in FIXED if m.startswith("radazo"))
@@ -169,12 +165,12 @@ def budget(name: str, preset: str) -> BudgetProtocol:
             for key, values in SENSITIVITY for v in values)
     else:
         raise ValueError(f"unknown budget protocol {name!r}")
-    return BudgetProtocol(name, preset, dim, calls, tuple(range(seeds)), log_every, functions,
-                          variants)
+    return Protocol(name, preset, dim, None, calls, tuple(range(seeds)), log_every, functions,
+                    variants)
 
 
-def find(p, spec: str) -> Variant:
-    """The variant of protocol ``p`` (of either mode) whose spec is ``spec``."""
+def find(p: Protocol, spec: str) -> Variant:
+    """The variant of ``p`` whose spec is ``spec``."""
     return next(v for v in p.variants if v.name == spec)
 
 
@@ -187,16 +183,15 @@ def restrict(protocol: Protocol, steps: int) -> Protocol:
     return replace(protocol, steps=steps, log_every=log_every)
 
 
-def as_dict(p: Protocol | BudgetProtocol) -> dict:
-    """A protocol of either mode as JSON values: its length (``steps`` or ``budget``) and
+def as_dict(p: Protocol) -> dict:
+    """A protocol as JSON values: its length field (``steps`` or ``budget``, the mode) and
     its variants by spec (``methods``)."""
-    size = "budget" if isinstance(p, BudgetProtocol) else "steps"
-    return {"name": p.name, "preset": p.preset, "dim": p.dim, size: getattr(p, size),
+    return {"name": p.name, "preset": p.preset, "dim": p.dim, p.mode: getattr(p, p.mode),
             "seeds": list(p.seeds), "log_every": p.log_every, "functions": list(p.functions),
             "methods": [v.name for v in p.variants], "settings": vars(p.settings)}
 
 
-def from_dict(d: dict) -> Protocol | BudgetProtocol:
+def from_dict(d: dict) -> Protocol:
     """The protocol :func:`as_dict` wrote (its mode by its length field), from its preset
     (whose display labels are kept)."""
     size = "budget" if "budget" in d else "steps"
