@@ -105,7 +105,8 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
     v = variant(spec)
     out = []
     for name in config.problems:
-        p, settings = config.problem(name), settings_of(config.problem(name))
+        p = config.problem(name)
+        settings = settings_of(p)
         program = budget_mode.anytime_program(
             lambda key: v.build(settings, key), lambda x, batch, fid: p.fn(x, batch),
             lambda x, fid: p.gap(x), _start(p), p.budget, config.log_every)

@@ -108,9 +108,8 @@ def write(p, results, record: RunRecord, args: argparse.Namespace) -> Path:
     if not args.render:
         derived = {"grid": p.grid, "budgets": p.budgets, "regret": rows} if budget else {}
         common.write_json(args.out / f"{stem}{common.RESULTS}", {
-            "record": record.as_dict(),
-            "protocol": protocols.as_dict(p),
-            **derived, "results": results})
+            "record": record.as_dict(), "protocol": protocols.as_dict(p), **derived,
+            "results": results})
     path = args.report or args.out / f"{stem}.md"
     if budget:
         md = report.budget_page(p, results, rows, record, args.out, path)
