@@ -237,13 +237,6 @@ def budget_ratio_table(p, rows) -> str:
             + pages.table(["function", "backbone", "method", *FRACTIONS, "median"], table))
 
 
-def budget_best_fixed(rows) -> str:
-    """Which fixed K is the envelope at each budget (one row per function and backbone)."""
-    table = {(row["function"], row["backbone"]): [
-        function_label(row["function"]), row["backbone"], *row["best_fixed"]] for row in rows}
-    return pages.table(["function", "backbone", *FRACTIONS], table.values())
-
-
 REGRET_COLUMNS = {
     "backbone": "the fixed-K family (R-AdaZO or ZO-AdaMM) whose envelope the method is "
                 "compared with",
@@ -314,33 +307,31 @@ SPEED = pages.columns({
                 "uncounted evaluations meanwhile)"})
 
 
-def steps_page(protocol: Protocol, results, record: run_record.RunRecord, out: Path,
+def steps_page(p: Protocol, results, record: run_record.RunRecord, out: Path,
                report_path: Path) -> Path:
     """Figures (into ``out/synthetic``) and the Markdown page of a steps-mode run."""
-    figures = pages.images(steps_figures(protocol, results, out / "synthetic"), report_path)
-    p = protocol
     parts = [header(p, record, f"T = {p.steps:,} steps"
                     f"{' per phase' if SWITCH in p.functions else ''},",
                     "StatZO: forward differences with one centre value a step; ZoAR: its "
                     "forward averaged-baseline form, K calls a step")]
-    if protocol.name == "main":
+    if p.name == "main":
         parts += ["## Final gap and oracle calls",
                   f"Savings are against {variant(REFERENCE).display}. Paper columns "
                   "are filled for the paper preset only.",
                   pages.columns({**GAP_COLUMNS, "saving vs R-AdaZO K=10": CALL_SAVING}),
-                  main_tables(results, protocol), "## Figures", figures, "## Speed", SPEED,
-                  speed_table(results)]
+                  main_tables(results, p)]
     else:
         parts += ["## Results", pages.columns(
             {"variant": "the method or setting compared (the Methods line above)",
-             **GAP_COLUMNS}), ablation_table(results, protocol)]
-        if protocol.name == "trigger":
-            parts += ["Paper (d = 10,000): the norm trigger needs 28.1% more queries to the "
-                      "same target; loss drop per 1k queries 1.9 (cosine) vs 1.3 (norm).",
-                      trigger_metrics(results)]
-        parts += ["## Figures", figures, "## Speed", SPEED, speed_table(results)]
-    title = ("Synthetic benchmark" if protocol.name == "main"
-             else f"Synthetic ablation: {protocol.name}")
+             **GAP_COLUMNS}), ablation_table(results, p)]
+    if p.name == "trigger":
+        parts += ["Paper (d = 10,000): the norm trigger needs 28.1% more queries to the "
+                  "same target; loss drop per 1k queries 1.9 (cosine) vs 1.3 (norm).",
+                  trigger_metrics(results)]
+    parts += ["## Figures", pages.images(steps_figures(p, results, out / "synthetic"),
+                                         report_path),
+              "## Speed", SPEED, speed_table(results)]
+    title = "Synthetic benchmark" if p.name == "main" else f"Synthetic ablation: {p.name}"
     return pages.page(report_path, title, parts, "synthetic")
 
 
@@ -354,12 +345,11 @@ BUDGET_TITLES = {
 def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                 report_path: Path) -> Path:
     """Figures (into ``out/synthetic``) and the Markdown page of a budget-mode run."""
-    name = out / "synthetic" / f"synthetic_{p.name}"
+    folder, name = out / "synthetic", stem(p)
     figures = [(f"Gap against oracle calls, {bb} backbone", plot_budget_curves(
-        p, results, name.with_name(f"{name.name}_{bb}.png"), bb))
+        p, results, folder / f"{name}_{bb}.png", bb))
         for bb in ("radazo", "zo_adamm") if any(r["backbone"] == bb for r in results)]
-    figures.append(("K against oracle calls", plot_budget_k(
-        p, results, name.with_name(f"{name.name}_k.png"))))
+    figures.append(("K against oracle calls", plot_budget_k(p, results, folder / f"{name}_k.png")))
     switch = (f" (the objective switches at {p.switch_at:,} calls; regret counts calls after "
               "it)" if p.switch_at else "")
     return pages.page(report_path, BUDGET_TITLES[p.name], [
@@ -368,6 +358,9 @@ def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                " auto_k runs at the library defaults everywhere."),
         "## Query regret against the best fixed K", budget_regret_table(p, rows),
         "## Gap against the best fixed K's at the same budget", budget_ratio_table(p, rows),
-        "Best fixed K (the envelope) at each budget:", budget_best_fixed(rows),
+        "Best fixed K (the envelope) at each budget:", pages.table(
+            ["function", "backbone", *FRACTIONS],
+            {(r["function"], r["backbone"]): [function_label(r["function"]), r["backbone"],
+                                              *r["best_fixed"]] for r in rows}.values()),
         "## Gap at the budget", budget_final_table(results), "## Figures",
         pages.images(figures, report_path)], "synthetic")
