@@ -85,8 +85,8 @@ def grid_of(budget: int) -> np.ndarray:
 
 
 def settings_of(p: Problem) -> Hyper:
-    """The one learning-rate and smoothing rule: lr ``1e-3 s``, mu ``5e-3 s``, with ``s`` the
-    RMS of the start distribution (``a / sqrt 3`` for ``U[-a, a]``, 1 for ``N(0, 1)``)."""
+    """The one learning-rate and smoothing rule (module docstring): lr ``1e-3 s``, mu
+    ``5e-3 s``, ``s`` the RMS of the start distribution."""
     base, s = SYNTHETIC_HYPER, (p.box / math.sqrt(3.0) if p.box else 1.0)
     return replace(base, lr=base.lr * s, mu=base.mu * s)
 
