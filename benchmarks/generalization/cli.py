@@ -20,9 +20,11 @@ Markdown report OUT/generalization_<set>.md.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import common, flags, presets
+from benchmarks.experiment import execute
 from benchmarks.generalization import experiment, report
 from benchmarks.generalization.objectives import SETS
 from benchmarks.record import Recorder, RunRecord
@@ -84,6 +86,9 @@ def main(args: argparse.Namespace) -> int:
         return 0
     config = config_of(args)
     with Recorder(flags.command_line("generalization", args, skip=("render",))) as run:
-        results = experiment.execute(config, args.workers, desc=f"generalization {config.set}")
+        units = [(replace(config, problems=(n,)), m)  # one problem a unit, in the results' order
+                 for n in config.problems for m in config.methods]
+        results = execute(experiment.run, units, args.workers, f"generalization {config.set}",
+                          cost=experiment.cost)
     write(config, results, run.record, args)
     return 0

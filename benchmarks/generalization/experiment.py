@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, pool
+from benchmarks import anytime
 from benchmarks.generalization.objectives import SETS, Problem
 from benchmarks.methods import SYNTHETIC_HYPER, Hyper
 from benchmarks.synthetic import budget as budget_mode
@@ -84,14 +84,10 @@ def grid_of(budget: int) -> np.ndarray:
     return anytime.call_grid(budget, budgets_of(budget), points=600, low=FIRST_BUDGET / 64)
 
 
-def start_scale(p: Problem) -> float:
-    """RMS of the start distribution: ``a / sqrt 3`` for ``U[-a, a]``, 1 for ``N(0, 1)``."""
-    return p.box / math.sqrt(3.0) if p.box else 1.0
-
-
 def settings_of(p: Problem) -> Hyper:
-    """The one learning-rate and smoothing rule: lr ``1e-3 s``, mu ``5e-3 s``."""
-    base, s = SYNTHETIC_HYPER, start_scale(p)
+    """The one learning-rate and smoothing rule (module docstring): lr ``1e-3 s``, mu
+    ``5e-3 s``, ``s`` the RMS of the start distribution."""
+    base, s = SYNTHETIC_HYPER, (p.box / math.sqrt(3.0) if p.box else 1.0)
     return replace(base, lr=base.lr * s, mu=base.mu * s)
 
 
@@ -103,37 +99,35 @@ def _start(p: Problem):
     return lambda key: jax.random.uniform(key, (p.dim,), minval=-p.box, maxval=p.box)
 
 
-def run_unit(unit: tuple[Config, str, str]) -> list[dict[str, Any]]:
-    """One (problem, method) of ``config``: compiled once, run for every seed."""
-    config, name, spec = unit
-    p, v = config.problem(name), variant(spec)
-    settings = settings_of(p)
-    program = budget_mode.anytime_program(
-        lambda key: v.build(settings, key), lambda x, batch, fid: p.fn(x, batch),
-        lambda x, fid: p.gap(x), _start(p), p.budget, config.log_every)
-    compile_seconds, [((calls, gaps, ks), seconds)] = runner.compiled_runs(
-        program, config.seeds, [[0, 0]])
-    used = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
-    return [{
-        "problem": name, "method": v.name, "label": v.display, "fixed_k": v.fixed_k,
-        "seeds": list(config.seeds), "budget": p.budget, "lr": settings.lr, "mu": settings.mu,
-        **budget_mode.logged_curves(calls, gaps, ks, grid_of(p.budget)),
-        "k_changes": [int(np.count_nonzero(np.diff(k[r][1:]))) for k, r in zip(ks, used)],
-        "compile_seconds": compile_seconds, "run_seconds": seconds,
-    }]
+def run(config: Config, spec: str) -> list[dict[str, Any]]:
+    """One method on every problem of ``config``: compiled once a problem, run for every
+    seed."""
+    v = variant(spec)
+    out = []
+    for name in config.problems:
+        p = config.problem(name)
+        settings = settings_of(p)
+        program = budget_mode.anytime_program(
+            lambda key: v.build(settings, key), lambda x, batch, fid: p.fn(x, batch),
+            lambda x, fid: p.gap(x), _start(p), p.budget, config.log_every)
+        compile_seconds, [((calls, gaps, ks), seconds)] = runner.compiled_runs(
+            program, config.seeds, [[0, 0]])
+        used = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
+        out.append({
+            "problem": name, "method": v.name, "label": v.display, "fixed_k": v.fixed_k,
+            "seeds": list(config.seeds), "budget": p.budget, "lr": settings.lr,
+            "mu": settings.mu, **budget_mode.logged_curves(calls, gaps, ks, grid_of(p.budget)),
+            "k_changes": [int(np.count_nonzero(np.diff(k[r][1:]))) for k, r in zip(ks, used)],
+            "compile_seconds": compile_seconds, "run_seconds": seconds,
+        })
+    return out
 
 
-def _cost(unit) -> float:
-    config, name, spec = unit
+def cost(config: Config, spec: str) -> float:
+    """Rough relative cost of :func:`run`, to start the slowest first."""
     k = variant(spec).fixed_k or 2
-    return -config.problem(name).budget * SETS[config.set][name].dim ** 0.5 / k
-
-
-def execute(config: Config, workers: int, desc: str) -> list[dict[str, Any]]:
-    """Every (problem, method) of ``config``, longest first, in the config's order."""
-    units = sorted(((config, n, m) for n in config.problems for m in config.methods), key=_cost)
-    return pool.ordered(pool.pinned_map(run_unit, units, workers, desc), "problem",
-                        config.problems, [variant(m).name for m in config.methods])
+    return sum(config.problem(n).budget * SETS[config.set][n].dim ** 0.5 / k
+               for n in config.problems)
 
 
 def regret_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,14 +1,6 @@
-"""Budget mode: every method runs until it has spent the same number of oracle calls.
-
-Fixed K in {1, 2, 4, 8, 16} on both backbones (R-AdaZO, ZO-AdaMM) define, per function,
-budget and backbone, the envelope of the best fixed K in hindsight; each adaptive method
-is scored by its query regret against it (:mod:`benchmarks.anytime`). Three protocols:
-
-* ``budget``: the five deterministic functions and least squares on a fresh minibatch
-  each step (:data:`objectives.NOISY`), all methods;
-* ``budget_switch``: Rosenbrock for half the budget, then Levy (the objective switch),
-  regret measured on the calls after the switch;
-* ``budget_auto_k``: the sensitivity of ``auto_k`` to its own parameters.
+"""Budget mode: ``run(protocol, method)`` until the budget, and query regret
+(:mod:`benchmarks.anytime`) against the best fixed K in hindsight (protocols:
+:func:`protocol.budget`).
 
 A run is one ``lax.while_loop`` over log periods that stops when the lane's calls reach
 the budget (under ``vmap`` the loop runs until the last seed stops; finished lanes keep
@@ -17,103 +9,16 @@ their state and are not counted).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, pool
-from benchmarks.methods import SYNTHETIC_HYPER, Hyper
-from benchmarks.synthetic.methods import Variant, variant
-from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
+from benchmarks import anytime
 from benchmarks.synthetic import protocol as protocols
 from benchmarks.synthetic import runner
-from benchmarks.synthetic.protocol import SWITCH
-
-FIXED = tuple(f"{p}:k={k}" for p in ("radazo", "zo_adamm") for k in (1, 2, 4, 8, 16))
-ADAPTIVE = ("zoaq", "statzo", "auto_k", "zoaq:backbone=zo_adamm", "auto_k:backbone=zo_adamm")
-FUNCTIONS = (*OBJECTIVES, *NOISY)
-
-
-@dataclass(frozen=True)
-class BudgetProtocol:
-    name: str  # "budget", "budget_switch" or "budget_auto_k"
-    preset: str
-    dim: int
-    budget: int  # oracle calls per run (the switch happens at half of it)
-    seeds: tuple[int, ...]
-    log_every: int  # steps between log rows
-    functions: tuple[str, ...]
-    variants: tuple[Variant, ...]
-    settings: Hyper = SYNTHETIC_HYPER
-
-    @property
-    def switch_at(self) -> int | None:
-        return self.budget // 2 if any(">" in f for f in self.functions) else None
-
-    @property
-    def origin(self) -> int:
-        """Calls from which regret is measured (the switch, if any)."""
-        return self.switch_at or 0
-
-    @property
-    def budgets(self) -> tuple[float, ...]:
-        span = self.budget - self.origin
-        return tuple(self.origin + f * span for f in anytime.FRACTIONS)
-
-    @property
-    def grid(self) -> np.ndarray:
-        return anytime.call_grid(self.budget, self.budgets)  # the budgets included
-
-
-_SCALE = {  # preset -> (dim, budget, seeds, log_every)
-    "smoke": (10, 4000, 2, 10),
-    "quick": (100, 120_000, 3, 20),
-    "paper": (100, 1_200_000, 5, 50),
-}
-_SMOKE = ("radazo:k=1", "radazo:k=2", "zoaq", "auto_k")
-SENSITIVITY = (
-    ("window", (4, 32)), ("growth", (0.0625, 0.25)), ("r", (0.003, 0.03)),
-    ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)), ("z_stall", (0.0, 2.0)),
-    ("ahead", (0.0, 0.6)),
-)
-
-
-def _variants(names) -> tuple[Variant, ...]:
-    return tuple(variant(n) for n in names)
-
-
-def protocol(name: str, preset: str) -> BudgetProtocol:
-    dim, budget, seeds, log_every = _SCALE[preset]
-    fixed_radazo = tuple(m for m in FIXED if m.startswith("radazo"))
-    if name == "budget":
-        functions = FUNCTIONS if preset != "smoke" else ("quadratic", "least_squares")
-        variants = _variants(_SMOKE if preset == "smoke" else FIXED + ADAPTIVE)
-    elif name == "budget_switch":
-        functions = (SWITCH,)
-        variants = _variants(fixed_radazo + ("zoaq", "auto_k"))
-    elif name == "budget_auto_k":
-        functions = ("quadratic", "rosenbrock", "least_squares")
-        variants = _variants(fixed_radazo + ("auto_k",)) + tuple(
-            variant(f"auto_k:{key}={v}", f"auto_k {key}={v}")
-            for key, values in SENSITIVITY for v in values)
-    else:
-        raise ValueError(f"unknown budget protocol {name!r}")
-    return BudgetProtocol(name, preset, dim, budget, tuple(range(seeds)), log_every, functions,
-                          variants)
-
-
-def as_dict(p: BudgetProtocol) -> dict[str, Any]:
-    return protocols.record(p, "budget")
-
-
-def from_dict(d: dict[str, Any]) -> BudgetProtocol:
-    """The protocol recorded by :func:`as_dict` (variants by spec, labels kept)."""
-    return protocols.restore(protocol(d["name"], d["preset"]), d, "budget")
-
-
-# --------------------------------------------------------------------------- runner
-
+from benchmarks.synthetic.methods import Variant
+from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
+from benchmarks.synthetic.protocol import FUNCTIONS, Protocol
 
 def objective(x, batch, fid):
     """The objective with id ``fid`` (its index in :data:`FUNCTIONS`); deterministic ones
@@ -133,7 +38,7 @@ def gap(x, fid):
     return jax.lax.switch(fid, fns, x)
 
 
-def _program(p: BudgetProtocol, variant: Variant):
+def _program(p: Protocol, variant: Variant):
     """A jit-compiled function of (seeds, objective ids before/after the switch)."""
     import jax
 
@@ -215,35 +120,29 @@ def logged_curves(calls, gaps, ks, grid) -> dict[str, Any]:
     }
 
 
-def run_unit(unit: tuple[BudgetProtocol, Variant]) -> list[dict[str, Any]]:
-    """Compiles a method once and runs it on each function; curves on the protocol grid."""
-    p, variant = unit
+def run(p: Protocol, spec: str) -> list[dict[str, Any]]:
+    """One method on every function of ``p``, compiled once; curves on the protocol grid."""
+    v = protocols.find(p, spec)
     ends = [(f.split(">")[0], f.split(">")[-1]) for f in p.functions]  # before/after a switch
     compile_seconds, runs = runner.compiled_runs(
-        _program(p, variant), p.seeds, [[FUNCTIONS.index(n) for n in e] for e in ends])
+        _program(p, v), p.seeds, [[FUNCTIONS.index(n) for n in e] for e in ends])
     return [{
-        "function": function, "method": variant.name, "label": variant.display,
-        "backbone": variant.backbone, "fixed_k": variant.fixed_k, "seeds": list(p.seeds),
+        "function": function, "method": v.name, "label": v.display,
+        "backbone": v.backbone, "fixed_k": v.fixed_k, "seeds": list(p.seeds),
         **logged_curves(*log, p.grid),
         "compile_seconds": compile_seconds, "run_seconds": seconds,
     } for function, (log, seconds) in zip(p.functions, runs)]
 
 
-def _cost(unit) -> float:
-    _, variant = unit
-    return -(1.0 / (variant.fixed_k or 2))  # small budgets take the most steps
-
-
-def execute(p: BudgetProtocol, workers: int, desc: str) -> list[dict[str, Any]]:
-    todo = sorted(((p, v) for v in p.variants), key=_cost)
-    return pool.ordered(pool.pinned_map(run_unit, todo, workers, desc), "function",
-                        p.functions, [v.name for v in p.variants])
+def cost(p: Protocol, spec: str) -> float:
+    """Rough relative cost of :func:`run`: small budgets take the most steps."""
+    return 1.0 / (protocols.find(p, spec).fixed_k or 2)
 
 
 # --------------------------------------------------------------------------- analysis
 
 
-def regret_rows(p: BudgetProtocol, results) -> list[dict[str, Any]]:
+def regret_rows(p: Protocol, results) -> list[dict[str, Any]]:
     """Query regret of every non-fixed method against its backbone's fixed-K envelope."""
     grid = p.grid
     out = []

@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchmarks import common, flags, presets
+from benchmarks import common, experiment, flags, pool, presets
 from benchmarks.record import Recorder, RunRecord
 from benchmarks.synthetic import budget as budgets
 from benchmarks.synthetic import protocol as protocols
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ablation", choices=(*protocols.ABLATIONS, "auto_k", "all"),
                         help="run an ablation instead of the main comparison (budget mode: "
                              "switch or auto_k)")
-    parser.add_argument("--functions", nargs="+", choices=budgets.FUNCTIONS,
+    parser.add_argument("--functions", nargs="+", choices=protocols.FUNCTIONS,
                         help="objectives (default: the preset's; least_squares: budget mode)")
     flags.add_methods(parser, REGISTRY.bases)
     flags.add_seeds(parser)
@@ -84,7 +84,7 @@ def protocols_of(args: argparse.Namespace) -> list:
     if args.mode == "budget":
         names = {None: ["budget"], "switch": ["budget_switch"], "auto_k": ["budget_auto_k"],
                  "all": ["budget_switch", "budget_auto_k"]}[args.ablation]
-        bases = [budgets.protocol(n, args.preset) for n in names]
+        bases = [protocols.budget(n, args.preset) for n in names]
     elif args.ablation is None:
         bases = [protocols.main(args.preset)]
     else:
@@ -100,53 +100,40 @@ def protocols_of(args: argparse.Namespace) -> list:
     return chosen
 
 
-def _report_path(args: argparse.Namespace, stem: str) -> Path:
-    return args.report or args.out / f"{stem}.md"
-
-
-def _budget(p, results, record, args) -> Path:
-    rows = budgets.regret_rows(p, results)
-    stem = f"synthetic_{p.name}"
+def write(p, results, record: RunRecord, args: argparse.Namespace) -> Path:
+    """The results file (unless re-rendering) and the page of a protocol of either mode."""
+    budget = p.mode == "budget"
+    rows = budgets.regret_rows(p, results) if budget else None
+    stem = report.stem(p)
     if not args.render:
+        derived = {"grid": p.grid, "budgets": p.budgets, "regret": rows} if budget else {}
         common.write_json(args.out / f"{stem}{common.RESULTS}", {
-            "record": record.as_dict(), "protocol": budgets.as_dict(p), "grid": p.grid,
-            "budgets": p.budgets, "regret": rows, "results": results})
-    md = report.budget_page(p, results, rows, record, args.out, _report_path(args, stem))
-    print(f"\n{p.name} -> {md}")
-    print(report.budget_regret_table(p, rows))
-    return md
-
-
-def _steps(protocol, results, record, args) -> Path:
-    stem = report.stem(protocol)
-    if not args.render:
-        runner.write_json(args.out / f"{stem}{common.RESULTS}", protocol, results, record)
-    md = report.steps_page(protocol, results, record, args.out, _report_path(args, stem))
-    print(f"\n{protocol.name} -> {md}")
-    print(report.main_tables(results, protocol) if protocol.name == "main"
-          else report.ablation_table(results, protocol))
-    return md
-
-
-def render(args: argparse.Namespace) -> int:
-    """Re-renders the report of a results file of either mode (no computation)."""
-    data = flags.read_results(args.render)
-    if "units" in data:
-        _steps(*runner.read_json(data), args)
+            "record": record.as_dict(), "protocol": protocols.as_dict(p), **derived,
+            "results": results})
+    path = args.report or args.out / f"{stem}.md"
+    if budget:
+        md = report.budget_page(p, results, rows, record, args.out, path)
+        table = report.budget_regret_table(p, rows)
     else:
-        _budget(budgets.from_dict(data["protocol"]), data["results"],
-                RunRecord.from_dict(data["record"]), args)
-    return 0
+        md = report.steps_page(p, results, record, args.out, path)
+        table = (report.main_tables(results, p) if p.name == "main"
+                 else report.ablation_table(results, p))
+    print(f"\n{p.name} -> {md}\n{table}")
+    return md
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.render:  # re-renders a results file of either mode (no computation)
+        data = flags.read_results(args.render)
+        write(protocols.from_dict(data["protocol"]), data["results"],
+              RunRecord.from_dict(data["record"]), args)
+        return 0
     command = flags.command_line("synthetic", args, skip=("render",))
-    if args.render:
-        return render(args)
-    execute = budgets.execute if args.mode == "budget" else runner.execute
-    write = _budget if args.mode == "budget" else _steps
+    mode = budgets if args.mode == "budget" else runner
     for p in protocols_of(args):
+        methods = [v.name for v in p.variants]
         with Recorder(command) as run:
-            results = execute(p, args.workers, desc=f"synthetic {p.name}")
-        write(p, results, run.record, args)
+            results = experiment.execute(mode.run, [(p, m) for m in methods], args.workers,
+                                         f"synthetic {p.name}", cost=mode.cost)
+        write(p, pool.ordered(results, "function", p.functions, methods), run.record, args)
     return 0

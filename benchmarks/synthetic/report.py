@@ -8,7 +8,7 @@ import numpy as np
 
 from benchmarks import anytime, pages
 from benchmarks import record as run_record
-from benchmarks.synthetic import paper, runner
+from benchmarks.synthetic import paper
 from benchmarks.synthetic.methods import REFERENCE, variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic.protocol import SWITCH, Protocol
@@ -113,20 +113,26 @@ def _paper(pair: tuple, full: bool) -> list[str]:
     return [_fmt(pair[0]), pages.num(pair[1])] if full else [pages.MISSING] * 2
 
 
+def _gap_and_calls(r) -> list[str]:
+    """The final gap (mean ± population std over the seeds) and the mean oracle calls."""
+    return [pages.pm(np.mean(r["final_gap"]), np.std(r["final_gap"]), _fmt),
+            pages.num(np.mean(r["num_queries"]))]
+
+
+def _us_per_call(r) -> float:
+    return 1e6 * r["run_seconds"] / np.sum(r["num_queries"])
+
+
 def main_tables(results, protocol: Protocol) -> str:
     """Final gap and calls per function, savings against R-AdaZO K=10, paper side by side."""
     parts = []
     for function, rs in pages.grouped(results, "function").items():
-        ref = next((runner.summary(r) for r in rs if r["method"] == REFERENCE), None)
-        rows = []
-        for r in rs:
-            s = runner.summary(r)
-            saving = (f"{100 * (1 - s['calls_mean'] / ref['calls_mean']):.1f}%"
-                      if ref and r["method"] != REFERENCE else pages.MISSING)
-            rows.append([r["label"], pages.pm(s["gap_mean"], s["gap_std"], _fmt),
-                         pages.num(s["calls_mean"]), saving,
-                         *_paper(paper.MAIN.get((function, r["method"]), (None, None)),
-                                 protocol.preset == "paper")])
+        ref = next((np.mean(r["num_queries"]) for r in rs if r["method"] == REFERENCE), None)
+        rows = [[r["label"], *_gap_and_calls(r),
+                 f"{100 * (1 - np.mean(r['num_queries']) / ref):.1f}%"
+                 if ref and r["method"] != REFERENCE else pages.MISSING,
+                 *_paper(paper.MAIN.get((function, r["method"]), (None, None)),
+                         protocol.preset == "paper")] for r in rs]
         parts.append(f"### {function_label(function)}\n\n" + pages.table(
             ["method", "final gap (mean ± std)", "oracle calls", "saving vs R-AdaZO K=10",
              "paper gap", "paper calls"], rows))
@@ -136,13 +142,13 @@ def main_tables(results, protocol: Protocol) -> str:
 def speed_table(results) -> str:
     rows = []
     for function, rs in pages.grouped(results, "function").items():
-        ref = next((runner.summary(r) for r in rs if r["method"] == REFERENCE), None)
-        for r in rs:
-            s = runner.summary(r)
-            ratio = f"{s['us_per_call'] / ref['us_per_call']:.2f}" if ref else pages.MISSING
-            rows.append([function_label(function), r["label"], f"{r['compile_seconds']:.1f}",
-                         f"{r['run_seconds']:.2f}", f"{s['calls_per_second']:,.0f}",
-                         f"{s['us_per_call']:.3f}", ratio, f"{r['lane_utilisation']:.2f}"])
+        ref = next((_us_per_call(r) for r in rs if r["method"] == REFERENCE), None)
+        rows += [[function_label(function), r["label"], f"{r['compile_seconds']:.1f}",
+                  f"{r['run_seconds']:.2f}",
+                  f"{np.sum(r['num_queries']) / r['run_seconds']:,.0f}",
+                  f"{_us_per_call(r):.3f}",
+                  f"{_us_per_call(r) / ref:.2f}" if ref else pages.MISSING,
+                  f"{r['lane_utilisation']:.2f}"] for r in rs]
     return pages.table(["function", "method", "compile s", "run s", "calls/s", "µs/call",
                         "cost/call vs R-AdaZO K=10", "lane use"], rows)
 
@@ -153,12 +159,9 @@ def ablation_table(results, protocol: Protocol) -> str:
     rows = []
     for function, rs in pages.grouped(results, "function").items():
         for r in sorted(rs, key=lambda r: list(variants).index(r["method"])):
-            s = runner.summary(r)
             # the ablated setting is named like the ablation (reset, tau0, controller)
             value = dict(variants[r["method"]].method.params).get(protocol.name)
-            rows.append([function_label(function), r["label"],
-                         pages.pm(s["gap_mean"], s["gap_std"], _fmt),
-                         pages.num(s["calls_mean"]),
+            rows.append([function_label(function), r["label"], *_gap_and_calls(r),
                          *_paper(reference.get((function, value), (None, None)),
                                  protocol.preset == "paper")])
     return pages.table(["function", "variant", "final gap (mean ± std)", "oracle calls",
@@ -234,13 +237,6 @@ def budget_ratio_table(p, rows) -> str:
             + pages.table(["function", "backbone", "method", *FRACTIONS, "median"], table))
 
 
-def budget_best_fixed(rows) -> str:
-    """Which fixed K is the envelope at each budget (one row per function and backbone)."""
-    table = {(row["function"], row["backbone"]): [
-        function_label(row["function"]), row["backbone"], *row["best_fixed"]] for row in rows}
-    return pages.table(["function", "backbone", *FRACTIONS], table.values())
-
-
 REGRET_COLUMNS = {
     "backbone": "the fixed-K family (R-AdaZO or ZO-AdaMM) whose envelope the method is "
                 "compared with",
@@ -249,9 +245,8 @@ REGRET_COLUMNS = {
 
 
 def budget_final_table(results) -> str:
-    rows = [[function_label(r["function"]), r["label"],
-             pages.pm(np.mean(r["final_gap"]), np.std(r["final_gap"]), _fmt),
-             pages.num(np.mean(r["num_queries"])), f"{r['run_seconds']:.1f}"] for r in results]
+    rows = [[function_label(r["function"]), r["label"], *_gap_and_calls(r),
+             f"{r['run_seconds']:.1f}"] for r in results]
     return pages.columns({
         "gap at the budget (mean ± std)": "f(x) - f* at the run's last log row, the first at "
                                           "or past the budget, mean ± population std over "
@@ -312,33 +307,31 @@ SPEED = pages.columns({
                 "uncounted evaluations meanwhile)"})
 
 
-def steps_page(protocol: Protocol, results, record: run_record.RunRecord, out: Path,
+def steps_page(p: Protocol, results, record: run_record.RunRecord, out: Path,
                report_path: Path) -> Path:
     """Figures (into ``out/synthetic``) and the Markdown page of a steps-mode run."""
-    figures = pages.images(steps_figures(protocol, results, out / "synthetic"), report_path)
-    p = protocol
     parts = [header(p, record, f"T = {p.steps:,} steps"
                     f"{' per phase' if SWITCH in p.functions else ''},",
                     "StatZO: forward differences with one centre value a step; ZoAR: its "
                     "forward averaged-baseline form, K calls a step")]
-    if protocol.name == "main":
+    if p.name == "main":
         parts += ["## Final gap and oracle calls",
                   f"Savings are against {variant(REFERENCE).display}. Paper columns "
                   "are filled for the paper preset only.",
                   pages.columns({**GAP_COLUMNS, "saving vs R-AdaZO K=10": CALL_SAVING}),
-                  main_tables(results, protocol), "## Figures", figures, "## Speed", SPEED,
-                  speed_table(results)]
+                  main_tables(results, p)]
     else:
         parts += ["## Results", pages.columns(
             {"variant": "the method or setting compared (the Methods line above)",
-             **GAP_COLUMNS}), ablation_table(results, protocol)]
-        if protocol.name == "trigger":
-            parts += ["Paper (d = 10,000): the norm trigger needs 28.1% more queries to the "
-                      "same target; loss drop per 1k queries 1.9 (cosine) vs 1.3 (norm).",
-                      trigger_metrics(results)]
-        parts += ["## Figures", figures, "## Speed", SPEED, speed_table(results)]
-    title = ("Synthetic benchmark" if protocol.name == "main"
-             else f"Synthetic ablation: {protocol.name}")
+             **GAP_COLUMNS}), ablation_table(results, p)]
+    if p.name == "trigger":
+        parts += ["Paper (d = 10,000): the norm trigger needs 28.1% more queries to the "
+                  "same target; loss drop per 1k queries 1.9 (cosine) vs 1.3 (norm).",
+                  trigger_metrics(results)]
+    parts += ["## Figures", pages.images(steps_figures(p, results, out / "synthetic"),
+                                         report_path),
+              "## Speed", SPEED, speed_table(results)]
+    title = "Synthetic benchmark" if p.name == "main" else f"Synthetic ablation: {p.name}"
     return pages.page(report_path, title, parts, "synthetic")
 
 
@@ -352,12 +345,11 @@ BUDGET_TITLES = {
 def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                 report_path: Path) -> Path:
     """Figures (into ``out/synthetic``) and the Markdown page of a budget-mode run."""
-    name = out / "synthetic" / f"synthetic_{p.name}"
+    folder, name = out / "synthetic", stem(p)
     figures = [(f"Gap against oracle calls, {bb} backbone", plot_budget_curves(
-        p, results, name.with_name(f"{name.name}_{bb}.png"), bb))
+        p, results, folder / f"{name}_{bb}.png", bb))
         for bb in ("radazo", "zo_adamm") if any(r["backbone"] == bb for r in results)]
-    figures.append(("K against oracle calls", plot_budget_k(
-        p, results, name.with_name(f"{name.name}_k.png"))))
+    figures.append(("K against oracle calls", plot_budget_k(p, results, folder / f"{name}_k.png")))
     switch = (f" (the objective switches at {p.switch_at:,} calls; regret counts calls after "
               "it)" if p.switch_at else "")
     return pages.page(report_path, BUDGET_TITLES[p.name], [
@@ -366,6 +358,9 @@ def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                " auto_k runs at the library defaults everywhere."),
         "## Query regret against the best fixed K", budget_regret_table(p, rows),
         "## Gap against the best fixed K's at the same budget", budget_ratio_table(p, rows),
-        "Best fixed K (the envelope) at each budget:", budget_best_fixed(rows),
+        "Best fixed K (the envelope) at each budget:", pages.table(
+            ["function", "backbone", *FRACTIONS],
+            {(r["function"], r["backbone"]): [function_label(r["function"]), r["backbone"],
+                                              *r["best_fixed"]] for r in rows}.values()),
         "## Gap at the budget", budget_final_table(results), "## Figures",
         pages.images(figures, report_path)], "synthetic")

@@ -1,54 +1,32 @@
-"""Runs (function, method) units: all seeds of a unit as one vmapped, scanned program.
+"""Steps mode: ``run(protocol, method)``, every seed one vmapped, scanned program.
 
-Units are spread over worker processes pinned to one core each: on small problems XLA's
-CPU runtime is several times faster single-threaded, and two pinned workers use both
-cores of a CI machine. Compile time and run time are measured separately.
+The objective is chosen at run time by an unbatched index (``lax.switch`` stays a real
+branch under ``vmap``), so a method compiles once for every function of the protocol.
+Compile time and run time are measured separately.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks import common, pool
-from benchmarks import record as run_record
-from benchmarks.synthetic import protocol as protocols
-from benchmarks.synthetic.methods import Variant
+from benchmarks import common
 from benchmarks.synthetic.objectives import OBJECTIVES
-from benchmarks.synthetic.protocol import Protocol
+from benchmarks.synthetic.protocol import Protocol, find
 
-TRACE_POINTS = 200  # trace samples per seed kept in the JSON file
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One method on every function of a protocol: one compiled program, run per function.
-
-    The objective is chosen at run time by an unbatched index (``lax.switch`` stays a
-    real branch under ``vmap``), so a method compiles once for all functions.
-    """
-
-    protocol: Protocol
-    variant: Variant
-
-    @property
-    def cost(self) -> float:
-        """Rough relative cost, to start the slowest units first."""
-        method = self.variant.method
-        fixed_k = method.fixed_k if method.base != "zoar" else None
-        k = fixed_k or 10
-        per_step = 2 * k + (18 if fixed_k is None else 0)
-        if method.base == "zoar":
-            per_step += 9 * k  # regenerates (n_hist + 1) k directions a step
-        return self.protocol.total_steps * self.protocol.dim * per_step * len(
-            self.protocol.functions)
+TRACE_POINTS = 200  # trace samples per seed kept in the results
 
 
-def units(protocol: Protocol) -> list[Unit]:
-    return sorted((Unit(protocol, v) for v in protocol.variants), key=lambda u: -u.cost)
+def cost(protocol: Protocol, spec: str) -> float:
+    """Rough relative cost of :func:`run`, to start the slowest first."""
+    method = find(protocol, spec).method
+    fixed_k = method.fixed_k if method.base != "zoar" else None
+    k = fixed_k or 10
+    per_step = 2 * k + (18 if fixed_k is None else 0)
+    if method.base == "zoar":
+        per_step += 9 * k  # regenerates (n_hist + 1) k directions a step
+    return protocol.total_steps * protocol.dim * per_step * len(protocol.functions)
 
 
 FUNCTION_IDS = {name: i for i, name in enumerate(OBJECTIVES)}
@@ -61,17 +39,15 @@ def objective(x, fid):
     return jax.lax.switch(fid, [o.fn for o in OBJECTIVES.values()], x)
 
 
-def _program(unit: Unit, phases: int):
+def _program(p: Protocol, variant, phases: int):
     """A jit-compiled function of (seeds, phase objective ids) running every seed."""
     import jax
     import jax.numpy as jnp
 
     import zoaq_jax
 
-    p = unit.protocol
-
     def one(seed, fids):
-        opt = unit.variant.build(p.settings, jax.random.fold_in(jax.random.key(seed), 1))
+        opt = variant.build(p.settings, jax.random.fold_in(jax.random.key(seed), 1))
         x0 = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (p.dim,))
         params, state, traces = x0, None, []
         for phase in range(phases):
@@ -89,12 +65,14 @@ def _program(unit: Unit, phases: int):
     return jax.jit(jax.vmap(one, in_axes=(0, None)))
 
 
-def run_unit(unit: Unit) -> list[dict[str, Any]]:
-    """Compiles a method once and runs it on each function; per-seed results as lists."""
-    functions = unit.protocol.functions
+def run(protocol: Protocol, spec: str) -> list[dict[str, Any]]:
+    """One method on every function of ``protocol``, compiled once: per function, per-seed
+    lists and traces subsampled to :data:`TRACE_POINTS`."""
+    v, functions = find(protocol, spec), protocol.functions
     fids = [[FUNCTION_IDS[f] for f in function.split(">")] for function in functions]
-    compile_seconds, runs = compiled_runs(_program(unit, len(fids[0])), unit.protocol.seeds, fids)
-    return [_result(unit, function, trace, compile_seconds, seconds)
+    compile_seconds, runs = compiled_runs(_program(protocol, v, len(fids[0])), protocol.seeds,
+                                          fids)
+    return [_result(protocol, v, function, trace, compile_seconds, seconds)
             for function, (trace, seconds) in zip(functions, runs)]
 
 
@@ -119,79 +97,20 @@ def compiled_runs(program, seeds, fids) -> tuple[float, list[tuple[Any, float]]]
 _LOGGED = ("value", "num_queries", "last_k", "last_score", "tau")  # trace fields kept
 
 
-def _result(unit: Unit, function: str, trace, compile_seconds: float, run_seconds: float):
+def _result(p: Protocol, v, function: str, trace, compile_seconds: float,
+            run_seconds: float) -> dict[str, Any]:
     calls = trace.num_queries[:, -1].astype(np.int64)
     k = trace.last_k[:, 1:].astype(np.float64)
+    steps = trace.step.shape[1]
+    keep = np.unique(np.linspace(0, steps - 1, min(steps, TRACE_POINTS)).round().astype(int))
     return {
-        "function": function, "method": unit.variant.name, "label": unit.variant.display,
-        "seeds": list(unit.protocol.seeds), "final_gap": trace.value[:, -1].tolist(),
-        "num_queries": calls.tolist(),
+        "function": function, "method": v.name, "label": v.display, "seeds": list(p.seeds),
+        "final_gap": trace.value[:, -1].tolist(), "num_queries": calls.tolist(),
         "compile_seconds": compile_seconds,  # once per method, shared by its functions
         "run_seconds": run_seconds,
         # Sampled at the log points: share of while-loop lane work that was useful.
         "lane_utilisation": float(k.sum() / max(k.max(axis=0).sum() * k.shape[0], 1.0)),
-        "trace": {"step": trace.step[0].tolist(),
-                  **{f: getattr(trace, f).tolist() for f in _LOGGED},
-                  "consistency": trace.extras["consistency"].tolist()},
+        "trace": {"step": trace.step[0, keep].tolist(),
+                  **{f: getattr(trace, f)[:, keep].tolist() for f in _LOGGED},
+                  "consistency": trace.extras["consistency"][:, keep].tolist()},
     }
-
-
-def execute(protocol: Protocol, workers: int, desc: str) -> list[dict[str, Any]]:
-    """Runs every unit of ``protocol`` on ``workers`` pinned processes (1: in-process)."""
-    return pool.ordered(pool.pinned_map(run_unit, units(protocol), workers, desc), "function",
-                        protocol.functions, [v.name for v in protocol.variants])
-
-
-def records(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per function x method x seed, traces subsampled."""
-    out = []
-    for r in results:
-        steps = len(r["trace"]["step"])
-        keep = np.unique(np.linspace(0, steps - 1, min(steps, TRACE_POINTS)).round().astype(int))
-        for i, seed in enumerate(r["seeds"]):
-            trace = {k: (np.asarray(v)[keep] if k == "step" else np.asarray(v)[i][keep]).tolist()
-                     for k, v in r["trace"].items()}
-            out.append({"function": r["function"], "method": r["method"], "label": r["label"],
-                        "seed": seed, "final_gap": r["final_gap"][i],
-                        "num_queries": r["num_queries"][i], "trace": trace})
-    return out
-
-
-def summary(r: dict[str, Any]) -> dict[str, Any]:
-    gaps, calls = np.asarray(r["final_gap"]), np.asarray(r["num_queries"], np.float64)
-    return {
-        "gap_mean": float(gaps.mean()), "gap_std": float(gaps.std()),
-        "calls_mean": float(calls.mean()), "calls_std": float(calls.std()),
-        "calls_per_second": float(calls.sum() / r["run_seconds"]),
-        "us_per_call": float(1e6 * r["run_seconds"] / calls.sum()),
-    }
-
-
-_PER_SEED = ("trace", "final_gap", "num_queries")
-_SUMMARY = ("gap_mean", "gap_std", "calls_mean", "calls_std", "calls_per_second", "us_per_call")
-
-
-def write_json(path: Path, protocol: Protocol, results, record: run_record.RunRecord) -> Path:
-    units = [{k: v for k, v in r.items() if k not in _PER_SEED} | summary(r) for r in results]
-    return common.write_json(path, {
-        "record": record.as_dict(), "protocol": protocols.as_dict(protocol), "units": units,
-        "records": records(results),
-    })
-
-
-def read_json(data: dict[str, Any]) -> tuple[Protocol, list[dict[str, Any]], run_record.RunRecord]:
-    """The protocol, per-unit results and run record of a steps-mode JSON (the inverse of
-    :func:`write_json`; traces are the subsampled ones the JSON keeps)."""
-    results = []
-    for unit in data["units"]:
-        recs = [r for r in data["records"]
-                if (r["function"], r["method"]) == (unit["function"], unit["method"])]
-        recs.sort(key=lambda r: unit["seeds"].index(r["seed"]))
-        trace = {k: [r["trace"][k] for r in recs] for k in recs[0]["trace"] if k != "step"}
-        results.append({
-            **{k: v for k, v in unit.items() if k not in _SUMMARY},
-            "final_gap": [r["final_gap"] for r in recs],
-            "num_queries": [r["num_queries"] for r in recs],
-            "trace": {"step": recs[0]["trace"]["step"], **trace}})
-    return (protocols.from_dict(data["protocol"]), results,
-            run_record.RunRecord.from_dict(data["record"]))

@@ -8,7 +8,7 @@ import pytest
 
 import zoaq_jax
 from benchmarks.__main__ import main as cli
-from benchmarks import presets
+from benchmarks import experiment, presets
 from benchmarks.common import read_json
 from benchmarks.synthetic import protocol, report, runner
 from benchmarks.methods import SYNTHETIC_HYPER
@@ -55,13 +55,12 @@ def test_runtime_objective_switch_matches_each_objective():
 
 def test_vmapped_unit_equals_per_seed_runs():
     p = presets.override(protocol.main("smoke"), functions=["rosenbrock"], seeds=[0, 1])
-    unit = runner.Unit(p, variant("zoaq"))
-    (result,) = runner.run_unit(unit)
+    (result,) = runner.run(p, "zoaq")
 
     @jax.jit  # one unbatched program, the seed an argument: compiled once for both seeds
     def one_seed(seed):
         x0 = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 0), (p.dim,))
-        opt = unit.variant.build(SYNTHETIC_HYPER, jax.random.fold_in(jax.random.key(seed), 1))
+        opt = variant("zoaq").build(SYNTHETIC_HYPER, jax.random.fold_in(jax.random.key(seed), 1))
         return zoaq_jax.run(opt, OBJECTIVES["rosenbrock"].fn, x0, p.steps,
                             log_every=p.log_every)[2]
 
@@ -77,15 +76,15 @@ def test_cli_end_to_end_writes_json_figures_and_report(tmp_path):
                 "--seeds", "1-2", "--out", str(tmp_path), "--workers", "1"])
     assert code == 0
     data = read_json(tmp_path / "synthetic.json.xz")
-    recs = data["records"]
-    assert {(r["function"], r["method"], r["seed"]) for r in recs} == {
-        (f, m, s) for f in ("quadratic", "levy") for m in ("zoaq", "radazo") for s in (1, 2)}
-    for r in recs:
-        assert r["num_queries"] > 0 and np.isfinite(r["final_gap"])
-        assert len(r["trace"]["value"]) == len(r["trace"]["step"]) == 5
+    results = data["results"]  # per (function, method), function-major, per-seed lists
+    assert [(r["function"], r["method"]) for r in results] == [
+        (f, m) for f in ("quadratic", "levy") for m in ("zoaq", "radazo")]
+    for r in results:
+        assert r["seeds"] == [1, 2] and min(r["num_queries"]) > 0
+        assert np.all(np.isfinite(r["final_gap"]))
+        assert len(r["trace"]["step"]) == 5 and np.shape(r["trace"]["value"]) == (2, 5)
         if r["method"] == "radazo":  # R-AdaZO K=10
-            assert r["num_queries"] == 2 * 10 * 40
-    assert {u["method"] for u in data["units"]} == {"zoaq", "radazo"}
+            assert r["num_queries"] == [2 * 10 * 40] * 2
     record = data["record"]
     assert record["command"].endswith("--seeds 1-2 --out " + str(tmp_path) + " --workers 1")
     assert record["wall_s"] > 0 and record["started"] and record["versions"]["jax"]
@@ -112,10 +111,10 @@ def test_objective_switch_ablation_continues_the_run(tmp_path):
     assert cli(["synthetic", "--ablation", "switch", "--preset", "smoke", "--seeds", "0",
                 "--out", str(tmp_path), "--workers", "1"]) == 0
     data = read_json(tmp_path / "synthetic_switch.json.xz")
-    for r in data["records"]:
+    for r in data["results"]:
         steps = r["trace"]["step"]
         assert steps[0] == 0 and steps[-1] == 80 and np.all(np.diff(steps) > 0)
-        assert np.all(np.diff(r["trace"]["num_queries"]) > 0)  # queries keep accumulating
+        assert np.all(np.diff(r["trace"]["num_queries"], axis=1) > 0)  # queries accumulate
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -124,7 +123,7 @@ def test_objective_switch_ablation_continues_the_run(tmp_path):
     ("radazo:k=two", "error: bad value in 'k=two'"),
 ])
 def test_cli_rejects_bad_method_specs_before_any_work(spec, message, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "execute", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(experiment, "execute", lambda *a, **k: pytest.fail("ran"))
     with pytest.raises(SystemExit, match=message):
         cli(["synthetic", "--preset", "smoke", "--methods", "zoaq", spec, "--out", str(tmp_path)])
     assert not any(tmp_path.iterdir())
@@ -213,9 +212,9 @@ def test_budget_mode_stops_every_method_at_the_budget_and_reports_regret(tmp_pat
 def test_budget_runs_match_plain_runs_of_the_same_optimizer():
     from benchmarks.synthetic import budget
 
-    p = presets.override(budget.protocol("budget", "smoke"), functions=["quadratic"], seeds=[0],
+    p = presets.override(protocol.budget("budget", "smoke"), functions=["quadratic"], seeds=[0],
                          variants=[variant("radazo:k=2")], budget=400)
-    (result,) = budget.run_unit((p, p.variants[0]))
+    (result,) = budget.run(p, "radazo:k=2")
     x0 = jax.random.normal(jax.random.fold_in(jax.random.key(0), 0), (p.dim,))
     opt = p.variants[0].build(SYNTHETIC_HYPER, jax.random.fold_in(jax.random.key(0), 1))
     _, _, trace = zoaq_jax.run(opt, OBJECTIVES["quadratic"].fn, x0, 100, log_every=10)
