@@ -87,7 +87,7 @@ def preset_of(args: argparse.Namespace):
     from benchmarks.attack.protocol import PRESETS
 
     preset = presets.from_args(PRESETS[args.preset], argparse.Namespace(
-        **{**vars(args), "methods": None, "seeds": flags.seeds(args.seeds)}))
+        **{**vars(args), "methods": None, "goal": None, "seeds": flags.seeds(args.seeds)}))
     specs = list(flags.items(args.methods) or ([] if args.compare else preset.methods))
     for members in [*(SWEEPS[s] for s in args.sweep), *(COMPARISONS[c] for c in args.compare)]:
         specs += members
@@ -110,9 +110,9 @@ def main(args: argparse.Namespace) -> int:
     if args.workers == 1:
         pool.pin_to_cores(run_record.available_cores()[:1])
     command = flags.command_line("attack", args, skip=("render", "report"))
-    setup = experiment.setup(args.dataset, args.data, preset, args.epochs, args.retrain)
-    results = experiment.run(args.dataset, args.goal, preset, setup, args.workers, command,
-                             args.out)
+    config, trained = experiment.prepare(preset, args.epochs, args.retrain)
+    results = experiment.attack([presets.override(config, goal=g) for g in args.goal], trained,
+                                args.workers, command, args.out)
     print(f"wrote {args.out / experiment.RESULTS} and figures in {args.out}", file=sys.stderr)
     return _render(args, results, args.out)
 
