@@ -75,10 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "else to a folder named like the report next to it")
 
 
-def preset_of(args: argparse.Namespace):
-    """The protocol's preset with the options named like its fields, and the canonical
-    method specs, each once: ``--methods`` (without it, the preset's unless ``--compare``
-    is given), then the members of ``--sweep`` and ``--compare``.
+def config_of(args: argparse.Namespace):
+    """The protocol's preset with the options named like its fields (``--goal`` aside: a
+    config per goal), and the canonical method specs, each once: ``--methods`` (without
+    it, the preset's unless ``--compare`` is given), then the members of ``--sweep`` and
+    ``--compare``.
 
     Raises:
       SystemExit: a spec that does not parse.
@@ -102,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
     if args.render:
         return _render(args, flags.read_results(args.render), args.render.parent)
     # Validate everything cheap before any data, training or compilation.
-    preset = preset_of(args)
+    config = config_of(args)
     if args.data is not None and not Path(args.data).exists():
         flags.fail(f"--data {args.data} does not exist")
     from benchmarks.attack import experiment
@@ -110,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
     if args.workers == 1:
         pool.pin_to_cores(run_record.available_cores()[:1])
     command = flags.command_line("attack", args, skip=("render", "report"))
-    config, trained = experiment.prepare(preset, args.epochs, args.retrain)
+    config, trained = experiment.prepare(config, args.epochs, args.retrain)
     results = experiment.attack([presets.override(config, goal=g) for g in args.goal], trained,
                                 args.workers, command, args.out)
     print(f"wrote {args.out / experiment.RESULTS} and figures in {args.out}", file=sys.stderr)

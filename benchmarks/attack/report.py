@@ -50,10 +50,8 @@ def _paper(table: dict, group: tuple, key: Any) -> str:
 
 
 def _run_of(results: dict, group: tuple, method: str) -> dict | None:
-    for run in reversed(results["runs"]):
-        if tuple(run[k] for k in GROUP) == group and method in run["methods"]:
-            return run
-    return None
+    return next((run for run in reversed(results["runs"])
+                 if tuple(run[k] for k in GROUP) == group and method in run["methods"]), None)
 
 
 def _order(specs: Iterable[str]) -> list[str]:
@@ -150,10 +148,11 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
     title = f"{dataset.upper()} {protocol} protocol, {goal}"
     tag = f"{dataset}_{protocol}_{goal}"
     if main:
-        plot_success_curve(drawn / f"success_{tag}.png", _pick(by_method, main), title)
-        plot_queries(drawn / f"queries_{tag}.png", _pick(by_method, main), title)
+        plot_success_curve(drawn / f"success_{tag}.png", {s: by_method[s] for s in main}, title)
+        plot_queries(drawn / f"queries_{tag}.png", {s: by_method[s] for s in main}, title)
     if regret is not None:
-        plot_success_curve(drawn / f"anytime_{tag}.png", _pick(by_method, regret["methods"]),
+        plot_success_curve(drawn / f"anytime_{tag}.png",
+                           {s: by_method[s] for s in regret["methods"]},
                            f"{title}: adaptive and fixed budgets",
                            _anytime_styles(regret["methods"]))
     for folder, name, caption in (
@@ -166,10 +165,6 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
         if png.exists():
             parts.append(f"![{caption}]({pages.link(png, report_path)})")
     return parts
-
-
-def _pick(by_method: dict[str, list[dict]], specs: Iterable[str]) -> dict[str, list[dict]]:
-    return {spec: by_method[spec] for spec in specs}
 
 
 def _anytime_styles(specs: Iterable[str]) -> dict[str, dict]:

@@ -28,7 +28,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     assert benchmarks_main(argv) == 0
 
     results = read_json(out / "attack.json.xz")
-    records = results["records"]
+    records = results["results"]
     assert len(records) == 2  # seeds x one image x one method
     for r in records:
         assert {"method", "image", "seed", "success", "num_queries", "goal"} <= set(r)
@@ -56,7 +56,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     [anytime] = merged["anytime"]
     assert (anytime["goal"], anytime["attacks"]) == ("targeted", 2)
     assert set(anytime["methods"]) == {"zoaq", "auto_k", "radazo:k=1"}
-    queries = {m: {r["seed"]: r["num_queries"] for r in merged["records"]
+    queries = {m: {r["seed"]: r["num_queries"] for r in merged["results"]
                    if r["method"] == m and r["success"]} for m in anytime["methods"]}
     common = set.intersection(*(set(q) for q in queries.values()))
     assert anytime["common_attacks"] == len(common)
@@ -76,7 +76,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     command = run["record"]["command"]
     results["runs"].append({**run, "record": {**run["record"], "command": command + " --chunk 7"},
                             "methods": {"radazo": run["methods"]["zoaq"]}})
-    results["records"] += [{**r, "method": "radazo", "base": "radazo"} for r in records]
+    results["results"] += [{**r, "method": "radazo", "base": "radazo"} for r in records]
     write_json(out / "attack.json.xz", results)
     before[out / "attack.json.xz"] = (out / "attack.json.xz").stat().st_mtime_ns
     elsewhere = tiny_mnist / "docs" / "report.md"
@@ -133,16 +133,16 @@ def test_presets_are_dataclasses_with_overrides():
 
     parser = argparse.ArgumentParser()
     attack_cli.add_arguments(parser)
-    paper = attack_cli.preset_of(parser.parse_args([]))
+    paper = attack_cli.config_of(parser.parse_args([]))
     assert (paper.width, paper.trace_len, paper.seeds) == (32, 2000, protocol.SEEDS)
     assert paper.methods[-1] == "auto_k" and len(paper.methods) == 8
-    extended = attack_cli.preset_of(parser.parse_args(
+    extended = attack_cli.config_of(parser.parse_args(
         ["--protocol", "extended", "--seeds", "1-3", "--width", "8", "--methods",
          "zoaq:n_hist=8,k_max=2", "radazo:k=2"]))
     assert (extended.width, extended.trace_len, extended.images) == (8, 0, 100)
     assert extended.seeds == (1, 2, 3) and extended.methods == ("zoaq", "radazo")
     assert extended.attack_config.width == 8
-    smoke = attack_cli.preset_of(parser.parse_args(["--preset", "smoke"]))  # --protocol's alias
+    smoke = attack_cli.config_of(parser.parse_args(["--preset", "smoke"]))  # --protocol's alias
     assert (smoke.protocol, smoke.methods, smoke.seeds) == ("smoke", ("zoaq", "radazo"), (101,))
     assert (smoke.width, smoke.attack_config.max_steps) == (2, 200)
 
