@@ -119,7 +119,7 @@ def attack(configs: list[Config], trained: train.TrainedModel, workers: int, com
                 parts[spec] += share
                 if len(parts[spec]) < shares:
                     return
-                finished[spec] = merged = _merge(config.attacks, parts[spec])
+                finished[spec] = merged = merge_shares(config.attacks, parts[spec])
                 entry = run_entry(config, workers, trained, dataset_of(config), spec, merged,
                                   recorder.snapshot().as_dict())
                 results = results_lib.merge(results, merged["records"], entry)
@@ -136,7 +136,7 @@ def attack(configs: list[Config], trained: train.TrainedModel, workers: int, com
     return results
 
 
-def _merge(attacks: tuple[tuple[int, int], ...], shares: list[dict]) -> dict[str, Any]:
+def merge_shares(attacks: tuple[tuple[int, int], ...], shares: list[dict]) -> dict[str, Any]:
     """One method's :func:`run` entries of every share, in the order of ``attacks``."""
     position = {attack: i for i, attack in enumerate(attacks)}
     records = [r for share in shares for r in share["records"]]

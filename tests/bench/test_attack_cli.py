@@ -147,6 +147,26 @@ def test_presets_are_dataclasses_with_overrides():
     assert (smoke.width, smoke.attack_config.max_steps) == (2, 200)
 
 
+def test_the_shares_of_a_method_merge_back_into_attack_order():
+    from benchmarks.attack import experiment
+
+    attacks = ((1, 7), (1, 8), (3, 7), (3, 8), (4, 7))
+
+    def share(w):  # run()'s entry for the round-robin share w of 2
+        mine = attacks[w::2]
+        return {"records": [{"image": i, "seed": s} for i, s in mine],
+                "x": np.array(mine), "trace_cos": np.zeros((len(mine), 0)), "seconds": 1.0 + w,
+                "lane_steps_executed": 10, "lane_steps_useful": 5 + w,
+                "widths": (2, 1) if w else (4,)}
+
+    merged = experiment.merge_shares(attacks, [share(1), share(0)])  # as they finished
+    assert [(r["image"], r["seed"]) for r in merged["records"]] == list(attacks)
+    np.testing.assert_array_equal(merged["x"], attacks)
+    assert merged["trace_cos"].shape == (5, 0)
+    assert (merged["seconds"], merged["lane_steps_executed"], merged["lane_steps_useful"],
+            merged["widths"]) == (2.0, 20, 11, (4, 2, 1))
+
+
 @pytest.mark.parametrize("args, message", [
     (["--dataset", "svhn"], "invalid choice: 'svhn'"),
     (["--protocol", "full"], "invalid choice: 'full'"),
