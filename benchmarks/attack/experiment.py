@@ -120,7 +120,7 @@ def attack(configs: list[Config], trained: train.TrainedModel, workers: int, com
                 if len(parts[spec]) < shares:
                     return
                 finished[spec] = merged = merge_shares(config.attacks, parts[spec])
-                entry = run_entry(config, workers, trained, dataset_of(config), spec, merged,
+                entry = run_entry(config, workers, trained, spec, merged,
                                   recorder.snapshot().as_dict())
                 results = results_lib.merge(results, merged["records"], entry)
                 results["anytime"] = results_lib.anytime_summaries(results)
@@ -148,10 +148,10 @@ def merge_shares(attacks: tuple[tuple[int, int], ...], shares: list[dict]) -> di
             "widths": tuple(sorted({w for s in shares for w in s["widths"]}, reverse=True))}
 
 
-def run_entry(config: Config, workers: int, trained: train.TrainedModel,
-              dataset: data_lib.Dataset, spec: str, merged: dict, record: dict) -> dict:
+def run_entry(config: Config, workers: int, trained: train.TrainedModel, spec: str,
+              merged: dict, record: dict) -> dict:
     """The run entry of the method ``spec``: settings, run record, model and counts."""
-    records = merged["records"]
+    records, dataset = merged["records"], dataset_of(config)
     return {
         "dataset": config.dataset, "protocol": config.protocol, "goal": config.goal,
         "eps": objective.EPSILON[config.dataset], "config": config.attack_config._asdict(),

@@ -278,17 +278,13 @@ def _sweep_tables(group: tuple, by_method: dict[str, list[dict]]) -> list[str]:
 
 
 def _speed_table(results: dict, group: tuple, specs: list[str]) -> list[str]:
-    rows = []
-    for spec in specs:
-        run = _run_of(results, group, spec)
-        if run is None:
-            continue
-        m = run["methods"][spec]
-        waste = 1 - m["lane_steps_useful"] / max(m["lane_steps_executed"], 1)
-        rows.append([f"`{spec}`", m["attacks"], f"{m['seconds']:.1f}",
-                     f"{m['attacks'] / m['seconds']:.2f}", f"{m['calls'] / m['seconds']:,.0f}",
-                     f"{m['lane_steps_executed']:,}", f"{m['lane_steps_useful']:,}",
-                     f"{waste:.1%}"])
+    runs = {spec: run["methods"][spec] for spec in specs
+            if (run := _run_of(results, group, spec)) is not None}
+    rows = [[f"`{spec}`", m["attacks"], f"{m['seconds']:.1f}",
+             f"{m['attacks'] / m['seconds']:.2f}", f"{m['calls'] / m['seconds']:,.0f}",
+             f"{m['lane_steps_executed']:,}", f"{m['lane_steps_useful']:,}",
+             f"{1 - m['lane_steps_useful'] / max(m['lane_steps_executed'], 1):.1%}"]
+            for spec, m in runs.items()]
     return ["Speed (wall time per method includes compilation; with several workers it is "
             "the slowest worker's share):", pages.table(
                 ["Method", "Attacks", "Seconds", "Attacks/s", "Calls/s", "Lane-iters executed",
