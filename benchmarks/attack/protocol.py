@@ -1,4 +1,4 @@
-"""Which attacks a protocol runs: images, seeds, attacked classes.
+"""The attack config (:class:`Config`), its presets, and which attacks a protocol runs.
 
 * ``paper``: test image 1 and the seeds 101, 202, 303, 404, 505 (the ZoAR code attacks
   test index 1; the ZoAQ paper reports mean and std over those five seeds).
@@ -14,6 +14,7 @@ the same :math:`x_0` and direction stream to every method (matched seeds).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from benchmarks.attack import methods as methods_lib
