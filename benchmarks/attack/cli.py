@@ -121,11 +121,6 @@ def main(args: argparse.Namespace) -> int:
 def _render(args: argparse.Namespace, results: dict, figures: Path) -> int:
     from benchmarks.attack import report
 
-    report_path = args.report or args.out / "attack.md"
-    # Figures drawn from the records go next to the report, never into a run folder the
-    # report is not in (a committed results folder stays as it is).
-    same = report_path.parent.resolve() == figures.resolve()
-    drawn = figures if same else report_path.parent / report_path.stem
-    report.write(results, report_path, figures, drawn)
-    print(f"wrote {report_path}", file=sys.stderr)
+    print(f"wrote {report.write(results, args.report or args.out / 'attack.md', figures)}",
+          file=sys.stderr)
     return 0

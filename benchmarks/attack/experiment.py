@@ -173,8 +173,8 @@ def figures(config: Config, runs: dict[str, dict], out: Path) -> None:
     tag = f"{config.dataset}_{config.protocol}_{config.goal}"
     title = (f"{config.dataset.upper()} {config.protocol} protocol, {config.goal} "
              f"({len(config.attacks)} attacks)")
-    first_records = next(iter(runs.values()))["records"]
-    first = int(np.argmax([r["success"] for r in first_records]))  # a successful attack
+    # a successful attack of the first method
+    first = int(np.argmax([r["success"] for r in next(iter(runs.values()))["records"]]))
     image, seed = config.attacks[first]
     image0 = dataset_of(config).test_images[image]
     shown = [spec for spec in runs if not results_lib.is_extra(spec)] or list(runs)
