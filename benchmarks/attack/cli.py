@@ -75,10 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "else to a folder named like the report next to it")
 
 
-def preset_of(args: argparse.Namespace):
-    """The protocol's preset with the options named like its fields, and the canonical
-    method specs, each once: ``--methods`` (without it, the preset's unless ``--compare``
-    is given), then the members of ``--sweep`` and ``--compare``.
+def config_of(args: argparse.Namespace):
+    """The protocol's preset with the options named like its fields (``--goal`` aside: a
+    config per goal), and the canonical method specs, each once: ``--methods`` (without
+    it, the preset's unless ``--compare`` is given), then the members of ``--sweep`` and
+    ``--compare``.
 
     Raises:
       SystemExit: a spec that does not parse.
@@ -87,7 +88,7 @@ def preset_of(args: argparse.Namespace):
     from benchmarks.attack.protocol import PRESETS
 
     preset = presets.from_args(PRESETS[args.preset], argparse.Namespace(
-        **{**vars(args), "methods": None, "seeds": flags.seeds(args.seeds)}))
+        **{**vars(args), "methods": None, "goal": None, "seeds": flags.seeds(args.seeds)}))
     specs = list(flags.items(args.methods) or ([] if args.compare else preset.methods))
     for members in [*(SWEEPS[s] for s in args.sweep), *(COMPARISONS[c] for c in args.compare)]:
         specs += members
@@ -102,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
     if args.render:
         return _render(args, flags.read_results(args.render), args.render.parent)
     # Validate everything cheap before any data, training or compilation.
-    preset = preset_of(args)
+    config = config_of(args)
     if args.data is not None and not Path(args.data).exists():
         flags.fail(f"--data {args.data} does not exist")
     from benchmarks.attack import experiment
@@ -110,9 +111,9 @@ def main(args: argparse.Namespace) -> int:
     if args.workers == 1:
         pool.pin_to_cores(run_record.available_cores()[:1])
     command = flags.command_line("attack", args, skip=("render", "report"))
-    setup = experiment.setup(args.dataset, args.data, preset, args.epochs, args.retrain)
-    results = experiment.run(args.dataset, args.goal, preset, setup, args.workers, command,
-                             args.out)
+    config, trained = experiment.prepare(config, args.epochs, args.retrain)
+    results = experiment.attack([presets.override(config, goal=g) for g in args.goal], trained,
+                                args.workers, command, args.out)
     print(f"wrote {args.out / experiment.RESULTS} and figures in {args.out}", file=sys.stderr)
     return _render(args, results, args.out)
 
@@ -120,11 +121,6 @@ def main(args: argparse.Namespace) -> int:
 def _render(args: argparse.Namespace, results: dict, figures: Path) -> int:
     from benchmarks.attack import report
 
-    report_path = args.report or args.out / "attack.md"
-    # Figures drawn from the records go next to the report, never into a run folder the
-    # report is not in (a committed results folder stays as it is).
-    same = report_path.parent.resolve() == figures.resolve()
-    drawn = figures if same else report_path.parent / report_path.stem
-    report.write(results, report_path, figures, drawn)
-    print(f"wrote {report_path}", file=sys.stderr)
+    print(f"wrote {report.write(results, args.report or args.out / 'attack.md', figures)}",
+          file=sys.stderr)
     return 0

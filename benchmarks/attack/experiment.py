@@ -1,136 +1,189 @@
-"""One attack run: the setup (data, target model, attacks), the goal x method loop on the
-worker pool, and the records and run entries it saves, method by method, to
-``OUT/attack.json.xz``.
+"""One attack run: :func:`run` (one method on a share of the attacks, in a worker), and
+:func:`attack`, the goal x method x share units on the worker pool with the records and
+run entries saved method by method to ``OUT/attack.json.xz``.
+
+On a small CPU machine XLA's runtime spends much of a small model's time synchronising
+its threads, so the attacks are dealt round-robin into one share per pinned worker
+(:func:`benchmarks.experiment.execute`); a method's shares are merged back into attack
+order as soon as they are all done.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from benchmarks import common, flags
+from benchmarks import common, experiment, flags
 from benchmarks.attack import data as data_lib
 from benchmarks.attack import methods as methods_lib
-from benchmarks.attack import models, objective, report, train
+from benchmarks.attack import models, objective, report, runner, train
 from benchmarks.attack import results as results_lib
-from benchmarks.attack import workers as workers_lib
-from benchmarks.attack.protocol import Attacks, Preset, select
+from benchmarks.attack.protocol import Config, select
 from benchmarks.record import Recorder
 
 RESULTS = f"attack{common.RESULTS}"  # the results file of a run folder
 
-
-class Setup(NamedTuple):
-    """What every goal of a run shares: the data, the trained model, the attacks."""
-
-    dataset: data_lib.Dataset
-    trained: train.TrainedModel
-    attacks: Attacks
+_LOADED: dict[Any, Any] = {}  # (dataset, data) -> Dataset, weight file -> log_prob; per process
 
 
-def setup(name: str, data_dir: str | None, preset: Preset, epochs: int | None,
-          retrain: bool) -> Setup:
-    """Loads the data, trains (or loads) the target model and selects the attacks."""
+def dataset_of(config: Config) -> data_lib.Dataset:
+    """The data of ``config``, loaded once per process."""
+    key = (config.dataset, config.data)
+    if key not in _LOADED:
+        _LOADED[key] = data_lib.load(*key)
+    return _LOADED[key]
+
+
+def _log_prob(config: Config):
+    if config.weights not in _LOADED:
+        model = models.create(config.dataset)
+        train.load_weights(model, config.weights)
+        model.eval()
+        _LOADED[config.weights] = models.log_prob_fn(model)
+    return _LOADED[config.weights]
+
+
+def run(config: Config, method: str) -> list[dict[str, Any]]:
+    """The attacks of ``config`` with ``method``, as one vmapped program
+    (:func:`runner.run_attacks`).
+
+    Returns:
+      One entry: ``records`` (one per attack), the attacks' final points ``x`` and
+      consistency traces ``trace_cos`` (arrays, for the figures), and the program's
+      ``seconds``, ``lane_steps_executed``, ``lane_steps_useful`` and ``widths``.
+    """
+    dataset = dataset_of(config)
+    image, seed = (np.array(column) for column in zip(*config.attacks))
+    label = dataset.test_labels[image]
+    cls = objective.attacked_class(label, config.goal)
+    loss = objective.attack_loss(_log_prob(config), objective.EPSILON[config.dataset],
+                                 config.goal)
+    parsed = methods_lib.parse(method)
+    with common.Stopwatch() as watch:
+        o = runner.run_attacks(
+            loss, lambda key: methods_lib.build(parsed, config.dataset, key),
+            runner.Tasks(dataset.test_images[image], cls, seed.astype(np.int32)),
+            config.attack_config)
+    records = [{
+        "dataset": config.dataset, "protocol": config.protocol, "goal": config.goal,
+        "method": method, "base": parsed.base, "image": int(image[i]), "label": int(label[i]),
+        "attacked_class": int(cls[i]), "seed": int(seed[i]), "success": bool(o.success[i]),
+        "num_queries": int(o.num_queries[i]), "steps": int(o.steps[i]),
+        "final_loss": float(o.loss[i]),
+    } for i in range(len(seed))]
+    return [{"records": records, "x": o.x, "trace_cos": o.trace_cos, "seconds": watch.seconds,
+             "lane_steps_executed": o.lane_steps_executed,
+             "lane_steps_useful": o.lane_steps_useful, "widths": o.widths}]
+
+
+def prepare(config: Config, epochs: int | None,
+            retrain: bool) -> tuple[Config, train.TrainedModel]:
+    """``config`` with its target model's weights (trained or loaded) and its attacks."""
     try:
-        dataset = data_lib.load(name, data_dir)
+        dataset = dataset_of(config)
     except (ValueError, FileNotFoundError) as err:
         flags.fail(str(err))
-    config = train.TrainConfig(**({} if epochs is None else {"epochs": epochs}))
-    trained = train.load_or_train(dataset, config, retrain=retrain,
-                                  log=lambda m: print(m, file=sys.stderr))
+    trained = train.load_or_train(
+        dataset, train.TrainConfig(**({} if epochs is None else {"epochs": epochs})),
+        retrain=retrain, log=lambda m: print(m, file=sys.stderr))
     predictions = train.predict(models.log_prob_fn(trained.model), dataset.test_images)
     try:
-        attacks = select(preset.protocol, dataset, predictions, preset.seeds, preset.images)
+        attacks = select(config.protocol, dataset, predictions, config.seeds, config.images)
     except ValueError as err:
         flags.fail(str(err))
-    return Setup(dataset, trained, attacks)
+    return dataclasses.replace(config, weights=str(trained.weights), attacks=attacks), trained
 
 
-def run(name: str, goals: list[str], preset: Preset, s: Setup, workers: int, command: str,
-        out: Path) -> dict[str, Any]:
-    """Runs every method of ``preset`` for each goal; saves ``out/attack.json.xz`` (merged with
-    the results already there) and the run figures after each method; returns the results."""
-    eps = objective.EPSILON[name]
+def attack(configs: list[Config], trained: train.TrainedModel, workers: int, command: str,
+           out: Path) -> dict[str, Any]:
+    """Runs every method of each config (one per goal); saves ``out/attack.json.xz``
+    (merged with the results already there) and the run figures after each method;
+    returns the results."""
     results_path = out / RESULTS
     results = common.read_json(results_path) if results_path.exists() else None
-    for goal in goals:
-        job = workers_lib.Job(name, str(s.trained.weights), goal, eps, preset.attack_config)
-        finished: dict[str, workers_lib.MethodRun] = {}
+    for config in configs:
+        shares = max(1, min(workers, len(config.attacks)))
+        units = [(dataclasses.replace(config, attacks=config.attacks[w::shares]), spec)
+                 for spec in config.methods for w in range(shares)]
+        parts: dict[str, list[dict]] = {spec: [] for spec in config.methods}
+        finished: dict[str, dict] = {}
         with Recorder(command) as recorder:
-            def save(spec, result, goal=goal, recorder=recorder, finished=finished):
+            def done(_, spec, share, config=config, parts=parts, finished=finished,
+                     recorder=recorder):
                 # Saved method by method, so that a long run that is stopped keeps its results.
                 nonlocal results
-                finished[spec] = result
-                new = records(name, preset.protocol, goal, s.attacks, spec, result)
-                entry = run_entry(name, preset, goal, eps, workers, s, spec, result,
+                parts[spec] += share
+                if len(parts[spec]) < shares:
+                    return
+                finished[spec] = merged = merge_shares(config.attacks, parts[spec])
+                entry = run_entry(config, workers, trained, spec, merged,
                                   recorder.snapshot().as_dict())
-                results = results_lib.merge(results, new, entry)
+                results = results_lib.merge(results, merged["records"], entry)
                 results["anytime"] = results_lib.anytime_summaries(results)
                 common.write_json(results_path, results)
-                figures(name, preset.protocol, goal, eps, s, finished, out)
-                summary = results_lib.summarize(new)
-                print(f"{goal:10s} {spec:22s} success {summary['success_rate']:6.1%}  queries "
-                      f"{summary['mean']:8.1f} ± {summary['std']:7.1f}  median "
-                      f"{summary['median']:8.1f}  ({result.seconds:.1f} s)", file=sys.stderr)
+                figures(config, finished, out)
+                s = results_lib.summarize(merged["records"])
+                print(f"{config.goal:10s} {spec:22s} success {s['success_rate']:6.1%}  queries "
+                      f"{s['mean']:8.1f} ± {s['std']:7.1f}  median {s['median']:8.1f}  "
+                      f"({merged['seconds']:.1f} s)", file=sys.stderr)
 
-            workers_lib.run_methods(job, preset.methods, s.attacks.tasks(s.dataset, goal),
-                                    workers=workers, on_method=save,
-                                    desc=f"{name} {preset.protocol} {goal}")
+            experiment.execute(run, units, shares, done=done,
+                               desc=f"{config.dataset} {config.protocol} {config.goal}")
     return results
 
 
-def records(name: str, protocol: str, goal: str, attacks: Attacks, spec: str,
-            result: workers_lib.MethodRun) -> list[dict]:
-    """One record per attack of the method ``spec``."""
-    target = objective.attacked_class(attacks.label, goal)
-    o = result.outcome
-    return [{
-        "dataset": name, "protocol": protocol, "goal": goal,
-        "method": spec, "base": methods_lib.parse(spec).base, "image": int(attacks.image[i]),
-        "label": int(attacks.label[i]), "attacked_class": int(target[i]),
-        "seed": int(attacks.seed[i]), "success": bool(o.success[i]),
-        "num_queries": int(o.num_queries[i]), "steps": int(o.steps[i]),
-        "final_loss": float(o.loss[i]),
-    } for i in range(len(attacks.seed))]
+def merge_shares(attacks: tuple[tuple[int, int], ...], shares: list[dict]) -> dict[str, Any]:
+    """One method's :func:`run` entries of every share, in the order of ``attacks``."""
+    position = {attack: i for i, attack in enumerate(attacks)}
+    records = [r for share in shares for r in share["records"]]
+    order = np.argsort([position[r["image"], r["seed"]] for r in records])
+    return {"records": [records[i] for i in order],
+            **{k: np.concatenate([s[k] for s in shares])[order] for k in ("x", "trace_cos")},
+            "seconds": max(s["seconds"] for s in shares),  # the slowest share
+            **{k: sum(s[k] for s in shares) for k in ("lane_steps_executed", "lane_steps_useful")},
+            "widths": tuple(sorted({w for s in shares for w in s["widths"]}, reverse=True))}
 
 
-def run_entry(name: str, preset: Preset, goal: str, eps: float, workers: int, s: Setup,
-              spec: str, result: workers_lib.MethodRun, record: dict) -> dict:
+def run_entry(config: Config, workers: int, trained: train.TrainedModel, spec: str,
+              merged: dict, record: dict) -> dict:
     """The run entry of the method ``spec``: settings, run record, model and counts."""
-    trained, dataset, o = s.trained, s.dataset, result.outcome
+    records, dataset = merged["records"], dataset_of(config)
     return {
-        "dataset": name, "protocol": preset.protocol, "goal": goal, "eps": eps,
-        "config": preset.attack_config._asdict(), "workers": workers, "record": record,
+        "dataset": config.dataset, "protocol": config.protocol, "goal": config.goal,
+        "eps": objective.EPSILON[config.dataset], "config": config.attack_config._asdict(),
+        "workers": workers, "record": record,
         "model": {"name": type(trained.model).__name__, "source": dataset.source,
                   "test_accuracy": trained.test_accuracy, "num_test": len(dataset.test_labels),
                   "weights_sha256": trained.sha256},
         "methods": {spec: {
-            "seconds": result.seconds, "attacks": len(o.success),
-            "calls": int(o.num_queries.sum()), "lane_steps_executed": o.lane_steps_executed,
-            "lane_steps_useful": o.lane_steps_useful, "widths": o.widths}},
+            "seconds": merged["seconds"], "attacks": len(records),
+            "calls": sum(r["num_queries"] for r in records),
+            **{k: merged[k] for k in ("lane_steps_executed", "lane_steps_useful", "widths")}}},
     }
 
 
-def figures(name: str, protocol: str, goal: str, eps: float, s: Setup,
-            runs: dict[str, workers_lib.MethodRun], out: Path) -> None:
+def figures(config: Config, runs: dict[str, dict], out: Path) -> None:
     """Example images and consistency traces of the methods run so far (the figures drawn
     from records, queries and success curves, are made with the report)."""
-    attacks = s.attacks
-    tag = f"{name}_{protocol}_{goal}"
-    title = f"{name.upper()} {protocol} protocol, {goal} ({len(attacks.seed)} attacks)"
-    outcomes = {spec: r.outcome for spec, r in runs.items()}
-    first = int(np.argmax(next(iter(outcomes.values())).success))  # a successful attack
-    image0 = s.dataset.test_images[attacks.image[first]]
-    shown = [spec for spec in outcomes if not results_lib.is_extra(spec)] or list(outcomes)
-    adversarial = {spec: np.asarray(objective.perturbed_image(outcomes[spec].x[first], image0, eps))
+    eps = objective.EPSILON[config.dataset]
+    tag = f"{config.dataset}_{config.protocol}_{config.goal}"
+    title = (f"{config.dataset.upper()} {config.protocol} protocol, {config.goal} "
+             f"({len(config.attacks)} attacks)")
+    # a successful attack of the first method
+    first = int(np.argmax([r["success"] for r in next(iter(runs.values()))["records"]]))
+    image, seed = config.attacks[first]
+    image0 = dataset_of(config).test_images[image]
+    shown = [spec for spec in runs if not results_lib.is_extra(spec)] or list(runs)
+    adversarial = {spec: np.asarray(objective.perturbed_image(runs[spec]["x"][first], image0, eps))
                    for spec in shown}
-    succeeded = {spec: bool(outcomes[spec].success[first]) for spec in shown}
+    succeeded = {spec: runs[spec]["records"][first]["success"] for spec in shown}
     report.plot_examples(out / f"examples_{tag}.png", image0, adversarial, succeeded, eps,
-                         f"{title}: test image {attacks.image[first]}, seed {attacks.seed[first]}")
-    traces = {spec: outcomes[spec].trace_cos for spec in shown if outcomes[spec].trace_cos.shape[1]}
+                         f"{title}: test image {image}, seed {seed}")
+    traces = {spec: runs[spec]["trace_cos"] for spec in shown if runs[spec]["trace_cos"].shape[1]}
     if traces:
         report.plot_traces(out / f"consistency_{tag}.png", traces,
                            "cos(g_t, m_{t-1})", f"Momentum consistency, {title}")

@@ -1,4 +1,4 @@
-"""Which attacks a protocol runs: images, seeds, attacked classes.
+"""The attack config (:class:`Config`), its presets, and which attacks a protocol runs.
 
 * ``paper``: test image 1 and the seeds 101, 202, 303, 404, 505 (the ZoAR code attacks
   test index 1; the ZoAQ paper reports mean and std over those five seeds).
@@ -14,14 +14,12 @@ the same :math:`x_0` and direction stream to every method (matched seeds).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 from benchmarks.attack import methods as methods_lib
-from benchmarks.attack import objective
 from benchmarks.attack.data import Dataset
-from benchmarks.attack.runner import AttackConfig, Tasks
+from benchmarks.attack.runner import AttackConfig
 
 PROTOCOLS = ("paper", "extended", "smoke")
 PAPER_IMAGE = 1
@@ -29,9 +27,10 @@ SEEDS = (101, 202, 303, 404, 505)
 
 
 @dataclass(frozen=True)
-class Preset:
-    """The settings of a protocol; every field is a command-line option of the same name
-    (``--trace-len`` sets ``trace_len``, see :func:`benchmarks.presets.from_args`)."""
+class Config:
+    """Everything an attack result depends on. The fields up to ``data`` are command-line
+    options of the same name (``--trace-len`` sets ``trace_len``, see
+    :func:`benchmarks.presets.from_args`); the command sets the others."""
 
     protocol: str  # one of PROTOCOLS
     methods: tuple[str, ...]  # method specs
@@ -41,6 +40,11 @@ class Preset:
     images: int = 100  # correctly classified test images (extended protocol)
     max_steps: int = 20_000  # iteration cap
     chunk: int = 50  # iterations between refills
+    dataset: str = "mnist"
+    data: str | None = None  # full MNIST or CIFAR-10 files (None: the 5k MNIST subset)
+    goal: str = "targeted"
+    weights: str = ""  # the target model's cached weight file
+    attacks: tuple[tuple[int, int], ...] = ()  # (test image, seed) of each attack run
 
     @property
     def attack_config(self) -> AttackConfig:
@@ -50,31 +54,20 @@ class Preset:
 
 PRESETS = {
     # The paper's attacks (test image 1, five seeds), every method, traces for the figure.
-    "paper": Preset("paper", methods_lib.ALL_METHODS, width=32, trace_len=2000),
+    "paper": Config("paper", methods_lib.ALL_METHODS, width=32, trace_len=2000),
     # The paper's five methods on 100 images x 5 seeds, no traces.
-    "extended": Preset("extended", methods_lib.PAPER_METHODS, width=16, trace_len=0),
+    "extended": Config("extended", methods_lib.PAPER_METHODS, width=16, trace_len=0),
     # The paper's attack (test image 1) with one seed, two methods and 200 iterations.
-    "smoke": Preset("smoke", ("zoaq", "radazo"), width=2, trace_len=50, seeds=SEEDS[:1],
+    "smoke": Config("smoke", ("zoaq", "radazo"), width=2, trace_len=50, seeds=SEEDS[:1],
                     max_steps=200),
 }
 
 
-class Attacks(NamedTuple):
-    """The attacks of a protocol: test-set indices, labels and seeds, one row per attack."""
-
-    image: np.ndarray  # [N] test-set index
-    label: np.ndarray  # [N] true label
-    seed: np.ndarray  # [N]
-
-    def tasks(self, dataset: Dataset, goal: str) -> Tasks:
-        return Tasks(dataset.test_images[self.image],
-                     objective.attacked_class(self.label, goal), self.seed.astype(np.int32))
-
-
 def select(protocol: str, dataset: Dataset, predictions: np.ndarray,
-           seeds: tuple[int, ...] = SEEDS, num_images: int = 100) -> Attacks:
-    """The attacks of ``protocol`` on ``dataset``'s test split, each image with every seed
-    (``predictions``: the target model's class of every test image).
+           seeds: tuple[int, ...] = SEEDS, num_images: int = 100) -> tuple[tuple[int, int], ...]:
+    """The ``(test image, seed)`` of every attack of ``protocol`` on ``dataset``'s test
+    split, each image with every seed (``predictions``: the target model's class of every
+    test image).
 
     Raises:
       ValueError: unknown protocol, no seeds, or too few test images.
@@ -98,5 +91,4 @@ def select(protocol: str, dataset: Dataset, predictions: np.ndarray,
         if len(images) < num_images:
             raise ValueError(f"Only {len(images)} correctly classified test images, "
                              f"{num_images} requested.")
-    image = np.repeat(images, len(seeds))
-    return Attacks(image, labels[image], np.tile(np.asarray(seeds, np.int64), len(images)))
+    return tuple((int(image), int(seed)) for image in images for seed in seeds)

@@ -1,15 +1,15 @@
 """The results file ``attack.json.xz``: merging runs, summaries and the anytime regret.
 
 The file accumulates every ``python -m benchmarks attack`` run written to the same folder:
-``records`` (one per method x image x seed x goal x protocol x dataset), ``runs``
-(settings, machine, timings, the exact command) and ``anytime``
-(:func:`anytime_summaries`). A new run replaces the records and the run entry of the same
-(dataset, protocol, goal, method).
+``results`` (one record per method x image x seed x goal x protocol x dataset), ``runs``
+(one entry per method run: settings, machine, timings, the exact command) and ``anytime``
+(:func:`anytime_summaries`). A new run of a method replaces its records and run entry of
+the same (dataset, protocol, goal).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,29 +21,22 @@ GROUP = ("dataset", "protocol", "goal")
 
 
 def merge(existing: dict[str, Any] | None, records: list[dict], run: dict) -> dict[str, Any]:
-    """``existing`` results with those of ``run`` replacing any of the same group and method."""
-    existing = existing or {"records": [], "runs": []}
-    key = {k: run[k] for k in GROUP}
-    new_methods = set(run["methods"])
+    """``existing`` results with the ``records`` and entry of ``run`` (one method) replacing
+    those of the same group and method."""
+    existing = existing or {"results": [], "runs": []}
+    [method] = run["methods"]
 
-    def replaced(item: dict, methods: Iterable[str]) -> bool:
-        return all(item[k] == v for k, v in key.items()) and bool(set(methods) & new_methods)
+    def kept(item: dict, item_method: str) -> bool:
+        return item_method != method or any(item[k] != run[k] for k in GROUP)
 
-    kept_records = [r for r in existing["records"] if not replaced(r, [r["method"]])]
-    kept_runs = []
-    for old in existing["runs"]:
-        if replaced(old, old["methods"]):
-            old = {**old, "methods": {m: v for m, v in old["methods"].items()
-                                      if m not in new_methods}}
-        if old["methods"]:
-            kept_runs.append(old)
-    return {"records": kept_records + records, "runs": kept_runs + [run]}
+    return {"results": [r for r in existing["results"] if kept(r, r["method"])] + records,
+            "runs": [r for r in existing["runs"] if kept(r, *r["methods"])] + [run]}
 
 
 def by_group(results: dict) -> dict[tuple, dict[str, list[dict]]]:
     """The records of ``results`` by (dataset, protocol, goal), then by method."""
     out: dict[tuple, dict[str, list[dict]]] = {}
-    for r in results["records"]:
+    for r in results["results"]:
         out.setdefault(tuple(r[k] for k in GROUP), {}).setdefault(r["method"], []).append(r)
     return out
 

@@ -169,11 +169,9 @@ def program(loss: Loss, build: BuildOptimizer, dim: int, config: AttackConfig) -
     return Program(jax.jit(jax.vmap(init)), advance, summary, refill)
 
 
-def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackConfig,
-                on_done: Callable[[int], None] | None = None) -> Outcome:
+def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackConfig) -> Outcome:
     """Runs every attack of ``tasks`` with the optimizer ``build(key)`` (of one lane, called
-    inside ``vmap``) on ``loss(x, image0, cls)`` until success (``loss < 0``) or the cap;
-    ``on_done(n)`` is told of each ``n`` attacks that finished."""
+    inside ``vmap``) on ``loss(x, image0, cls)`` until success (``loss < 0``) or the cap."""
     n = len(tasks.seed)
     if not (len(tasks.image0) == len(tasks.cls) == n):
         raise ValueError("tasks.image0, tasks.cls and tasks.seed must have the same length.")
@@ -201,8 +199,6 @@ def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackC
                 results[name] = np.zeros((n, *value.shape[1:]), value.dtype)
             results[name][ids[done]] = value[done]
         recorded[ids[done]] = True
-        if on_done is not None and len(done):
-            on_done(len(done))
         idle = np.flatnonzero(~state["active"])
         if queued < n and len(idle):  # refill idle slots with attacks not yet started
             slots = idle[: n - queued]

@@ -145,9 +145,9 @@ def parse_cli(argv):
 
 
 def test_compare_anytime_specs():
-    assert cli.preset_of(parse_cli(["--compare", "anytime"])).methods == \
+    assert cli.config_of(parse_cli(["--compare", "anytime"])).methods == \
         methods.COMPARISONS["anytime"]
-    specs = cli.preset_of(parse_cli(["--methods", "zoar:k=2", "statzo_norm",
+    specs = cli.config_of(parse_cli(["--methods", "zoar:k=2", "statzo_norm",
                                      "--compare", "anytime"])).methods
     assert specs[:2] == ("zoar:k=2", "statzo_norm") and len(specs) == 13
-    assert cli.preset_of(parse_cli([])).methods[-1] == "auto_k"  # the paper preset's
+    assert cli.config_of(parse_cli([])).methods[-1] == "auto_k"  # the paper preset's

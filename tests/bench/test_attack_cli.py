@@ -28,7 +28,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     assert benchmarks_main(argv) == 0
 
     results = read_json(out / "attack.json.xz")
-    records = results["records"]
+    records = results["results"]
     assert len(records) == 2  # seeds x one image x one method
     for r in records:
         assert {"method", "image", "seed", "success", "num_queries", "goal"} <= set(r)
@@ -56,7 +56,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     [anytime] = merged["anytime"]
     assert (anytime["goal"], anytime["attacks"]) == ("targeted", 2)
     assert set(anytime["methods"]) == {"zoaq", "auto_k", "radazo:k=1"}
-    queries = {m: {r["seed"]: r["num_queries"] for r in merged["records"]
+    queries = {m: {r["seed"]: r["num_queries"] for r in merged["results"]
                    if r["method"] == m and r["success"]} for m in anytime["methods"]}
     common = set.intersection(*(set(q) for q in queries.values()))
     assert anytime["common_attacks"] == len(common)
@@ -76,7 +76,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     command = run["record"]["command"]
     results["runs"].append({**run, "record": {**run["record"], "command": command + " --chunk 7"},
                             "methods": {"radazo": run["methods"]["zoaq"]}})
-    results["records"] += [{**r, "method": "radazo", "base": "radazo"} for r in records]
+    results["results"] += [{**r, "method": "radazo", "base": "radazo"} for r in records]
     write_json(out / "attack.json.xz", results)
     before[out / "attack.json.xz"] = (out / "attack.json.xz").stat().st_mtime_ns
     elsewhere = tiny_mnist / "docs" / "report.md"
@@ -120,7 +120,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
 def test_cli_rejects_bad_input_before_any_work(args, message, tmp_path, monkeypatch):
     from benchmarks.attack import experiment
 
-    monkeypatch.setattr(experiment, "setup", lambda *a, **k: pytest.fail("loaded data"))
+    monkeypatch.setattr(experiment, "prepare", lambda *a, **k: pytest.fail("loaded data"))
     with pytest.raises(SystemExit, match=message):
         benchmarks_main(["attack", "--out", str(tmp_path), *args])
     assert not any(tmp_path.iterdir())
@@ -133,42 +133,38 @@ def test_presets_are_dataclasses_with_overrides():
 
     parser = argparse.ArgumentParser()
     attack_cli.add_arguments(parser)
-    paper = attack_cli.preset_of(parser.parse_args([]))
+    paper = attack_cli.config_of(parser.parse_args([]))
     assert (paper.width, paper.trace_len, paper.seeds) == (32, 2000, protocol.SEEDS)
     assert paper.methods[-1] == "auto_k" and len(paper.methods) == 8
-    extended = attack_cli.preset_of(parser.parse_args(
+    extended = attack_cli.config_of(parser.parse_args(
         ["--protocol", "extended", "--seeds", "1-3", "--width", "8", "--methods",
          "zoaq:n_hist=8,k_max=2", "radazo:k=2"]))
     assert (extended.width, extended.trace_len, extended.images) == (8, 0, 100)
     assert extended.seeds == (1, 2, 3) and extended.methods == ("zoaq", "radazo")
     assert extended.attack_config.width == 8
-    smoke = attack_cli.preset_of(parser.parse_args(["--preset", "smoke"]))  # --protocol's alias
+    smoke = attack_cli.config_of(parser.parse_args(["--preset", "smoke"]))  # --protocol's alias
     assert (smoke.protocol, smoke.methods, smoke.seeds) == ("smoke", ("zoaq", "radazo"), (101,))
     assert (smoke.width, smoke.attack_config.max_steps) == (2, 200)
 
 
-def test_a_killed_worker_ends_the_run_instead_of_hanging(tmp_path):
-    import multiprocessing
-    import signal
-    import threading
-    import time
-    from concurrent.futures.process import BrokenProcessPool
+def test_the_shares_of_a_method_merge_back_into_attack_order():
+    from benchmarks.attack import experiment
 
-    from benchmarks.attack import runner, workers
+    attacks = ((1, 7), (1, 8), (3, 7), (3, 8), (4, 7))
 
-    tasks = runner.Tasks(np.zeros((2, 4, 4, 1), np.float32), np.zeros(2, np.int32),
-                         np.arange(2, dtype=np.int32))
-    job = workers.Job("mnist", str(tmp_path / "weights.npz"), "targeted", 0.2,
-                      runner.AttackConfig())
+    def share(w):  # run()'s entry for the round-robin share w of 2
+        mine = attacks[w::2]
+        return {"records": [{"image": i, "seed": s} for i, s in mine],
+                "x": np.array(mine), "trace_cos": np.zeros((len(mine), 0)), "seconds": 1.0 + w,
+                "lane_steps_executed": 10, "lane_steps_useful": 5 + w,
+                "widths": (2, 1) if w else (4,)}
 
-    def kill_a_worker():
-        while not (children := multiprocessing.active_children()):
-            time.sleep(0.02)
-        os.kill(children[0].pid, signal.SIGKILL)
-
-    threading.Thread(target=kill_a_worker, daemon=True).start()
-    with pytest.raises(BrokenProcessPool):
-        workers.run_methods(job, ["zoaq", "radazo"], tasks, workers=2)
+    merged = experiment.merge_shares(attacks, [share(1), share(0)])  # as they finished
+    assert [(r["image"], r["seed"]) for r in merged["records"]] == list(attacks)
+    np.testing.assert_array_equal(merged["x"], attacks)
+    assert merged["trace_cos"].shape == (5, 0)
+    assert (merged["seconds"], merged["lane_steps_executed"], merged["lane_steps_useful"],
+            merged["widths"]) == (2.0, 20, 11, (4, 2, 1))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -204,16 +200,10 @@ def test_protocol_selection():
     ds = data.Dataset("mnist", "test", images, labels, images, labels)
     predictions = labels.copy()
     predictions[[0, 2]] = 9 - labels[[0, 2]]  # two misclassified test images
-    paper = protocol.select("paper", ds, predictions)
-    np.testing.assert_array_equal(paper.image, [1] * 5)
-    np.testing.assert_array_equal(paper.seed, protocol.SEEDS)
-    smoke = protocol.select("smoke", ds, predictions, seeds=(101,))
-    np.testing.assert_array_equal(smoke.image, [protocol.PAPER_IMAGE])
+    assert protocol.select("paper", ds, predictions) == tuple((1, s) for s in protocol.SEEDS)
+    assert protocol.select("smoke", ds, predictions, seeds=(101,)) == ((protocol.PAPER_IMAGE, 101),)
     ext = protocol.select("extended", ds, predictions, seeds=(7, 8), num_images=3)
-    np.testing.assert_array_equal(ext.image, [1, 1, 3, 3, 4, 4])  # correctly classified only
-    np.testing.assert_array_equal(ext.seed, [7, 8] * 3)
-    tasks = ext.tasks(ds, "targeted")
-    np.testing.assert_array_equal(tasks.cls, (labels[[1, 1, 3, 3, 4, 4]] + 1) % 10)
+    assert ext == ((1, 7), (1, 8), (3, 7), (3, 8), (4, 7), (4, 8))  # correctly classified only
     with pytest.raises(ValueError, match="Only 10 correctly classified"):
         protocol.select("extended", ds, predictions, num_images=11)
     with pytest.raises(ValueError, match="Unknown protocol"):
