@@ -42,7 +42,7 @@ def calibrated_accuracy(margin: np.ndarray, label: np.ndarray, threshold: float)
     return float(np.mean((margin > threshold) == (label == 1)))
 
 
-def prompt_table(cfg, setup, *, calibration: int = 200, show: bool = True) -> list[dict]:
+def prompt_table(cfg, setup, *, calibration: int = 200) -> list[dict]:
     """Zero-shot dev and test accuracy of every SST-2 prompt, raw and calibrated.
 
     Each prompt's splits are re-encoded and scored with the full base model (the cache of
@@ -53,7 +53,7 @@ def prompt_table(cfg, setup, *, calibration: int = 200, show: bool = True) -> li
 
     rows = []
     prompts = list(tasks.PROMPTS) if cfg.task == "sst2" else [None]
-    for prompt in progress(prompts, desc="prompts") if show else prompts:
+    for prompt in progress(prompts, desc="prompts"):
         splits = dataclasses.replace(setup.splits, train=setup.splits.train[:calibration])
         layout, enc = experiment.encode_splits(cfg, splits, setup.tokenizer, prompt or "it_was",
                                                cfg.fast_path)
@@ -145,7 +145,7 @@ def backprop_step(loss, opt):
 
 
 def first_order(bundle: train.Bundle, seed: int, cfg: Config, learning_rate: float,
-                *, wall_s: float | None = None, show: bool = True) -> dict[str, Any]:
+                *, wall_s: float | None = None) -> dict[str, Any]:
     """Backpropagation + Adam on the adapters until ``cfg.steps`` or ``wall_s`` seconds of
     training (compilation excluded, evaluation included, as in the zeroth-order runs)."""
     opt = optax.adam(learning_rate)
@@ -160,7 +160,7 @@ def first_order(bundle: train.Bundle, seed: int, cfg: Config, learning_rate: flo
     t0 = time.perf_counter()
     losses = []
     steps = range(1, cfg.steps + 1)
-    for t in progress(steps, desc=f"first-order seed {seed}") if show else steps:
+    for t in progress(steps, desc=f"first-order seed {seed}"):
         if t > 1:
             batch = next(stream)
         lora, state, value = step(lora, state, bundle.base, batch)

@@ -157,28 +157,41 @@ def main(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, cfg, chosen, merged: list[dict] | None = None) -> dict:
     """Trains the ``chosen`` methods (or takes the ``merged`` results of earlier runs),
     with the zero-shot row and the baselines of ``cfg``; the payload."""
+    import dataclasses
+
     import jax
 
     from benchmarks import record
-    from benchmarks.llm import experiment
+    from benchmarks.experiment import execute
+    from benchmarks.llm import experiment, train
 
     prompts = (flags.read_results(args.prompt_table, "--prompt-table")["prompts"]
                if args.prompt_table else None)
     with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        setup = experiment.prepare(cfg)
+        setup = experiment.prepared(cfg)
         print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
               f"{setup.data['source']} {setup.data['sizes']}; length "
               f"{setup.data['max_length']}; fast path {setup.data['fast_path']}; "
               f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
               f"{jax.default_backend()}", file=sys.stderr)
-        zero = experiment.zero_shot(cfg, setup)
-        results = merged if merged is not None else experiment.run(cfg, setup, chosen,
-                                                                   show=not args.quiet)
-        extra = (experiment.run_baselines(cfg, setup, results, show=not args.quiet,
-                                          prompts=prompts) if cfg.baselines else None)
+        zero = train.zero_shot(setup.bundle, cfg)
+        units = [(dataclasses.replace(cfg, seeds=(seed,)), m.spec)
+                 for seed in cfg.seeds for m in chosen or ()]
+        results = merged if merged is not None else execute(
+            experiment.run, units, args.workers, "llm", done=_log)
+        extra = (experiment.run_baselines(cfg, setup, results, prompts=prompts)
+                 if cfg.baselines else None)
     payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
                                  extra)
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
+
+
+def _log(cfg, method: str, records: list[dict]) -> None:
+    for r in records:
+        print(f"{method} seed {r['seed']}: FE {r['total_fe']}, best dev loss "
+              f"{r['best_eval_loss']:.4f}, test acc {r['accuracy']:.3f}, "
+              f"{r['timing']['fe_per_s']:.2f} FE/s, overhead "
+              f"{100 * r['timing']['overhead_share']:.1f}%", file=sys.stderr)
 
 
 def _merge(args: argparse.Namespace, cfg) -> dict:
@@ -216,7 +229,7 @@ def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
     from benchmarks.llm import baselines, experiment
 
     with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        rows = baselines.prompt_table(cfg, experiment.prepare(cfg), show=not args.quiet)
+        rows = baselines.prompt_table(cfg, experiment.prepared(cfg))
     out = (args.out or Path(f"out/llm-{args.preset}")) / f"llm_prompts{common.RESULTS}"
     common.write_json(out, {"record": run.record.as_dict(), "prompts": rows})
     print(f"wrote prompt table: {out}", file=sys.stderr)

@@ -1,18 +1,16 @@
-"""The LLM experiment as pure steps: data and model (:func:`prepare`), the seed x method
-loop producing result records (:func:`run`), the payload a report is rendered from
-(:func:`payload`) and, in anytime mode, its query regret (:func:`regret`).
+"""The LLM experiment: the prepared data and model (:func:`prepare`, cached per process by
+:func:`prepared`), :func:`run` (one method on every seed of a configuration: the records of
+:func:`train.run`), the baselines, the payload a report is rendered from (:func:`payload`)
+and, in anytime mode, its query regret (:func:`regret`).
 
 Example (the smoke preset, a few seconds)::
 
-    cfg = config.PRESETS["smoke"]
-    setup = prepare(cfg)
-    results = run(cfg, setup, methods.parse(cfg.methods), show=False)
+    records = run(config.PRESETS["smoke"], "radazo:k=1")
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,8 @@ import numpy as np
 from benchmarks import anytime, pages, presets
 from benchmarks.llm import data, fetch, models, tasks, train
 from benchmarks.llm.config import Config
-from benchmarks.llm.methods import is_fixed
+from benchmarks.llm.methods import REGISTRY, is_fixed
 from benchmarks.llm.models import lora
-from benchmarks.methods import Method
 
 
 @dataclasses.dataclass
@@ -112,22 +109,28 @@ def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str, fast
     }
 
 
-def run(cfg: Config, setup: Setup, methods: list[Method], *, show: bool = True,
-        log=sys.stderr) -> list[dict]:
-    """Every method from every seed (seeds outer): one result record each."""
-    results = []
-    for seed in cfg.seeds:
-        for method in methods:
-            r = train.run(method, seed, setup.bundle, cfg, show=show)
-            results.append(r)
-            print(f"{method.spec} seed {seed}: FE {r['total_fe']}, best dev loss "
-                  f"{r['best_eval_loss']:.4f}, test acc {r['accuracy']:.3f}, "
-                  f"{r['timing']['fe_per_s']:.2f} FE/s, overhead "
-                  f"{100 * r['timing']['overhead_share']:.1f}%", file=log)
-    return results
+# What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
+SETUP_FIELDS = ("model", "dtype", "task", "data", "data_seed", "n_train", "n_dev", "n_test",
+                "max_length", "prompt", "fast_path", "lora_layers", "sequential")
+_SETUP: dict[tuple, Setup] = {}  # the last configuration's setup, one per process
 
 
-def run_baselines(cfg: Config, setup: Setup, results: list[dict], *, show: bool = True,
+def prepared(cfg: Config) -> Setup:
+    """:func:`prepare` of ``cfg``, loaded once per process (the last one kept)."""
+    key = tuple(getattr(cfg, name) for name in SETUP_FIELDS)
+    if key not in _SETUP:
+        _SETUP.clear()
+        _SETUP[key] = prepare(cfg)
+    return _SETUP[key]
+
+
+def run(cfg: Config, method: str) -> list[dict]:
+    """The method ``method`` (a spec) trained from every seed of ``cfg``: one record each."""
+    bundle, parsed = prepared(cfg).bundle, REGISTRY.parse(method)
+    return [train.run(parsed, seed, bundle, cfg) for seed in cfg.seeds]
+
+
+def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
                   prompts: list[dict] | None = None) -> dict[str, Any]:
     """The baselines of the same table and the memory table (:mod:`baselines`,
     :mod:`memory`); the first-order reference gets the median wall time (training and
@@ -141,12 +144,12 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *, show: bool 
     tc = dataclasses.replace(cfg, steps=100_000,
                              eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))
     first_order = [baselines.first_order(setup.bundle, seed, tc, cfg.first_order_lr,
-                                         wall_s=wall, show=show) for seed in cfg.seeds]
+                                         wall_s=wall) for seed in cfg.seeds]
     batch = tasks.take(setup.bundle.train, np.arange(cfg.batch_size))
     optimizers = {m.label: methods_lib.build(m, cfg.lr, cfg.mu, 0)
                   for m in methods_lib.parse(MEMORY_METHODS)}
     return {
-        "prompts": prompts or baselines.prompt_table(cfg, setup, show=show),
+        "prompts": prompts or baselines.prompt_table(cfg, setup),
         "linear_probe": baselines.linear_probe(setup.bundle, cfg.eval_batch_size),
         "first_order": first_order,
         "first_order_wall_s": wall,
@@ -155,10 +158,6 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *, show: bool 
 
 
 MEMORY_METHODS = ("mezo:k=1", "mezo:k=4", "mezo:k=16")
-
-
-def zero_shot(cfg: Config, setup: Setup) -> dict[str, float]:
-    return train.zero_shot(setup.bundle, cfg)
 
 
 def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[dict],

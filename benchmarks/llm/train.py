@@ -217,7 +217,7 @@ def interleaved_overhead(compiled, method: Method, bundle: Bundle, lora: Any, st
             "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s))}
 
 
-def run(method: Method, seed: int, bundle: Bundle, cfg: Config, *, show: bool = True) -> dict:
+def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
     """Trains the adapters with ``method`` from seed ``seed``; returns the result record."""
     wall0 = time.perf_counter()
     opt = methods_lib.build(method, cfg.lr, cfg.mu, seed)
@@ -244,7 +244,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config, *, show: bool = 
     do_eval(0)
     steps = itertools.count(1) if cfg.budget is not None else range(1, cfg.steps + 1)
     total = None if cfg.budget is not None else cfg.steps
-    bar = progress(steps, total=total, desc=f"{method.spec} seed {seed}") if show else steps
+    bar = progress(steps, total=total, desc=f"{method.spec} seed {seed}")
     batch = first
     for t in bar:
         if t > 1:
