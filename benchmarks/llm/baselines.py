@@ -55,8 +55,7 @@ def prompt_table(cfg, setup, *, calibration: int = 200) -> list[dict]:
     prompts = list(tasks.PROMPTS) if cfg.task == "sst2" else [None]
     for prompt in progress(prompts, desc="prompts"):
         splits = dataclasses.replace(setup.splits, train=setup.splits.train[:calibration])
-        layout, enc = experiment.encode_splits(cfg, splits, setup.tokenizer, prompt or "it_was",
-                                               cfg.fast_path)
+        layout, enc = experiment.encode_splits(cfg, splits, setup.tokenizer, prompt or "it_was")
         bundle = dataclasses.replace(setup.bundle, first=0, sequential=False, **enc)
         lora = lora_lib.init_adapters(bundle.lora, 0)
         m = {name: train.margins(bundle, lora, enc[name], cfg.eval_batch_size)

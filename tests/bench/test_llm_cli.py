@@ -47,7 +47,7 @@ def test_a_budget_on_the_command_line_sets_its_own_evaluation_period():
     cli.add_arguments(parser)
 
     def period(*argv):
-        return cli.configure(parser.parse_args(["--preset", "cpu", *argv]))[0].eval_every_fe
+        return cli.configure(parser.parse_args(["--preset", "cpu", *argv])).eval_every_fe
 
     assert period() == config.CPU_BUDGET // 8  # the preset's
     assert period("--budget", "800") == 100  # budget / 8, not the preset's 750
