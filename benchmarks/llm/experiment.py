@@ -123,11 +123,11 @@ def run(cfg: Config, method: str) -> list[dict]:
 
 def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
                   prompts: list[dict] | None = None) -> dict[str, Any]:
-    """The baselines of the same table and the memory table (:mod:`baselines`,
-    :mod:`memory`); the first-order reference gets the median wall time (training and
-    evaluation) of the zeroth-order runs. ``prompts``: a prompt table computed before
+    """The baselines of the same table and the memory table (:mod:`baselines`); the
+    first-order reference gets the median wall time (training and evaluation) of the
+    zeroth-order runs. ``prompts``: a prompt table computed before
     (:func:`baselines.prompt_table`), else it is computed here."""
-    from benchmarks.llm import baselines, memory
+    from benchmarks.llm import baselines
     from benchmarks.llm import methods as methods_lib
 
     wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"]
@@ -144,7 +144,7 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
         "linear_probe": baselines.linear_probe(setup.bundle, cfg.eval_batch_size),
         "first_order": first_order,
         "first_order_wall_s": wall,
-        "memory": memory.memory_rows(setup.bundle, optimizers, batch, cfg.first_order_lr),
+        "memory": baselines.memory_rows(setup.bundle, optimizers, batch, cfg.first_order_lr),
     }
 
 
