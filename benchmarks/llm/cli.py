@@ -137,21 +137,27 @@ def configure(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.render:
-        return _render(args)
-    cfg = configure(args)
-    if args.cores:
-        pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
-    args.methods = list(cfg.methods) if args.methods else None
-    args.seeds = cfg.seeds if args.seeds else None
-    try:
-        if args.prompt_table_only:
-            return _prompt_table_only(args, cfg)
-        payload = _merge(args, cfg) if args.merge else _run(args, cfg)
-    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
-        flags.fail(str(err))
-    out_dir = args.out or Path(f"out/llm-{args.preset}")
-    _write(out_dir, _report_path(args, out_dir / "llm.md"), payload)
+    from benchmarks.llm import report
+
+    if args.render:  # computes nothing
+        payload = flags.read_results(args.render)
+        out_dir, page = args.out, args.render.parent / "llm.md"
+    else:
+        cfg = configure(args)
+        if args.cores:
+            pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
+        args.methods = list(cfg.methods) if args.methods else None
+        args.seeds = cfg.seeds if args.seeds else None
+        try:
+            if args.prompt_table_only:
+                return _prompt_table_only(args, cfg)
+            payload = _merge(args, cfg) if args.merge else _run(args, cfg)
+        except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
+            flags.fail(str(err))
+        out_dir = args.out or Path(f"out/llm-{args.preset}")
+        page = out_dir / "llm.md"
+    for name, path in report.write(out_dir, _report_path(args, page), payload).items():
+        print(f"wrote {name}: {path}", file=sys.stderr)
     return 0
 
 
@@ -237,16 +243,3 @@ def _report_path(args: argparse.Namespace, default: Path) -> Path | None:
     if args.report is not None and str(args.report) == "none":
         return None
     return Path(args.report) if args.report else default
-
-
-def _write(out_dir: Path | None, report_path: Path | None, payload: dict) -> None:
-    from benchmarks.llm import report
-
-    for name, path in report.write(out_dir, report_path, payload).items():
-        print(f"wrote {name}: {path}", file=sys.stderr)
-
-
-def _render(args: argparse.Namespace) -> int:
-    _write(args.out, _report_path(args, args.render.parent / "llm.md"),
-           flags.read_results(args.render))
-    return 0
