@@ -1,5 +1,6 @@
 """Baselines of the LLM table (MeZO's): zero-shot per prompt (raw and calibrated), in-context
-demonstrations, a linear probe on frozen features, and a first-order reference.
+demonstrations, a linear probe on frozen features, a first-order reference, and the
+compiled-memory table.
 
 * :func:`prompt_table`: every prompt of :data:`tasks.PROMPTS` scored by the base model
   (adapters with ``B = 0``); *raw* predicts the candidate with the higher mean
@@ -10,12 +11,15 @@ demonstrations, a linear probe on frozen features, and a first-order reference.
 * :func:`first_order`: backpropagation with Adam on the same adapters, data and batches
   as the zeroth-order methods, stopped at a wall-clock budget (or a step count); dev
   evaluations and the best checkpoint as in :func:`train.run`.
+* :func:`memory_rows`: compiled memory of a forward pass, zeroth-order steps (vectorized
+  and sequential) and a backpropagation step.
 
 Example (the tiny test model)::
 
     rows = prompt_table(cfg, setup, calibration=32)
     probe = linear_probe(setup.bundle, eval_batch_size=16)
     ref = first_order(setup.bundle, seed=0, cfg=cfg, learning_rate=1e-3)
+    rows = memory_rows(setup.bundle, {"MeZO K=4": mezo_opt}, batch)
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def calibrated_accuracy(margin: np.ndarray, label: np.ndarray, threshold: float)
     return float(np.mean((margin > threshold) == (label == 1)))
 
 
-def prompt_table(cfg, setup, *, calibration: int = 200, show: bool = True) -> list[dict]:
+def prompt_table(cfg, setup, *, calibration: int = 200) -> list[dict]:
     """Zero-shot dev and test accuracy of every SST-2 prompt, raw and calibrated.
 
     Each prompt's splits are re-encoded and scored with the full base model (the cache of
@@ -53,10 +57,9 @@ def prompt_table(cfg, setup, *, calibration: int = 200, show: bool = True) -> li
 
     rows = []
     prompts = list(tasks.PROMPTS) if cfg.task == "sst2" else [None]
-    for prompt in progress(prompts, desc="prompts") if show else prompts:
+    for prompt in progress(prompts, desc="prompts"):
         splits = dataclasses.replace(setup.splits, train=setup.splits.train[:calibration])
-        layout, enc = experiment.encode_splits(cfg, splits, setup.tokenizer, prompt or "it_was",
-                                               cfg.fast_path)
+        layout, enc = experiment.encode_splits(cfg, splits, setup.tokenizer, prompt or "it_was")
         bundle = dataclasses.replace(setup.bundle, first=0, sequential=False, **enc)
         lora = lora_lib.init_adapters(bundle.lora, 0)
         m = {name: train.margins(bundle, lora, enc[name], cfg.eval_batch_size)
@@ -145,7 +148,7 @@ def backprop_step(loss, opt):
 
 
 def first_order(bundle: train.Bundle, seed: int, cfg: Config, learning_rate: float,
-                *, wall_s: float | None = None, show: bool = True) -> dict[str, Any]:
+                *, wall_s: float | None = None) -> dict[str, Any]:
     """Backpropagation + Adam on the adapters until ``cfg.steps`` or ``wall_s`` seconds of
     training (compilation excluded, evaluation included, as in the zeroth-order runs)."""
     opt = optax.adam(learning_rate)
@@ -160,7 +163,7 @@ def first_order(bundle: train.Bundle, seed: int, cfg: Config, learning_rate: flo
     t0 = time.perf_counter()
     losses = []
     steps = range(1, cfg.steps + 1)
-    for t in progress(steps, desc=f"first-order seed {seed}") if show else steps:
+    for t in progress(steps, desc=f"first-order seed {seed}"):
         if t > 1:
             batch = next(stream)
         lora, state, value = step(lora, state, bundle.base, batch)
@@ -177,3 +180,37 @@ def first_order(bundle: train.Bundle, seed: int, cfg: Config, learning_rate: flo
             "best_eval_loss": tracker.best["loss"], "dev_accuracy": tracker.best["accuracy"],
             "accuracy": test["accuracy"], "test_loss": test["loss"],
             "wall_s": time.perf_counter() - t0}
+
+
+def compiled_bytes(fn, *args) -> int:
+    """Temp + output bytes of ``fn`` compiled for ``args``."""
+    stats = jax.jit(fn).lower(*args).compile().memory_analysis()
+    return int(stats.temp_size_in_bytes + stats.output_size_in_bytes)
+
+
+def memory_rows(bundle: train.Bundle, optimizers: dict[str, Any], batch: dict,
+                learning_rate: float = 1e-3) -> list[dict]:
+    """``[{what, bytes}]``: a forward pass, each optimizer's step vectorized and sequential,
+    and a backpropagation (Adam) step, all on ``batch``.
+
+    XLA's own account of each compiled function (:func:`compiled_bytes`; the arguments,
+    i.e. the frozen weights and the batch, are shared by every variant and not counted).
+    *Vectorized*: the estimator's 2K perturbed passes in one vmapped call, so activations
+    grow with K; *sequential* (:class:`train.Bundle` with ``sequential``, i.e.
+    :func:`zoaq_jax.sequential`): one pass after another, activations of one pass.
+    """
+    lora = lora_lib.init_adapters(bundle.lora, 0)
+    rows = [{"what": "forward pass (loss)",
+             "bytes": compiled_bytes(bundle.differentiable, lora, bundle.base, batch)}]
+    for sequential in (False, True):
+        b = dataclasses.replace(bundle, sequential=sequential)
+        for name, opt in optimizers.items():
+            step = train.make_step(opt, b.loss)
+            mode = "sequential" if sequential else "vectorized"
+            rows.append({"what": f"{name} step ({mode})",
+                         "bytes": compiled_bytes(step, lora, opt.init(lora), b.base, batch)})
+    adam = optax.adam(learning_rate)
+    rows.append({"what": "backprop + Adam step",
+                 "bytes": compiled_bytes(backprop_step(bundle.differentiable, adam),
+                                         lora, adam.init(lora), bundle.base, batch)})
+    return rows

@@ -30,6 +30,7 @@ GPU, the paper's protocol (SmolLM2; OPT from a local checkpoint folder):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -117,8 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def configure(args: argparse.Namespace):
-    """``(config, methods)`` from the preset and the options; fails on bad input before
-    anything is loaded."""
+    """The configuration of the preset and the options; fails on bad input before anything
+    is loaded."""
     from benchmarks.llm import config, methods
 
     try:
@@ -132,60 +133,75 @@ def configure(args: argparse.Namespace):
     if args.budget is not None and args.eval_every_fe is None:  # not the preset's period
         values["eval_every_fe"] = config.default_eval_every_fe(args.budget)
     cfg = presets.from_args(PRESETS[args.preset], argparse.Namespace(**values))
-    return config.complete(cfg, n_dev_given=args.n_dev is not None), chosen
+    return config.complete(cfg, n_dev_given=args.n_dev is not None)
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.render:
-        return _render(args)
-    cfg, chosen = configure(args)
-    if args.cores:
-        pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
-    args.methods = [m.spec for m in chosen] if args.methods else None
-    args.seeds = cfg.seeds if args.seeds else None
-    try:
-        if args.prompt_table_only:
-            return _prompt_table_only(args, cfg)
-        payload = _merge(args, cfg) if args.merge else _run(args, cfg, chosen)
-    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
-        flags.fail(str(err))
-    out_dir = args.out or Path(f"out/llm-{args.preset}")
-    _write(out_dir, _report_path(args, out_dir / "llm.md"), payload)
+    from benchmarks.llm import report
+
+    if args.render:  # computes nothing
+        payload = flags.read_results(args.render)
+        out_dir, page = args.out, args.render.parent / "llm.md"
+    else:
+        cfg = configure(args)
+        if args.cores:
+            pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
+        args.methods = list(cfg.methods) if args.methods else None
+        args.seeds = cfg.seeds if args.seeds else None
+        try:
+            if args.prompt_table_only:
+                return _prompt_table_only(args, cfg)
+            payload = _merge(args, cfg) if args.merge else _run(args, cfg)
+        except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
+            flags.fail(str(err))
+        out_dir = args.out or Path(f"out/llm-{args.preset}")
+        page = out_dir / "llm.md"
+    for name, path in report.write(out_dir, _report_path(args, page), payload).items():
+        print(f"wrote {name}: {path}", file=sys.stderr)
     return 0
 
 
-def _run(args: argparse.Namespace, cfg, chosen, merged: list[dict] | None = None) -> dict:
-    """Trains the ``chosen`` methods (or takes the ``merged`` results of earlier runs),
-    with the zero-shot row and the baselines of ``cfg``; the payload."""
+def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dict:
+    """Trains the methods of ``cfg`` on its seeds (seeds outer; or takes the ``merged``
+    results of earlier runs), with the zero-shot row and the baselines; the payload."""
     import jax
 
     from benchmarks import record
-    from benchmarks.llm import experiment
+    from benchmarks.experiment import execute
+    from benchmarks.llm import experiment, train
 
     prompts = (flags.read_results(args.prompt_table, "--prompt-table")["prompts"]
                if args.prompt_table else None)
     with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        setup = experiment.prepare(cfg)
+        setup = experiment.prepared(cfg)
         print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
               f"{setup.data['source']} {setup.data['sizes']}; length "
               f"{setup.data['max_length']}; fast path {setup.data['fast_path']}; "
               f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
               f"{jax.default_backend()}", file=sys.stderr)
-        zero = experiment.zero_shot(cfg, setup)
-        results = merged if merged is not None else experiment.run(cfg, setup, chosen,
-                                                                   show=not args.quiet)
-        extra = (experiment.run_baselines(cfg, setup, results, show=not args.quiet,
-                                          prompts=prompts) if cfg.baselines else None)
+        zero = train.zero_shot(setup.bundle, cfg)
+        units = [(dataclasses.replace(cfg, seeds=(seed,)), m) for seed in cfg.seeds
+                 for m in cfg.methods]
+        results = merged if merged is not None else execute(
+            experiment.run, units, args.workers, "llm", done=_log)
+        extra = (experiment.run_baselines(cfg, setup, results, prompts=prompts)
+                 if cfg.baselines else None)
     payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
                                  extra)
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
 
 
+def _log(cfg, method: str, records: list[dict]) -> None:
+    for r in records:
+        print(f"{method} seed {r['seed']}: FE {r['total_fe']}, best dev loss "
+              f"{r['best_eval_loss']:.4f}, test acc {r['accuracy']:.3f}, "
+              f"{r['timing']['fe_per_s']:.2f} FE/s, overhead "
+              f"{100 * r['timing']['overhead_share']:.1f}%", file=sys.stderr)
+
+
 def _merge(args: argparse.Namespace, cfg) -> dict:
     """One payload from the results of several runs of the same configuration (their
     seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
-    import dataclasses
-
     from benchmarks.llm import experiment
 
     payloads = [flags.read_results(p, "--merge") for p in args.merge]
@@ -206,7 +222,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
                 "results": results, "merged_runs": [p["record"] for p in payloads],
                 **({"regret": experiment.regret(results, cfg.budget, cfg.eval_every_fe)}
                    if cfg.budget is not None else {})}
-    payload = _run(args, cfg, None, merged=results)
+    payload = _run(args, cfg, merged=results)
     payload["merged_runs"] = [p["record"] for p in payloads]
     return payload
 
@@ -216,7 +232,7 @@ def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
     from benchmarks.llm import baselines, experiment
 
     with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        rows = baselines.prompt_table(cfg, experiment.prepare(cfg), show=not args.quiet)
+        rows = baselines.prompt_table(cfg, experiment.prepared(cfg))
     out = (args.out or Path(f"out/llm-{args.preset}")) / f"llm_prompts{common.RESULTS}"
     common.write_json(out, {"record": run.record.as_dict(), "prompts": rows})
     print(f"wrote prompt table: {out}", file=sys.stderr)
@@ -227,16 +243,3 @@ def _report_path(args: argparse.Namespace, default: Path) -> Path | None:
     if args.report is not None and str(args.report) == "none":
         return None
     return Path(args.report) if args.report else default
-
-
-def _write(out_dir: Path | None, report_path: Path | None, payload: dict) -> None:
-    from benchmarks.llm import report
-
-    for name, path in report.write(out_dir, report_path, payload).items():
-        print(f"wrote {name}: {path}", file=sys.stderr)
-
-
-def _render(args: argparse.Namespace) -> int:
-    _write(args.out, _report_path(args, args.render.parent / "llm.md"),
-           flags.read_results(args.render))
-    return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -197,17 +198,15 @@ def synthetic_copa(n: int, seed: int = 0) -> list[CopaExample]:
 
 
 def synthetic_splits(task: str, *, n_train: int, n_dev: int, n_test: int, seed: int = 0) -> Splits:
-    make = synthetic_sentiment if task == "sst2" else synthetic_copa
     if task not in ("sst2", "copa"):
         raise ValueError(f"Unknown task {task!r}; expected 'sst2' or 'copa'.")
+    make = synthetic_sentiment if task == "sst2" else synthetic_copa
     return Splits(train=make(n_train, seed), dev=make(n_dev, seed + 1),
                   test=make(n_test, seed + 2), source=f"synthetic {task}")
 
 
 def vocabulary(splits: Splits) -> list[str]:
     """All words (whitespace and punctuation split) of synthetic splits, for tiny tokenizers."""
-    import re
-
     words = set()
     for ex in splits.train + splits.dev + splits.test:
         texts = ([ex.sentence] if isinstance(ex, SentimentExample)

@@ -1,18 +1,16 @@
-"""The LLM experiment as pure steps: data and model (:func:`prepare`), the seed x method
-loop producing result records (:func:`run`), the payload a report is rendered from
-(:func:`payload`) and, in anytime mode, its query regret (:func:`regret`).
+"""The LLM experiment: the prepared data and model (:func:`prepare`, cached per process by
+:func:`prepared`), :func:`run` (one method on every seed of a configuration: the records of
+:func:`train.run`), the baselines, the payload a report is rendered from (:func:`payload`)
+and, in anytime mode, its query regret (:func:`regret`).
 
 Example (the smoke preset, a few seconds)::
 
-    cfg = config.PRESETS["smoke"]
-    setup = prepare(cfg)
-    results = run(cfg, setup, methods.parse(cfg.methods), show=False)
+    records = run(config.PRESETS["smoke"], "radazo:k=1")
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,8 @@ import numpy as np
 from benchmarks import anytime, pages, presets
 from benchmarks.llm import data, fetch, models, tasks, train
 from benchmarks.llm.config import Config
-from benchmarks.llm.methods import is_fixed
+from benchmarks.llm.methods import REGISTRY, is_fixed
 from benchmarks.llm.models import lora
-from benchmarks.methods import Method
 
 
 @dataclasses.dataclass
@@ -34,32 +31,19 @@ class Setup:
     model: dict[str, Any]  # name, architecture, dtype, ...
     lora_params: int
     data: dict[str, Any]  # source, sizes, max_length, option_length, fast_path
-    splits: data.Splits | None = None  # the raw examples (prompt baselines re-encode them)
-    tokenizer: Any = None
+    splits: data.Splits  # the raw examples (prompt baselines re-encode them)
+    tokenizer: Any
 
 
-def select_data(cfg: Config):
-    """``(splits, movie_reviews)``: the splits, or ``None`` and the movie-review file when
-    the splits must wait for the tokenizer (snippets longer than ``max_length`` dropped)."""
-    sizes = {"n_train": cfg.n_train, "n_dev": cfg.n_dev, "n_test": cfg.n_test}
-    if cfg.data == "synthetic":  # never downloads anything
-        return data.synthetic_splits(cfg.task, seed=cfg.data_seed, **sizes), None
-    if cfg.data is not None:
-        return data.load_splits(cfg.task, Path(cfg.data), seed=cfg.data_seed, **sizes), None
-    if cfg.task == "sst2":
-        return None, fetch.movie_reviews()
-    raise ValueError("COPA has no embedded data: pass --data with a SuperGLUE COPA folder "
-                     "(train.jsonl, val.jsonl).")
-
-
-def _movie_review_splits(cfg: Config, tokenizer, source: Path) -> data.Splits:
-    """Snippets that fit ``max_length`` with MeZO's prompt (the same splits whatever the
-    prompt; the sequence length then fits the prompt used)."""
+def _movie_review_splits(cfg: Config, tokenizer) -> data.Splits:
+    """The embedded snippets that fit ``max_length`` with MeZO's prompt (the same splits
+    whatever the prompt; the sequence length then fits the prompt used)."""
+    source = fetch.movie_reviews()
     pool = data.load_movie_reviews(source)
     dropped = 0
     if cfg.max_length is not None:
         task = tasks.get_task("sst2")
-        keep = [ex for ex in pool if _fits(task, tokenizer, ex, cfg.max_length)]
+        keep = [ex for ex in pool if tasks.sequence_length(task, tokenizer, ex) <= cfg.max_length]
         dropped, pool = len(pool) - len(keep), keep
     note = f"; {dropped} snippets longer than {cfg.max_length} tokens dropped)" if dropped else ")"
     return data.single_pool_splits(pool, seed=cfg.data_seed,
@@ -67,24 +51,28 @@ def _movie_review_splits(cfg: Config, tokenizer, source: Path) -> data.Splits:
                                    n_train=cfg.n_train, n_dev=cfg.n_dev, n_test=cfg.n_test)
 
 
-def _fits(task, tokenizer, ex, max_length: int) -> bool:
-    ctx, opts, _ = tasks.tokenize(task, tokenizer, ex)
-    return len(ctx) + max(len(o) for o in opts) <= max_length
-
-
 def prepare(cfg: Config) -> Setup:
-    """Loads the data (first: the tiny models' vocabulary comes from it) and the model,
-    encodes the splits and adds the LoRA adapters."""
-    splits, reviews = select_data(cfg)
+    """Loads the data (first: the tiny models' vocabulary comes from it; the embedded
+    movie reviews wait for the tokenizer) and the model, encodes the splits and adds the
+    LoRA adapters."""
+    sizes = {"n_train": cfg.n_train, "n_dev": cfg.n_dev, "n_test": cfg.n_test,
+             "seed": cfg.data_seed}
+    splits = None
+    if cfg.data == "synthetic":  # never downloads anything
+        splits = data.synthetic_splits(cfg.task, **sizes)
+    elif cfg.data is not None:
+        splits = data.load_splits(cfg.task, Path(cfg.data), **sizes)
+    elif cfg.task != "sst2":
+        raise ValueError("COPA has no embedded data: pass --data with a SuperGLUE COPA "
+                         "folder (train.jsonl, val.jsonl).")
     tiny = cfg.model.startswith("tiny-")
     words = data.vocabulary(splits) if splits is not None and tiny else ()
     if tiny and not words:
         raise ValueError("Tiny random models are for synthetic data (--data synthetic).")
     model, tokenizer, info = models.load_model(cfg.model, dtype=cfg.dtype, words=words)
-    if splits is None:
-        splits = _movie_review_splits(cfg, tokenizer, reviews)
+    splits = splits or _movie_review_splits(cfg, tokenizer)
     first = lora.first_tuned(model, cfg.lora_layers)
-    layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt, cfg.fast_path)
+    layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt)
     lora.apply_lora(model, key=0, first=first)
     graphdef, adapters, base = lora.split(model)
     bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
@@ -97,14 +85,14 @@ def prepare(cfg: Config) -> Setup:
                  splits=splits, tokenizer=tokenizer)
 
 
-def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str, fast_path: bool):
+def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str):
     """``(layout, {train, dev, test: encoded})`` of ``splits`` with ``prompt``. The length
     fits the prompt when the embedded reviews were filtered by length, else ``max_length``."""
     task = tasks.get_task(cfg.task, prompt if cfg.task == "sst2" else None, splits.train)
     filtered = cfg.data is None and cfg.task == "sst2"
     layout = tasks.measure(task, tokenizer, splits.train + splits.dev + splits.test,
                            max_length=None if filtered else cfg.max_length)
-    fast = layout.single_token and fast_path
+    fast = layout.single_token and cfg.fast_path
     return layout, {
         name: tasks.encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
                            only_correct=name == "train" and task.loss_kind == "option_lm")
@@ -112,28 +100,34 @@ def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str, fast
     }
 
 
-def run(cfg: Config, setup: Setup, methods: list[Method], *, show: bool = True,
-        log=sys.stderr) -> list[dict]:
-    """Every method from every seed (seeds outer): one result record each."""
-    results = []
-    for seed in cfg.seeds:
-        for method in methods:
-            r = train.run(method, seed, setup.bundle, cfg, show=show)
-            results.append(r)
-            print(f"{method.spec} seed {seed}: FE {r['total_fe']}, best dev loss "
-                  f"{r['best_eval_loss']:.4f}, test acc {r['accuracy']:.3f}, "
-                  f"{r['timing']['fe_per_s']:.2f} FE/s, overhead "
-                  f"{100 * r['timing']['overhead_share']:.1f}%", file=log)
-    return results
+# What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
+SETUP_FIELDS = ("model", "dtype", "task", "data", "data_seed", "n_train", "n_dev", "n_test",
+                "max_length", "prompt", "fast_path", "lora_layers", "sequential")
+_SETUP: dict[tuple, Setup] = {}  # the last configuration's setup, one per process
 
 
-def run_baselines(cfg: Config, setup: Setup, results: list[dict], *, show: bool = True,
+def prepared(cfg: Config) -> Setup:
+    """:func:`prepare` of ``cfg``, loaded once per process (the last one kept)."""
+    key = tuple(getattr(cfg, name) for name in SETUP_FIELDS)
+    if key not in _SETUP:
+        _SETUP.clear()
+        _SETUP[key] = prepare(cfg)
+    return _SETUP[key]
+
+
+def run(cfg: Config, method: str) -> list[dict]:
+    """The method ``method`` (a spec) trained from every seed of ``cfg``: one record each."""
+    bundle, parsed = prepared(cfg).bundle, REGISTRY.parse(method)
+    return [train.run(parsed, seed, bundle, cfg) for seed in cfg.seeds]
+
+
+def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
                   prompts: list[dict] | None = None) -> dict[str, Any]:
-    """The baselines of the same table and the memory table (:mod:`baselines`,
-    :mod:`memory`); the first-order reference gets the median wall time (training and
-    evaluation) of the zeroth-order runs. ``prompts``: a prompt table computed before
+    """The baselines of the same table and the memory table (:mod:`baselines`); the
+    first-order reference gets the median wall time (training and evaluation) of the
+    zeroth-order runs. ``prompts``: a prompt table computed before
     (:func:`baselines.prompt_table`), else it is computed here."""
-    from benchmarks.llm import baselines, memory
+    from benchmarks.llm import baselines
     from benchmarks.llm import methods as methods_lib
 
     wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"]
@@ -141,24 +135,20 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *, show: bool 
     tc = dataclasses.replace(cfg, steps=100_000,
                              eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))
     first_order = [baselines.first_order(setup.bundle, seed, tc, cfg.first_order_lr,
-                                         wall_s=wall, show=show) for seed in cfg.seeds]
+                                         wall_s=wall) for seed in cfg.seeds]
     batch = tasks.take(setup.bundle.train, np.arange(cfg.batch_size))
     optimizers = {m.label: methods_lib.build(m, cfg.lr, cfg.mu, 0)
                   for m in methods_lib.parse(MEMORY_METHODS)}
     return {
-        "prompts": prompts or baselines.prompt_table(cfg, setup, show=show),
+        "prompts": prompts or baselines.prompt_table(cfg, setup),
         "linear_probe": baselines.linear_probe(setup.bundle, cfg.eval_batch_size),
         "first_order": first_order,
         "first_order_wall_s": wall,
-        "memory": memory.memory_rows(setup.bundle, optimizers, batch, cfg.first_order_lr),
+        "memory": baselines.memory_rows(setup.bundle, optimizers, batch, cfg.first_order_lr),
     }
 
 
 MEMORY_METHODS = ("mezo:k=1", "mezo:k=4", "mezo:k=16")
-
-
-def zero_shot(cfg: Config, setup: Setup) -> dict[str, float]:
-    return train.zero_shot(setup.bundle, cfg)
 
 
 def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[dict],

@@ -1,12 +1,6 @@
-"""Outputs of the LLM benchmark: ``llm.json.xz``, the eval-loss-vs-FE figure, Markdown.
-
-A run writes ``OUT/llm.json.xz`` and ``OUT/llm.png``; its Markdown page ``REPORT`` gets the
-figure and a copy of the JSON in ``REPORT_DIR/llm/`` (``<report stem>_<preset>_<task>.png``,
-``<report stem>.json.xz``), so that every page has its data next to it. Text written by hand
-outside the page's generated block survives a re-render.
-
-The Markdown puts our table next to the paper's (Table "Complete LLM fine-tuning
-results", OPT-1.3B, three seeds, 5,000 steps), whose numbers are copied below.
+"""The LLM page from its payload: tables, the dev-loss-vs-FE figure, next to the paper's
+table (Table "Complete LLM fine-tuning results", OPT-1.3B, three seeds, 5,000 steps), whose
+numbers are copied below. :func:`write` says where the files go.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from benchmarks import anytime, common, pages, record
-from benchmarks.common import write_json
 from benchmarks.pages import mean_std
 from benchmarks.llm.experiment import fe_to_reach
 from benchmarks.llm.methods import is_fixed
@@ -51,7 +44,6 @@ PAPER_HEADERS = ["Method", "Total FE", "Avg K", "FE savings", "Best eval loss",
 
 
 def by_method(results: list[dict]) -> dict[str, list[dict]]:
-    """The result records of each method (over seeds), in order of appearance."""
     return pages.grouped(results, "method")
 
 
@@ -301,14 +293,16 @@ NOTES = """\
 def write(out_dir: Path | None, report_path: Path | None,
           payload: dict[str, Any]) -> dict[str, Path]:
     """Writes ``llm.json.xz`` and ``llm.png`` under ``out_dir`` (if given) and the Markdown
-    page ``report_path`` (if given) with its figure and JSON in ``llm/`` beside it."""
+    page ``report_path`` (if given; text outside its generated block is kept) with its
+    figure and JSON in ``llm/`` beside it (``<page stem>_<preset>_<task>.png``,
+    ``<page stem>.json.xz``)."""
     cfg = payload["config"]
     caption = f"{payload['model']['name']} / {cfg['task']} / preset {cfg['preset']}"
     envelope = payload.get("regret", {}).get("envelope", ())
     paths = {}
     if out_dir is not None:
         out_dir = Path(out_dir)
-        paths["json"] = write_json(out_dir / f"llm{common.RESULTS}", payload)
+        paths["json"] = common.write_json(out_dir / f"llm{common.RESULTS}", payload)
         paths["png"] = plot(payload["results"], out_dir / "llm.png", caption, envelope)
     if report_path is not None:
         report_path = Path(report_path)
@@ -316,7 +310,7 @@ def write(out_dir: Path | None, report_path: Path | None,
         fig = plot(payload["results"],
                    beside / f"{report_path.stem}_{cfg['preset']}_{cfg['task']}.png", caption,
                    envelope)
-        paths["report json"] = write_json(beside / f"{report_path.stem}{common.RESULTS}",
+        paths["report json"] = common.write_json(beside / f"{report_path.stem}{common.RESULTS}",
                                           payload)
         paths["markdown"] = pages.page(report_path, title(payload),
                                       markdown(payload, pages.link(fig, report_path)), "llm")

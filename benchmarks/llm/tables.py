@@ -5,10 +5,6 @@ marked, and the compiled-memory table.
 A difference between two methods is *resolved* when their means differ by more than the
 sum of their seed standard deviations (the seed spread); unresolved differences are
 noise at this number of seeds.
-
-Example::
-
-    parts = sections(payload)  # [] unless the payload has "prompt" in its config
 """
 
 from __future__ import annotations
@@ -111,15 +107,12 @@ def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[l
     for name, runs in groups.items():
         cells = []
         for i in range(len(budgets)):
-            top = better([s[i][0] for s in stats.values()])
-            best_name = next(n for n in stats if stats[n][i][0] == top)
-            text = fmt.format(stats[name][i][0]) + " ± " + fmt.format(stats[name][i][1])
-            if name == best_name:
-                text = f"**{text}**"
-            elif resolved(stats[name][i], stats[best_name][i],
-                          min(len(runs), len(groups[best_name]))):
-                text += " †"
-            cells.append(text)
+            top = better(s[i][0] for s in stats.values())
+            best = next(n for n in stats if stats[n][i][0] == top)
+            apart = name != best and resolved(stats[name][i], stats[best][i],
+                                              min(len(runs), len(groups[best])))
+            cells.append(pages.bold(pages.pm(*stats[name][i], fmt), name == best)
+                         + " †" * apart)
         rows.append([runs[0]["label"]] + cells)
     return budgets, rows
 

@@ -57,17 +57,12 @@ def demonstrations(train: Sequence[SentimentExample], count: int) -> list[Sentim
 
 
 class SST2:
-    """Sentiment with one of :data:`PROMPTS` (default MeZO's ``it_was``)."""
+    """Sentiment with one of :data:`PROMPTS` and its demonstrations (:func:`get_task`)."""
 
-    name = "sst2"
     loss_kind = "classification"
 
     def __init__(self, prompt: str = "it_was", demos: Sequence[SentimentExample] = ()):
-        if prompt not in PROMPTS:
-            raise ValueError(f"Unknown prompt {prompt!r}; expected one of {sorted(PROMPTS)}.")
-        self.template, self.verbalizer, count = PROMPTS[prompt]
-        if len(demos) != count:
-            raise ValueError(f"Prompt {prompt!r} takes {count} demonstrations, got {len(demos)}.")
+        self.template, self.verbalizer, _ = PROMPTS[prompt]
         self.prefix = "".join(self.template.format(s=d.sentence) + f" {self.verbalizer[d.label]}"
                               "\n\n" for d in demos)
 
@@ -79,7 +74,6 @@ class SST2:
 
 
 class COPA:
-    name = "copa"
     loss_kind = "option_lm"
 
     def context(self, ex: CopaExample) -> str:
@@ -128,6 +122,12 @@ def tokenize(task, tokenizer: Tokenizer, ex) -> tuple[list[int], list[list[int]]
     if not ctx or any(not o for o in opts):
         raise ValueError(f"Empty context or option after tokenization in {ex!r}.")
     return ctx, opts, ex.label
+
+
+def sequence_length(task, tokenizer: Tokenizer, ex) -> int:
+    """Tokens of ``ex``'s context and its longest option."""
+    ctx, opts, _ = tokenize(task, tokenizer, ex)
+    return len(ctx) + max(len(o) for o in opts)
 
 
 def measure(task, tokenizer: Tokenizer, examples: Sequence[Any], *,

@@ -20,6 +20,7 @@ FE), so their dev-loss curves can be compared at every budget up to ``budget``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import time
 from collections import Counter
@@ -62,10 +63,7 @@ class Bundle:
         # Sequential: under the estimator's vmap over perturbations the objective runs one
         # pass at a time (zoaq_jax.sequential), so a step holds one forward pass's
         # activations whatever K is.
-        one = zoaq_jax.sequential(plain) if self.sequential else plain
-
-        def loss(lora, base, batch):
-            return one(lora, base, batch)
+        loss = zoaq_jax.sequential(plain) if self.sequential else plain
 
         def metrics(lora, base, batch):
             return tasks.batch_metrics(lora_lib.merge(graphdef, lora, base), batch, kind, first)
@@ -77,13 +75,10 @@ class Bundle:
                 if "states" not in getattr(self, name):
                     setattr(self, name, tasks.cache_states(below, getattr(self, name), first))
 
-        def batched_loss(stacked, base, batch):
-            return jax.vmap(lambda one: loss(one, base, batch))(stacked)
-
         self.loss = loss
         self.differentiable = plain  # the objective without the sequential batching rule
         self.probe = jax.jit(loss)
-        self.batched = jax.jit(batched_loss)  # the oracle's vmapped call, for timing
+        self.batched = jax.jit(jax.vmap(loss, in_axes=(0, None, None)))  # an oracle call
         self.metrics = jax.jit(metrics)
 
 
@@ -115,10 +110,14 @@ class Tracker:
         self.best: dict[str, Any] = {"loss": np.inf}
         self.eval_s = 0.0
 
-    def evaluate(self, t: int, fe: int, lora: Any, train_loss: float | None = None) -> None:
+    def _evaluate(self, lora: Any, split: dict) -> dict[str, float]:
         e0 = time.perf_counter()
-        dev = evaluate(self.bundle, lora, self.bundle.dev, self.batch_size)
+        out = evaluate(self.bundle, lora, split, self.batch_size)
         self.eval_s += time.perf_counter() - e0
+        return out
+
+    def evaluate(self, t: int, fe: int, lora: Any, train_loss: float | None = None) -> None:
+        dev = self._evaluate(lora, self.bundle.dev)
         self.curve.append({"step": t, "fe": fe, "dev_loss": dev["loss"],
                            "dev_accuracy": dev["accuracy"], "train_loss": train_loss,
                            "wall_s": time.perf_counter() - self.wall0})
@@ -128,10 +127,7 @@ class Tracker:
 
     def test(self) -> dict[str, float]:
         """Test metrics of the best checkpoint."""
-        e0 = time.perf_counter()
-        out = evaluate(self.bundle, self.best["lora"], self.bundle.test, self.batch_size)
-        self.eval_s += time.perf_counter() - e0
-        return out
+        return self._evaluate(self.best["lora"], self.bundle.test)
 
 
 def batches(encoded: dict, batch_size: int, seed: int):
@@ -162,8 +158,8 @@ def _key(n: int, batched: bool) -> str:
     return str(n) if batched else "centre"
 
 
-def _oracle_calls(bundle: Bundle, lora: Any, sizes) -> dict[str, tuple]:
-    """``{key: (fn, arg)}`` reproducing the estimator's oracle calls in isolation.
+def _oracle_calls(bundle: Bundle, lora: Any, batch: dict, sizes) -> dict[str, Any]:
+    """``{key: call}``: the estimator's oracle calls in isolation, compiled.
 
     ``sizes`` holds ``(n, batched)``: batched entries vmap the objective over ``n``
     perturbed adapters (one acquisition chunk), unbatched ones are the plain objective
@@ -171,28 +167,26 @@ def _oracle_calls(bundle: Bundle, lora: Any, sizes) -> dict[str, tuple]:
     """
     calls = {}
     for n, batched in sorted(set(sizes)):
+        fn, arg = bundle.probe, lora
         if batched:
             noise = 1e-2 * jax.random.normal(jax.random.key(n), (n,))
+            fn = bundle.batched
             arg = jax.tree.map(lambda x, z=noise: x[None] + z.reshape((-1,) + (1,) * x.ndim), lora)
-            calls[_key(n, batched)] = (bundle.batched, arg)
-        else:
-            calls[_key(n, batched)] = (bundle.probe, lora)
+        calls[_key(n, batched)] = functools.partial(fn, arg, bundle.base, batch)
+        _timed(calls[_key(n, batched)])  # compile
     return calls
 
 
-def _timed(fn, *args) -> float:
+def _timed(fn) -> float:
     t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
+    jax.block_until_ready(fn())
     return time.perf_counter() - t0
 
 
 def forward_call_seconds(bundle: Bundle, lora: Any, batch: dict, sizes, reps: int) -> dict:
     """Median wall time of each oracle call of ``sizes`` (see :func:`_oracle_calls`)."""
-    out = {}
-    for key, (fn, arg) in _oracle_calls(bundle, lora, sizes).items():
-        _timed(fn, arg, bundle.base, batch)  # compile
-        out[key] = float(np.median([_timed(fn, arg, bundle.base, batch) for _ in range(reps)]))
-    return out
+    return {key: float(np.median([_timed(call) for _ in range(reps)]))
+            for key, call in _oracle_calls(bundle, lora, batch, sizes).items()}
 
 
 def interleaved_overhead(compiled, method: Method, bundle: Bundle, lora: Any, state: Any,
@@ -203,21 +197,20 @@ def interleaved_overhead(compiled, method: Method, bundle: Bundle, lora: Any, st
     discarded; the step is deterministic, so ``K_t`` is the same each time) and right
     after each repeat times the oracle calls that step makes, one by one.
     """
-    k = int(compiled(lora, state, bundle.base, batch)[3])
+    step = functools.partial(compiled, lora, state, bundle.base, batch)
+    k = int(step()[3])
     chunks = methods_lib.chunks(method, k)
-    calls = _oracle_calls(bundle, lora, chunks)
-    for fn, arg in calls.values():
-        _timed(fn, arg, bundle.base, batch)  # compile
+    calls = _oracle_calls(bundle, lora, batch, chunks)
     step_s, fwd_s = [], []
     for _ in range(reps):
-        step_s.append(_timed(lambda: compiled(lora, state, bundle.base, batch)))
-        fwd_s.append(sum(_timed(*calls[_key(n, b)], bundle.base, batch) for n, b in chunks))
+        step_s.append(_timed(step))
+        fwd_s.append(sum(_timed(calls[_key(n, b)]) for n, b in chunks))
     return {"k": k, "reps": reps, "step_s": float(np.median(step_s)),
             "forward_s": float(np.median(fwd_s)),
             "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s))}
 
 
-def run(method: Method, seed: int, bundle: Bundle, cfg: Config, *, show: bool = True) -> dict:
+def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
     """Trains the adapters with ``method`` from seed ``seed``; returns the result record."""
     wall0 = time.perf_counter()
     opt = methods_lib.build(method, cfg.lr, cfg.mu, seed)
@@ -226,14 +219,12 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config, *, show: bool = 
     stream = batches(bundle.train, cfg.batch_size, seed)
     step = make_step(opt, bundle.loss)
 
-    first = next(stream)
+    batch = next(stream)
     t0 = time.perf_counter()
-    compiled = step.lower(lora, state, bundle.base, first).compile()
+    compiled = step.lower(lora, state, bundle.base, batch).compile()
     compile_s = time.perf_counter() - t0
 
-    probes = []
-    step_s, ks = [], []
-    fe = 0
+    probes, step_s, ks, fe = [], [], [], 0
     tracker = Tracker(bundle, cfg.eval_batch_size, wall0)
 
     def do_eval(t: int):
@@ -242,10 +233,9 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config, *, show: bool = 
         tracker.evaluate(t, fe, lora, train_loss=float(np.mean(recent)) if recent else None)
 
     do_eval(0)
-    steps = itertools.count(1) if cfg.budget is not None else range(1, cfg.steps + 1)
-    total = None if cfg.budget is not None else cfg.steps
-    bar = progress(steps, total=total, desc=f"{method.spec} seed {seed}") if show else steps
-    batch = first
+    steps, total = ((itertools.count(1), None) if cfg.budget is not None
+                    else (range(1, cfg.steps + 1), cfg.steps))
+    bar = progress(steps, total=total, desc=f"{method.spec} seed {seed}")
     for t in bar:
         if t > 1:
             batch = next(stream)
@@ -259,8 +249,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config, *, show: bool = 
         ks.append(k)
         if cfg.eval_due(t, fe_before, fe):
             do_eval(t)
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(fe=fe, dev_loss=f"{tracker.curve[-1]['dev_loss']:.4f}")
+            bar.set_postfix(fe=fe, dev_loss=f"{tracker.curve[-1]['dev_loss']:.4f}")
         if cfg.done(t, fe):
             break
     zoaq_jax.check_responses(state)  # warns when mu is below the float resolution

@@ -21,7 +21,7 @@ def _cfg(**kw):
 
 @pytest.mark.parametrize("name", ["radazo:k=2", "auto_k", "zoaq:k_max=2"])
 def test_budget_mode_stops_each_method_at_the_budget(name):
-    r = train.run(REGISTRY.parse(name), 0, tiny_bundle(), _cfg(budget=10, eval_every_fe=4), show=False)
+    r = train.run(REGISTRY.parse(name), 0, tiny_bundle(), _cfg(budget=10, eval_every_fe=4))
     last_step_fe = 2 * r["k_trace"][-1]
     # the first step that reaches the budget ends the run (steps=1 is not used)
     assert r["total_fe"] >= 10 > r["total_fe"] - last_step_fe

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks.llm import baselines, config, memory, methods, tasks, train
+from benchmarks.llm import baselines, config, methods, tasks, train
 from benchmarks.llm.models import lora
 from llm_helpers import tiny_bundle
 
@@ -58,7 +58,7 @@ def test_sequential_step_equals_vectorized_step(bundles):
 def test_sequential_zo_step_costs_one_forward_pass_of_memory(bundles):
     plain, _ = bundles  # uncached: every pass runs the whole model, activations dominate
     batch = tasks.take(plain.train, np.arange(32))
-    rows = {r["what"]: r["bytes"] for r in memory.memory_rows(
+    rows = {r["what"]: r["bytes"] for r in baselines.memory_rows(
         plain, {"K=1": _mezo(1), "K=4": _mezo(4), "K=8": _mezo(8)}, batch)}
     forward = rows["forward pass (loss)"]
     # zoaq_jax.sequential: one pass at a time and nothing hoisted out of the loop, so a
@@ -78,7 +78,7 @@ def test_first_order_reference_reduces_loss(bundles):
     _, cached = bundles
     cfg = dataclasses.replace(config.SMOKE, steps=30, eval_every=10, batch_size=8,
                               eval_batch_size=8, probe_every=10, timing_reps=3)
-    r = baselines.first_order(cached, 0, cfg, learning_rate=1e-2, show=False)
+    r = baselines.first_order(cached, 0, cfg, learning_rate=1e-2)
     assert r["steps"] == 30
     assert r["curve"][-1]["dev_loss"] < r["curve"][0]["dev_loss"]
     assert r["last_loss"] < r["first_loss"]

@@ -47,7 +47,7 @@ def test_a_budget_on_the_command_line_sets_its_own_evaluation_period():
     cli.add_arguments(parser)
 
     def period(*argv):
-        return cli.configure(parser.parse_args(["--preset", "cpu", *argv]))[0].eval_every_fe
+        return cli.configure(parser.parse_args(["--preset", "cpu", *argv])).eval_every_fe
 
     assert period() == config.CPU_BUDGET // 8  # the preset's
     assert period("--budget", "800") == 100  # budget / 8, not the preset's 750
@@ -67,6 +67,21 @@ def test_paper_preset_runs_on_cpu_at_tiny_size_with_a_seed_range(tmp_path):
     assert record["machine"]["backend"] == jax.default_backend()
     assert record["machine"]["devices"] == [d.device_kind for d in jax.devices()]
     assert not (tmp_path / "llm.md").exists()  # --report none
+
+
+def test_run_trains_one_method_on_every_seed_from_one_cached_setup(monkeypatch):
+    prepare, loaded = experiment.prepare, []
+    monkeypatch.setattr(experiment, "prepare", lambda cfg: loaded.append(cfg) or prepare(cfg))
+    monkeypatch.setattr(experiment, "_SETUP", {})
+    cfg = presets.override(config.PRESETS["smoke"], steps=2, eval_every=1, n_train=8, n_dev=4,
+                           n_test=4, batch_size=4, eval_batch_size=4, seeds=(0, 1))
+    both = experiment.run(cfg, "radazo:k=1")
+    (again,) = experiment.run(presets.override(cfg, seeds=(1,)), "radazo:k=1")
+    assert [(r["method"], r["seed"]) for r in both] == [("radazo:k=1", 0), ("radazo:k=1", 1)]
+    assert [c["dev_loss"] for c in again["curve"]] == [c["dev_loss"] for c in both[1]["curve"]]
+    assert experiment.prepared(presets.override(cfg, lr=1.0, steps=5, methods=("mezo",))) is (
+        experiment.prepared(cfg))
+    assert len(loaded) == 1  # seeds, methods and run lengths are not part of the setup
 
 
 def _tiny_opt_folder(path: Path) -> Path:

@@ -48,7 +48,7 @@ def test_run_records_curve_best_checkpoint_and_timing():
     bundle = tiny_bundle("copa")
     cfg = dataclasses.replace(config.SMOKE, steps=4, eval_every=2, batch_size=4,
                               eval_batch_size=8, probe_every=2, timing_reps=1)
-    r = train.run(methods.REGISTRY.parse("zoaq:k_max=2"), 0, bundle, cfg, show=False)
+    r = train.run(methods.REGISTRY.parse("zoaq:k_max=2"), 0, bundle, cfg)
     assert [c["step"] for c in r["curve"]] == [0, 2, 4]
     assert (
         r["total_fe"] == r["curve"][-1]["fe"] == sum(2 * int(k) * n for k, n in r["k_hist"].items())
