@@ -96,13 +96,10 @@ def _optax_algo(build: Callable[[Any], Any], value_fn) -> Algo:
         u, s = update_opt.update(None, s, x, value_fn=value_fn)
         return optax.apply_updates(x, u), s
 
-    def last_k(state):
-        return jax.numpy.asarray(optax.tree.get(state[1], "last_k"), jax.numpy.int32)
+    def get(name):
+        return lambda state: jax.numpy.asarray(optax.tree.get(state[1], name), jax.numpy.int32)
 
-    def calls(state):
-        return jax.numpy.asarray(optax.tree.get(state[1], "num_queries"), jax.numpy.int32)
-
-    return Algo(init, step, lambda s: s[0], calls, last_k)
+    return Algo(init, step, lambda s: s[0], get("num_queries"), get("last_k"))
 
 
 def _open_es_algo(value_fn, d: int, k: int) -> Algo:
@@ -133,10 +130,8 @@ def _open_es_algo(value_fn, d: int, k: int) -> Algo:
         es_state, _ = es.tell(tell_key, population, fitness, es_state, es_params)
         return es_state, key
 
-    def calls(state):
-        return jnp.asarray(2 * k * state[0].generation_counter, jnp.int32)
-
-    return Algo(init, step, lambda s: s[0].mean, calls,
+    return Algo(init, step, lambda s: s[0].mean,
+                lambda s: jnp.asarray(2 * k * s[0].generation_counter, jnp.int32),
                 lambda s: jnp.asarray(k, jnp.int32))
 
 
