@@ -26,7 +26,6 @@ from pathlib import Path
 
 from benchmarks import common, flags, pages, presets
 from benchmarks import record as run_record
-from benchmarks.overhead import measure as measure_lib
 
 COMBINES = ("psum", "gather")
 
@@ -67,6 +66,7 @@ def program(d: int, k: int, steps: int, mesh, combine: str):
     import optax
 
     import zoaq_jax
+    from benchmarks.overhead import measure as measure_lib  # imports JAX: not at the top
 
     # zoaq_jax.radazo(1e-3, k=k, mesh=mesh), with the combine chosen
     opt = zoaq_jax.chain(zoaq_jax.fixed_estimator(k=k, mesh=mesh, combine=combine or "psum"),
@@ -89,6 +89,8 @@ def program(d: int, k: int, steps: int, mesh, combine: str):
 
 def measure(args: Preset) -> list[dict]:
     import jax
+
+    from benchmarks.overhead import measure as measure_lib
 
     splits = [(1, None)] + [(n, c) for n in args.devices for c in COMBINES]
     configs = [(d, n, c) for d in args.dims for n, c in splits]

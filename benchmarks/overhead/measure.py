@@ -170,18 +170,14 @@ class Case:
 
     def record(self) -> dict[str, Any]:
         out = self.out
-        return record(self, steps=int(out["steps"]),
-                      useful_calls=int(out["calls"].astype(np.int64).sum()),
-                      lane_use=float(out["useful"]) / max(float(out["executed"]), 1.0),
-                      final_gap=out["gap"].tolist(), state_bytes=self.state_bytes,
-                      memory=self.memory)
+        return record(self, int(out["steps"]), int(out["calls"].astype(np.int64).sum()),
+                      float(out["useful"]) / max(float(out["executed"]), 1.0),
+                      out["gap"].tolist())
 
 
-def record(case, *, steps: int, useful_calls: int, lane_use: float, final_gap: list[float],
-           state_bytes: int, memory: dict[str, Any]) -> dict[str, Any]:
-    """The result record of a timed configuration ``case`` (its ``name``, ``d``, ``lanes``,
-    ``budget``, ``compile_seconds`` and ``times``): what it did, and the timings and
-    ratios derived from the median of its times."""
+def record(case, steps: int, useful_calls: int, lane_use: float, final_gap: list[float]) -> dict:
+    """The result record of a timed ``case`` (a :class:`Case` or ``torch_loop.Case``) whose
+    last run made ``steps`` and ``useful_calls``, with the timings of the median time."""
     seconds = float(np.median(case.times))
     method = methods_mod.timed(case.name)
     return {
@@ -192,8 +188,8 @@ def record(case, *, steps: int, useful_calls: int, lane_use: float, final_gap: l
         "useful_calls": useful_calls, "calls_per_second": useful_calls / seconds,
         "us_per_call": 1e6 * seconds / useful_calls,
         "lane_use": lane_use, "wasted_fraction": 1.0 - lane_use,
-        "final_gap": final_gap, "state_bytes_per_seed": state_bytes,
-        "memory": memory,
+        "final_gap": final_gap, "state_bytes_per_seed": case.state_bytes,
+        "memory": case.memory,
     }
 
 
