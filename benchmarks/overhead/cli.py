@@ -71,16 +71,13 @@ def _preset(args: argparse.Namespace) -> config.Preset:
             flags.fail(f"--lanes takes seed counts: {err}")
     if args.methods is not None:
         try:
-            names = [methods_mod.timed(n).name for n in flags.items(args.methods)]
+            methods = tuple(dict.fromkeys(methods_mod.timed(n).name
+                                          for n in flags.items(args.methods)))
         except ValueError as err:
             flags.fail(str(err))
-        methods = tuple(dict.fromkeys(names))
     dims = tuple(args.dims) if args.dims else None
-    dims_calls = None
-    if args.dims_calls:
-        dims_calls = tuple(args.dims_calls for _ in (dims or preset.dims))
-    elif dims:
-        dims_calls = tuple(preset.calls_for_dim(d) for d in dims)
+    dims_calls = (tuple(args.dims_calls or preset.calls_for_dim(d) for d in dims or preset.dims)
+                  if args.dims_calls or dims else None)
     return presets.override(
         preset, methods=methods, dims=dims, dims_calls=dims_calls, seeds=lanes,
         compare_seeds=tuple(flags.seeds(args.seeds)) if args.seeds else None,

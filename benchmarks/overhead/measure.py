@@ -138,8 +138,8 @@ def _memory(compiled) -> dict[str, Any]:
 
 
 class Case:
-    """One compiled (method, d, seeds, budget) configuration, timed ``repeats`` times;
-    ``seeds`` a count ``n`` (the seeds ``0 .. n-1``) or the seeds, one vmapped lane each."""
+    """One compiled (method, d, seeds, budget) configuration; ``seeds`` a count ``n`` (the
+    seeds ``0 .. n-1``) or the seeds, one vmapped lane each."""
 
     def __init__(self, name: str, d: int, seeds: int | tuple[int, ...], budget: int):
         import jax
