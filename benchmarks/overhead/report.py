@@ -27,8 +27,8 @@ def _verdict(text: str, met: bool) -> str:
 
 def compare(s: dict, p: dict) -> list[str]:
     records = s["compare"]
-    ref = next((r for r in records if r["method"] == REFERENCE), None)
-    fixed = next((r for r in records if r["method"] == FIXED_REFERENCE), None)
+    by_method = {r["method"]: r for r in records}
+    ref, fixed, loop = (by_method.get(m) for m in (REFERENCE, FIXED_REFERENCE, LOOP))
     rows, verdicts = [], []
     for r in records:
         vs_ref = r["calls_per_second"] / ref["calls_per_second"] if ref else None
@@ -42,7 +42,6 @@ def compare(s: dict, p: dict) -> list[str]:
             goal = FIXED_GOAL if r["kind"] == "fixed" else ADAPTIVE_GOAL
             verdicts.append(_verdict(
                 f"{r['label']}: {vs_ref:.2f}x Open_ES calls/s (goal ≥ {goal}x)", vs_ref >= goal))
-    loop = next((r for r in records if r["method"] == LOOP), None)
     for r in records if loop else ():
         if r["kind"] in ("fixed", "adaptive"):
             vs = r["calls_per_second"] / loop["calls_per_second"]
@@ -71,7 +70,8 @@ def compare(s: dict, p: dict) -> list[str]:
 
 def dims(s: dict, p: dict) -> list[str]:
     records, parts = s["dims"], s.get("parts", [])
-    ref = {r["d"]: r for r in records if r["method"] == FIXED_REFERENCE}
+    ref, outsides = ({r["d"]: r for r in records if r["method"] == m}
+                     for m in (FIXED_REFERENCE, REFERENCE))
     rows, verdicts = [], []
     for r in records:
         base = ref.get(r["d"])
@@ -80,8 +80,7 @@ def dims(s: dict, p: dict) -> list[str]:
                      pages.num(ratio, "{:.2f}", "–"),
                      _mib(r["state_bytes_per_seed"]),
                      _mib(r["memory"].get("temp_size_in_bytes"))])
-        outside = next((o for o in records if o["d"] == r["d"] and o["method"] == REFERENCE),
-                       None)
+        outside = outsides.get(r["d"])
         if r["kind"] == "fixed" and outside is not None:
             vs = outside["us_per_call"] / r["us_per_call"]
             verdicts.append(_verdict(f"{r['label']} at d = {r['d']:,}: {vs:.2f}x Open_ES "
