@@ -119,14 +119,13 @@ def render(record: dict, path: Path) -> None:
              f"{r['calls_per_s']:,.0f}", f"{r['time_vs_no_mesh']:.2f}")
             for r in record["rows"]]
     machine = record["machine"]
-    fake = machine["backend"] == "cpu"
     pages.page(path, "Directions across devices: calls/s against device count", [
         f"Command: `{record['command']}`",
         f"Run: started {record['started']}; load average before/after "
         f"{record['load_before']} / {record['load_after']}.",
         run_record.machine_line(machine) + (
             f" Devices: {machine['device_count']} fake CPU devices sharing those cores."
-            if fake else ""),
+            if machine["backend"] == "cpu" else ""),
         f"R-AdaZO, K = {record['k']} central directions, quadratic, one seed; median of "
         f"{record['repeats']} interleaved timings of the steps shown, compilation excluded.",
         pages.columns({
