@@ -27,29 +27,13 @@ from benchmarks import pages
 from benchmarks.overhead import measure as measure_lib
 
 
-def _configs():
-    import zoaq_jax
-
-    def zoaq(k_min, n_hist):
-        return lambda key: zoaq_jax.zoaq_estimator(k_min=k_min, k_max=10, n_hist=n_hist,
-                                                   key=key)
-
-    return {
-        "fixed K=10": lambda key: zoaq_jax.fixed_estimator(k=10, key=key),
-        "ZoAQ K=10, n_hist=0": zoaq(10, 0),
-        "ZoAQ K=10, n_hist=8": zoaq(10, 8),
-        "ZoAQ K in [1,10], n_hist=0": zoaq(1, 0),
-        "ZoAQ K in [1,10], n_hist=8": zoaq(1, 8),
-    }
-
-
 def _program(build, d: int, lanes: int, steps: int):
     """``seeds -> (points, num_queries)`` after ``steps`` estimator steps, jitted."""
     import jax
     import optax
 
     def one(seed):
-        est = build(jax.random.key(seed))
+        est = build(key=jax.random.key(seed))
         x = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 1), (d,))
 
         def body(carry, _):
@@ -85,8 +69,16 @@ def measure(d: int, lanes: int, steps: int, repeats: int) -> list[dict]:
     import jax.numpy as jnp
     import numpy as np
 
+    import zoaq_jax
+
+    def zoaq(k_min, n_hist):
+        return functools.partial(zoaq_jax.zoaq_estimator, k_min=k_min, k_max=10, n_hist=n_hist)
+
+    configs = {"fixed K=10": functools.partial(zoaq_jax.fixed_estimator, k=10),
+               "ZoAQ K=10, n_hist=0": zoaq(10, 0), "ZoAQ K=10, n_hist=8": zoaq(10, 8),
+               "ZoAQ K in [1,10], n_hist=0": zoaq(1, 0), "ZoAQ K in [1,10], n_hist=8": zoaq(1, 8)}
     seeds = jnp.arange(lanes)
-    programs = {name: _program(build, d, lanes, steps) for name, build in _configs().items()}
+    programs = {name: _program(build, d, lanes, steps) for name, build in configs.items()}
     programs.update({f"draw {n}": _draw_program(n, d, lanes, steps) for n in (1, 10, 18)})
     calls = {name: int(np.sum(jax.block_until_ready(f(seeds))[1]))  # compile, warm up
              for name, f in programs.items()}
@@ -104,16 +96,6 @@ def measure(d: int, lanes: int, steps: int, repeats: int) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    """The rows as a markdown table."""
-    return pages.table(
-        ["d", "seeds", "configuration", "µs/step", "step vs fixed", "calls/step/seed",
-         "cost/call vs fixed"],
-        [[f"{r['d']:,}", r["lanes"], r["config"], f"{r['us_per_step']:.1f}",
-          f"{r['step_vs_fixed']:.2f}", f"{r['calls_per_step']:.1f}" if r["calls_per_step"] else "-",
-          f"{r['call_vs_fixed']:.2f}" if r["calls_per_step"] else "-"] for r in rows])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -124,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = [r for d in args.d for lanes in args.lanes
             for r in measure(d, lanes, args.steps, args.repeats)]
-    print(table(rows))
+    print(pages.table(
+        ["d", "seeds", "configuration", "µs/step", "step vs fixed", "calls/step/seed",
+         "cost/call vs fixed"],
+        [[f"{r['d']:,}", r["lanes"], r["config"], f"{r['us_per_step']:.1f}",
+          f"{r['step_vs_fixed']:.2f}", f"{r['calls_per_step']:.1f}" if r["calls_per_step"] else "-",
+          f"{r['call_vs_fixed']:.2f}" if r["calls_per_step"] else "-"] for r in rows]))
     return 0
 
 

@@ -61,35 +61,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_workers(parser, single="its timings are interleaved in one process")
 
 
-def _counts(values: list[str] | None) -> tuple[int, ...] | None:
-    if not values:
-        return None
-    out = []
-    for item in flags.items(values):
-        try:
-            out.append(flags.positive_int(item))
-        except argparse.ArgumentTypeError as err:
-            flags.fail(f"--lanes takes seed counts: {err}")
-    return tuple(out)
-
-
 def _preset(args: argparse.Namespace) -> config.Preset:
     preset = config.PRESETS[args.preset]
-    methods = None
+    methods = lanes = None
+    if args.lanes:
+        try:
+            lanes = tuple(flags.positive_int(n) for n in flags.items(args.lanes))
+        except argparse.ArgumentTypeError as err:
+            flags.fail(f"--lanes takes seed counts: {err}")
     if args.methods is not None:
         try:
-            names = [methods_mod.timed(n).name for n in flags.items(args.methods)]
+            methods = tuple(dict.fromkeys(methods_mod.timed(n).name
+                                          for n in flags.items(args.methods)))
         except ValueError as err:
             flags.fail(str(err))
-        methods = tuple(dict.fromkeys(names))
     dims = tuple(args.dims) if args.dims else None
-    dims_calls = None
-    if args.dims_calls:
-        dims_calls = tuple(args.dims_calls for _ in (dims or preset.dims))
-    elif dims:
-        dims_calls = tuple(preset.calls_for_dim(d) for d in dims)
+    dims_calls = (tuple(args.dims_calls or preset.calls_for_dim(d) for d in dims or preset.dims)
+                  if args.dims_calls or dims else None)
     return presets.override(
-        preset, methods=methods, dims=dims, dims_calls=dims_calls, seeds=_counts(args.lanes),
+        preset, methods=methods, dims=dims, dims_calls=dims_calls, seeds=lanes,
         compare_seeds=tuple(flags.seeds(args.seeds)) if args.seeds else None,
         compare_calls=args.compare_calls, seeds_calls=args.seeds_calls, repeats=args.repeats,
         pin=args.pin, sections=args.sections)
@@ -137,35 +127,23 @@ def run(preset: config.Preset, command: str = "") -> dict:
               "versions": run_record.versions(),
               "pinned_cores": len(run_record.available_cores()),
               "load_before": run_record.load_average(), "sections": {}}
-    sections = record["sections"]
-    if "compare" in preset.sections:
-        configs = [(m, preset.compare_dim, preset.compare_seeds, preset.compare_calls)
-                   for m in preset.methods]
-        sections["compare"] = measure.measure(configs, preset.repeats, _progress("compare"))
-        record["load_after_compare"] = run_record.load_average()
-    if "dims" in preset.sections:
-        configs = [(m, d, 1, preset.calls_for_dim(d)) for d in preset.dims
-                   for m in preset.methods]
-        sections["dims"] = measure.measure(configs, preset.repeats, _progress("dims"))
-        sections["parts"] = [
-            {"d": d, "seeds": 1, **measure.parts(d, 1, max(2, min(2000, 20_000_000 // d)))}
-            for d in _progress("parts")(preset.dims)]
-        record["load_after_dims"] = run_record.load_average()
-    if "seeds" in preset.sections:
-        configs = [(m, preset.seeds_dim, s, preset.seeds_calls) for s in preset.seeds
-                   for m in preset.methods if m != torch_loop.NAME]  # it runs seeds in turn
-        sections["seeds"] = measure.measure(configs, max(1, preset.repeats // 3),
-                                            _progress("seeds"))
-        sections["seeds_parts"] = [
-            {"d": preset.seeds_dim, "seeds": s, **measure.parts(preset.seeds_dim, s, 200)}
-            for s in _progress("parts")(preset.seeds)]
-        record["load_after_seeds"] = run_record.load_average()
+    p = preset
+    sections = {  # timed (method, d, seeds, budget), timing rounds, parts (d, lanes, steps)
+        "compare": ([(m, p.compare_dim, p.compare_seeds, p.compare_calls) for m in p.methods],
+                    p.repeats, {}),
+        "dims": ([(m, d, 1, p.calls_for_dim(d)) for d in p.dims for m in p.methods], p.repeats,
+                 {"parts": [(d, 1, max(2, min(2000, 20_000_000 // d))) for d in p.dims]}),
+        "seeds": ([(m, p.seeds_dim, s, p.seeds_calls) for s in p.seeds for m in p.methods
+                   if m != torch_loop.NAME],  # the PyTorch loop runs seeds in turn
+                  max(1, p.repeats // 3),
+                  {"seeds_parts": [(p.seeds_dim, s, 200) for s in p.seeds]}),
+    }
+    for name, (configs, repeats, parts) in sections.items():
+        if name in p.sections:
+            record["sections"][name] = measure.measure(configs, repeats, name)
+            for key, rows in parts.items():
+                record["sections"][key] = [{"d": d, "seeds": n, **measure.parts(d, n, steps)}
+                                           for d, n, steps in common.progress(rows, desc="parts")]
+            record[f"load_after_{name}"] = run_record.load_average()
     record["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return record
-
-
-def _progress(section: str):
-    def bar(items, desc=""):
-        return common.progress(items, total=len(items), desc=f"{section}: {desc}".rstrip(": "))
-
-    return bar

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from benchmarks import common, flags, pages, presets
 from benchmarks import record as run_record
-from benchmarks.overhead import measure as measure_lib
 
 COMBINES = ("psum", "gather")
 
@@ -67,6 +66,7 @@ def program(d: int, k: int, steps: int, mesh, combine: str):
     import optax
 
     import zoaq_jax
+    from benchmarks.overhead import measure as measure_lib  # imports JAX: not at the top
 
     # zoaq_jax.radazo(1e-3, k=k, mesh=mesh), with the combine chosen
     opt = zoaq_jax.chain(zoaq_jax.fixed_estimator(k=k, mesh=mesh, combine=combine or "psum"),
@@ -89,6 +89,8 @@ def program(d: int, k: int, steps: int, mesh, combine: str):
 
 def measure(args: Preset) -> list[dict]:
     import jax
+
+    from benchmarks.overhead import measure as measure_lib
 
     splits = [(1, None)] + [(n, c) for n in args.devices for c in COMBINES]
     configs = [(d, n, c) for d in args.dims for n, c in splits]
@@ -117,14 +119,13 @@ def render(record: dict, path: Path) -> None:
              f"{r['calls_per_s']:,.0f}", f"{r['time_vs_no_mesh']:.2f}")
             for r in record["rows"]]
     machine = record["machine"]
-    fake = machine["backend"] == "cpu"
     pages.page(path, "Directions across devices: calls/s against device count", [
         f"Command: `{record['command']}`",
         f"Run: started {record['started']}; load average before/after "
         f"{record['load_before']} / {record['load_after']}.",
         run_record.machine_line(machine) + (
             f" Devices: {machine['device_count']} fake CPU devices sharing those cores."
-            if fake else ""),
+            if machine["backend"] == "cpu" else ""),
         f"R-AdaZO, K = {record['k']} central directions, quadratic, one seed; median of "
         f"{record['repeats']} interleaved timings of the steps shown, compilation excluded.",
         pages.columns({

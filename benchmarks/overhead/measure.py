@@ -22,6 +22,7 @@ calls (all lanes) per second of run time.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -89,8 +90,7 @@ def program(name: str, d: int, lanes: int, budget: int):
     algo = methods_mod.algo(name, quadratic, d)
     max_steps = budget // 2 + 1  # every step makes at least 2 calls
 
-    def lanes_of(fn):
-        return over_lanes(fn, lanes)
+    lanes_of = functools.partial(over_lanes, lanes=lanes)
 
     def run(seeds):
         keys = lanes_of(lambda s: jax.random.fold_in(jax.random.key(s), 1))(seeds)
@@ -127,36 +127,22 @@ def program(name: str, d: int, lanes: int, budget: int):
     return jax.jit(run), algo
 
 
-def state_bytes(algo, d: int) -> int:
-    """Bytes of one seed's optimizer state (typed keys as their key data)."""
-    import jax
-
-    state = algo.init(jax.random.key(0), _initial_point(0, d))
-    total = 0
-    for leaf in jax.tree.leaves(state):
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            leaf = jax.random.key_data(leaf)
-        total += int(np.asarray(leaf).nbytes)
-    return total
-
-
 def _memory(compiled) -> dict[str, Any]:
     try:
-        m = compiled.memory_analysis()
-    except (NotImplementedError, RuntimeError, ValueError):  # not on every backend
-        return {}
-    if m is None:
-        return {}
+        m = compiled.memory_analysis()  # None or raising on some backends
+    except (NotImplementedError, RuntimeError, ValueError):
+        m = None
     return {name: int(getattr(m, name)) for name in (
         "argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
         "generated_code_size_in_bytes") if hasattr(m, name)}
 
 
 class Case:
-    """One compiled (method, d, seeds, budget) configuration, timed ``repeats`` times;
-    ``seeds`` a count ``n`` (the seeds ``0 .. n-1``) or the seeds, one vmapped lane each."""
+    """One compiled (method, d, seeds, budget) configuration; ``seeds`` a count ``n`` (the
+    seeds ``0 .. n-1``) or the seeds, one vmapped lane each."""
 
     def __init__(self, name: str, d: int, seeds: int | tuple[int, ...], budget: int):
+        import jax
         import jax.numpy as jnp
 
         self.seeds = jnp.asarray(tuple(range(seeds)) if isinstance(seeds, int) else seeds,
@@ -167,7 +153,10 @@ class Case:
         self.compiled = fn.lower(self.seeds).compile()
         self.compile_seconds = time.perf_counter() - start
         self.memory = _memory(self.compiled)
-        self.state_bytes = state_bytes(algo, d)
+        state = algo.init(jax.random.key(0), _initial_point(0, d))  # typed keys as key data
+        self.state_bytes = sum(int(np.asarray(
+            jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+        ).nbytes) for x in jax.tree.leaves(state))
         self.times: list[float] = []
         self.out = None
 
@@ -181,18 +170,14 @@ class Case:
 
     def record(self) -> dict[str, Any]:
         out = self.out
-        return record(self, steps=int(out["steps"]),
-                      useful_calls=int(out["calls"].astype(np.int64).sum()),
-                      lane_use=float(out["useful"]) / max(float(out["executed"]), 1.0),
-                      final_gap=out["gap"].tolist(), state_bytes=self.state_bytes,
-                      memory=self.memory)
+        return record(self, int(out["steps"]), int(out["calls"].astype(np.int64).sum()),
+                      float(out["useful"]) / max(float(out["executed"]), 1.0),
+                      out["gap"].tolist())
 
 
-def record(case, *, steps: int, useful_calls: int, lane_use: float, final_gap: list[float],
-           state_bytes: int, memory: dict[str, Any]) -> dict[str, Any]:
-    """The result record of a timed configuration ``case`` (its ``name``, ``d``, ``lanes``,
-    ``budget``, ``compile_seconds`` and ``times``): what it did, and the timings and
-    ratios derived from the median of its times."""
+def record(case, steps: int, useful_calls: int, lane_use: float, final_gap: list[float]) -> dict:
+    """The result record of a timed ``case`` (a :class:`Case` or ``torch_loop.Case``) whose
+    last run made ``steps`` and ``useful_calls``, with the timings of the median time."""
     seconds = float(np.median(case.times))
     method = methods_mod.timed(case.name)
     return {
@@ -203,18 +188,19 @@ def record(case, *, steps: int, useful_calls: int, lane_use: float, final_gap: l
         "useful_calls": useful_calls, "calls_per_second": useful_calls / seconds,
         "us_per_call": 1e6 * seconds / useful_calls,
         "lane_use": lane_use, "wasted_fraction": 1.0 - lane_use,
-        "final_gap": final_gap, "state_bytes_per_seed": state_bytes,
-        "memory": memory,
+        "final_gap": final_gap, "state_bytes_per_seed": case.state_bytes,
+        "memory": case.memory,
     }
 
 
-def measure(configs: list[tuple], repeats: int, progress) -> list[dict]:
+def measure(configs: list[tuple], repeats: int, section: str) -> list[dict]:
     """Compiles every ``(method, d, seeds, budget)``, then times them round-robin."""
+    from benchmarks.common import progress
     from benchmarks.overhead import torch_loop
 
     cases = [(torch_loop.Case if c[0] == torch_loop.NAME else Case)(*c)
-             for c in progress(configs, desc="compile")]
-    for _ in progress(range(repeats), desc="timing rounds"):
+             for c in progress(configs, desc=f"{section}: compile")]
+    for _ in progress(range(repeats), desc=f"{section}: timing rounds"):
         for case in cases:
             case.time_once()
     return [case.record() for case in cases]

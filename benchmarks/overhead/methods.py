@@ -1,24 +1,21 @@
 """The timed methods: zoaq_jax's optimizers and evosax's ``Open_ES`` as the outside reference
-(the PyTorch loop, the other outside method, is :mod:`benchmarks.overhead.torch_loop`).
+(the PyTorch loop, the other outside method, is :mod:`benchmarks.overhead.torch_loop`), each
+an :class:`Algo` of pure functions over one seed's state, which the measurement vmaps.
 
-Each method becomes an :class:`Algo` of pure functions over one seed's state; the
-measurement vmaps them over seeds. All use the synthetic benchmark's hyperparameters
-(:data:`benchmarks.methods.SYNTHETIC_HYPER`).
-
-Methods are specs of the one registry with the synthetic benchmark's defaults
-(:data:`benchmarks.methods.SYNTHETIC`: ``radazo`` is R-AdaZO K=10, ``zoaq`` ZoAQ K in
-[1, 10], ``radazo:k=4``), built without the consistency monitor, as the library's aliases
-build them; ``SPEC+eager`` and ``SPEC+vectorized`` time the same method with the
-estimator's ``evaluation="unrolled"`` and ``"vectorized"`` (every predrawn candidate
-evaluated at once, no ``while_loop``; ``zoaq_jax._src.expansion.EVALUATIONS``).
+Methods are specs of the one registry with the synthetic benchmark's defaults and
+hyperparameters (:data:`benchmarks.methods.SYNTHETIC`, ``SYNTHETIC_HYPER``: ``radazo`` is
+R-AdaZO K=10, ``zoaq`` ZoAQ K in [1, 10], ``radazo:k=4``), built without the consistency
+monitor, as the library's aliases build them; ``SPEC+eager`` and ``SPEC+vectorized`` time
+the same method with the estimator's ``evaluation="unrolled"`` and ``"vectorized"`` (every
+predrawn candidate evaluated at once, no ``while_loop``; ``zoaq_jax._src.expansion.EVALUATIONS``).
 
 ``open_es`` (:data:`benchmarks.methods.EXTERNAL`) is evosax 0.3.2's ``Open_ES`` with
-antithetic sampling, population 20,
-``std`` = ``mu``, raw fitness (``identity_fitness_shaping_fn``) and ZO-AdaMM's moments
-as its optax optimizer: its gradient ``fitness @ z / (20 std)`` is exactly ZO-AdaMM K=10's
-``mean_i r_i u_i`` with central responses ``r_i = (f(x + mu u_i) - f(x - mu u_i)) / (2 mu)``,
-so the two run the same algorithm (different random numbers) and differ only in
-framework overhead. (``optax.adam`` instead would add bias correction; the cost is the same.)
+antithetic sampling, population 20, ``std`` = ``mu``, raw fitness
+(``identity_fitness_shaping_fn``) and ZO-AdaMM's moments as its optax optimizer: its gradient
+``fitness @ z / (20 std)`` is exactly ZO-AdaMM K=10's ``mean_i r_i u_i`` with central
+responses ``r_i = (f(x + mu u_i) - f(x - mu u_i)) / (2 mu)``, so the two run the same
+algorithm (different random numbers) and differ only in framework overhead. (``optax.adam``
+instead would add bias correction; the cost is the same.)
 """
 
 from __future__ import annotations
@@ -96,13 +93,10 @@ def _optax_algo(build: Callable[[Any], Any], value_fn) -> Algo:
         u, s = update_opt.update(None, s, x, value_fn=value_fn)
         return optax.apply_updates(x, u), s
 
-    def last_k(state):
-        return jax.numpy.asarray(optax.tree.get(state[1], "last_k"), jax.numpy.int32)
+    def get(name):
+        return lambda state: jax.numpy.asarray(optax.tree.get(state[1], name), jax.numpy.int32)
 
-    def calls(state):
-        return jax.numpy.asarray(optax.tree.get(state[1], "num_queries"), jax.numpy.int32)
-
-    return Algo(init, step, lambda s: s[0], calls, last_k)
+    return Algo(init, step, lambda s: s[0], get("num_queries"), get("last_k"))
 
 
 def _open_es_algo(value_fn, d: int, k: int) -> Algo:
@@ -133,10 +127,8 @@ def _open_es_algo(value_fn, d: int, k: int) -> Algo:
         es_state, _ = es.tell(tell_key, population, fitness, es_state, es_params)
         return es_state, key
 
-    def calls(state):
-        return jnp.asarray(2 * k * state[0].generation_counter, jnp.int32)
-
-    return Algo(init, step, lambda s: s[0].mean, calls,
+    return Algo(init, step, lambda s: s[0].mean,
+                lambda s: jnp.asarray(2 * k * s[0].generation_counter, jnp.int32),
                 lambda s: jnp.asarray(k, jnp.int32))
 
 

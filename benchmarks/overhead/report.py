@@ -21,13 +21,14 @@ def _mib(n: float | None) -> str:
     return pages.num(None if n is None else n / 2**20, "{:,.2f}", "–")
 
 
-def _count(seeds: int | list[int]) -> int:
-    return seeds if isinstance(seeds, int) else len(seeds)
+def _verdict(text: str, met: bool) -> str:
+    return f"{text}: {'met' if met else 'not met'}."
 
 
-def compare_table(records: list[dict]) -> tuple[str, list[str]]:
-    ref = next((r for r in records if r["method"] == REFERENCE), None)
-    fixed = next((r for r in records if r["method"] == FIXED_REFERENCE), None)
+def compare(s: dict, p: dict) -> list[str]:
+    records = s["compare"]
+    by_method = {r["method"]: r for r in records}
+    ref, fixed, loop = (by_method.get(m) for m in (REFERENCE, FIXED_REFERENCE, LOOP))
     rows, verdicts = [], []
     for r in records:
         vs_ref = r["calls_per_second"] / ref["calls_per_second"] if ref else None
@@ -39,17 +40,18 @@ def compare_table(records: list[dict]) -> tuple[str, list[str]]:
             f"{r['lane_use']:.2f}", pages.mean_std(r["final_gap"]), f"{r['compile_seconds']:.1f}"])
         if vs_ref is not None and r["kind"] in ("fixed", "adaptive"):
             goal = FIXED_GOAL if r["kind"] == "fixed" else ADAPTIVE_GOAL
-            met = "met" if vs_ref >= goal else "not met"
-            verdicts.append(f"{r['label']}: {vs_ref:.2f}x Open_ES calls/s (goal ≥ {goal}x): "
-                            f"{met}.")
-    loop = next((r for r in records if r["method"] == LOOP), None)
+            verdicts.append(_verdict(
+                f"{r['label']}: {vs_ref:.2f}x Open_ES calls/s (goal ≥ {goal}x)", vs_ref >= goal))
     for r in records if loop else ():
         if r["kind"] in ("fixed", "adaptive"):
             vs = r["calls_per_second"] / loop["calls_per_second"]
-            met = "met" if vs >= LOOP_GOAL else "not met"
-            verdicts.append(f"{r['label']}: {vs:,.0f}x the PyTorch loop's calls/s (the loop on "
-                            f"one CPU thread; goal ≥ {LOOP_GOAL:.0f}x): {met}.")
-    table = pages.columns({
+            verdicts.append(_verdict(f"{r['label']}: {vs:,.0f}x the PyTorch loop's calls/s (the "
+                                     f"loop on one CPU thread; goal ≥ {LOOP_GOAL:.0f}x)",
+                                     vs >= LOOP_GOAL))
+    seeds = p["compare_seeds"]
+    return [(f"## Compare: quadratic, d = {p['compare_dim']:,}, "
+             f"{seeds if isinstance(seeds, int) else len(seeds)} vmapped seeds, "
+             f"{p['compare_calls']:,} oracle calls per seed"), pages.columns({
         "kind": "fixed K, adaptive K, or an outside reference",
         "useful calls/s, µs/call": "oracle calls the methods' ledgers count (all seeds) per "
                                    "second of run time, and its inverse",
@@ -60,15 +62,16 @@ def compare_table(records: list[dict]) -> tuple[str, list[str]]:
         "lane use": "useful over executed direction evaluations (under vmap a step runs "
                     "until its slowest seed accepts)",
         "final gap": "f(x_T) - f* at the end of the run",
-        "compile s": "compilation of the run"}) + "\n\n" + pages.table(
+        "compile s": "compilation of the run"}), pages.table(
         ["method", "kind", "useful calls/s", "µs/call", "calls/s vs Open_ES",
          "cost/call vs R-AdaZO K=10", "steps", "calls/step/seed", "lane use",
-         "final gap (mean ± std over seeds)", "compile s"], rows)
-    return table, verdicts
+         "final gap (mean ± std over seeds)", "compile s"], rows), pages.bullets(verdicts)]
 
 
-def dims_table(records: list[dict], parts: list[dict]) -> tuple[str, list[str]]:
-    ref = {r["d"]: r for r in records if r["method"] == FIXED_REFERENCE}
+def dims(s: dict, p: dict) -> list[str]:
+    records, parts = s["dims"], s.get("parts", [])
+    ref, outsides = ({r["d"]: r for r in records if r["method"] == m}
+                     for m in (FIXED_REFERENCE, REFERENCE))
     rows, verdicts = [], []
     for r in records:
         base = ref.get(r["d"])
@@ -77,37 +80,34 @@ def dims_table(records: list[dict], parts: list[dict]) -> tuple[str, list[str]]:
                      pages.num(ratio, "{:.2f}", "–"),
                      _mib(r["state_bytes_per_seed"]),
                      _mib(r["memory"].get("temp_size_in_bytes"))])
-        outside = next((o for o in records if o["d"] == r["d"] and o["method"] == REFERENCE),
-                       None)
+        outside = outsides.get(r["d"])
         if r["kind"] == "fixed" and outside is not None:
             vs = outside["us_per_call"] / r["us_per_call"]
-            met = "met" if vs >= 1.0 else "not met"
-            verdicts.append(f"{r['label']} at d = {r['d']:,}: {vs:.2f}x Open_ES calls/s "
-                            f"(goal ≥ 1.0x): {met}.")
+            verdicts.append(_verdict(f"{r['label']} at d = {r['d']:,}: {vs:.2f}x Open_ES "
+                                     "calls/s (goal ≥ 1.0x)", vs >= 1.0))
         if r["kind"] == "adaptive" and ratio is not None and r["d"] == max(ref):
-            met = "met" if ratio <= DIMS_GOAL else "not met"
-            verdicts.append(f"{r['label']} at d = {r['d']:,}: {ratio:.2f}x R-AdaZO K=10 per "
-                            f"call (goal ≤ {DIMS_GOAL}x): {met}.")
-    table = pages.columns({
+            verdicts.append(_verdict(f"{r['label']} at d = {r['d']:,}: {ratio:.2f}x R-AdaZO "
+                                     f"K=10 per call (goal ≤ {DIMS_GOAL}x)", ratio <= DIMS_GOAL))
+    impls = [i for i in IMPLS if all(f"alone_{i}" in q for q in parts)]
+    prow = [[f"{q['d']:,}", f"{q['draw'] / 10:,.3f}",
+             *(f"{q[f'alone_{i}']:,.3f}" for i in impls), f"{q['evaluate'] / 20:,.3f}",
+             f"{q['empty']:,.3f}"] for q in parts]
+    return ["## Per-call cost against d (quadratic, one seed)", pages.columns({
         "µs/call": "run time over the useful oracle calls",
         "cost/call vs R-AdaZO K=10": "µs/call over R-AdaZO K=10's at the same d",
         "state MiB/seed": "one seed's optimizer state",
-        "XLA temp MiB": "the compiled run's temporary buffers (XLA's memory analysis)"}) + (
-        "\n\n") + pages.table(
-        ["d", "method", "steps", "µs/call", "cost/call vs R-AdaZO K=10", "state MiB/seed",
-         "XLA temp MiB"], rows)
-    impls = [i for i in IMPLS if all(f"alone_{i}" in p for p in parts)]
-    prow = [[f"{p['d']:,}", f"{p['draw'] / 10:,.3f}",
-             *(f"{p[f'alone_{i}']:,.3f}" for i in impls), f"{p['evaluate'] / 20:,.3f}",
-             f"{p['empty']:,.3f}"] for p in parts]
-    ptable = pages.table(
-        ["d", "µs per Gaussian direction (batch of 10)",
-         *(f"µs per direction drawn alone, {i} keys" for i in impls),
-         "µs per objective call (batch of 20)", "µs per empty scanned step"], prow)
-    return table + "\n\nParts of a step (one seed):\n\n" + ptable, verdicts
+        "XLA temp MiB": "the compiled run's temporary buffers (XLA's memory analysis)"}),
+        pages.table(["d", "method", "steps", "µs/call", "cost/call vs R-AdaZO K=10",
+                     "state MiB/seed", "XLA temp MiB"], rows),
+        "Parts of a step (one seed):", pages.table(
+            ["d", "µs per Gaussian direction (batch of 10)",
+             *(f"µs per direction drawn alone, {i} keys" for i in impls),
+             "µs per objective call (batch of 20)", "µs per empty scanned step"], prow),
+        pages.bullets(verdicts)]
 
 
-def seeds_table(records: list[dict], parts: list[dict]) -> str:
+def seeds(s: dict, p: dict) -> list[str]:
+    records, parts = s["seeds"], s.get("seeds_parts", [])
     rows = []
     for r in records:
         m = r["memory"]
@@ -116,7 +116,8 @@ def seeds_table(records: list[dict], parts: list[dict]) -> str:
                      f"{r['wasted_fraction']:.2f}", f"{r['state_bytes_per_seed']:,}",
                      _mib(m.get("temp_size_in_bytes")), _mib(m.get("argument_size_in_bytes")),
                      f"{r['run_seconds']:.2f}"])
-    table = pages.columns({
+    return [f"## Seed sweep: quadratic, d = {p['seeds_dim']:,}, {p['seeds_calls']:,} oracle "
+            "calls per seed", pages.columns({
         "seeds": "vmapped seeds, one lane each",
         "useful calls/s, µs/call, lane use": "as under Compare",
         "wasted evaluations": "1 - lane use: the share of objective evaluations computed and "
@@ -124,15 +125,16 @@ def seeds_table(records: list[dict], parts: list[dict]) -> str:
         "state bytes/seed": "one seed's optimizer state",
         "XLA temp MiB, XLA arguments MiB": "the compiled run's temporary and argument "
                                            "buffers (XLA's memory analysis)",
-        "run s": "median run time, compilation excluded"}) + "\n\n" + pages.table(
+        "run s": "median run time, compilation excluded"}), pages.table(
         ["seeds", "method", "useful calls/s", "µs/call", "lane use", "wasted evaluations",
-         "state bytes/seed", "XLA temp MiB", "XLA arguments MiB", "run s"], rows)
-    prow = [[f"{p['seeds']:,}", f"{p['draw'] / 10 / p['seeds']:,.4f}",
-             f"{p['evaluate'] / 20 / p['seeds']:,.4f}", f"{p['empty']:,.2f}"] for p in parts]
-    ptable = pages.table(
-        ["seeds", "µs per direction drawn", "µs per objective call", "µs per empty step"],
-        prow)
-    return table + f"\n\nParts of a step at d = {records[0]['d']:,}, per seed:\n\n" + ptable
+         "state bytes/seed", "XLA temp MiB", "XLA arguments MiB", "run s"], rows),
+        f"Parts of a step at d = {records[0]['d']:,}, per seed:", pages.table(
+            ["seeds", "µs per direction drawn", "µs per objective call", "µs per empty step"],
+            [[f"{q['seeds']:,}", f"{q['draw'] / 10 / q['seeds']:,.4f}",
+              f"{q['evaluate'] / 20 / q['seeds']:,.4f}", f"{q['empty']:,.2f}"] for q in parts])]
+
+
+SECTIONS = {"compare": compare, "dims": dims, "seeds": seeds}  # the page's, in order
 
 
 def _lines(rows: list[dict], x: str, y: str) -> list[tuple]:
@@ -142,17 +144,17 @@ def _lines(rows: list[dict], x: str, y: str) -> list[tuple]:
             for label in dict.fromkeys(r["label"] for r in rows)]
 
 
-def figures(record: dict, folder: Path, stem: str) -> list[Path]:
-    out, s = [], record["sections"]
+def figures(s: dict, folder: Path) -> list[Path]:
+    out = []
     if s.get("seeds"):
-        out.append(pages.curves(folder / stem / "seeds.png", [
+        out.append(pages.curves(folder / "seeds.png", [
             ("", _lines(s["seeds"], "seeds", "calls_per_second"),
              {"yscale": "log", "ylabel": "useful oracle calls / s"}),
             ("", _lines(s["seeds"], "seeds", "lane_use"), {"ylabel": "lane use"})],
             size=(5, 4), legend=(1, 7), grid=False, xlabel="vmapped seeds"))
     if s.get("dims"):
         out.append(pages.curves(
-            folder / stem / "dims.png", [("", _lines(s["dims"], "d", "us_per_call"), {})],
+            folder / "dims.png", [("", _lines(s["dims"], "d", "us_per_call"), {})],
             size=(6, 4), grid=False, xlabel="d", yscale="log",
             ylabel="µs per useful oracle call (1 seed)"))
     return out
@@ -160,9 +162,7 @@ def figures(record: dict, folder: Path, stem: str) -> list[Path]:
 
 def render(record: dict, path: Path, folder: Path) -> Path:
     """Writes the generated block of the report ``path`` and the figures under ``folder``."""
-    path = Path(path)
-    stem = path.stem
-    paths = figures(record, Path(folder), stem)
+    path, s = Path(path), record["sections"]
     m, p = record["machine"], record["preset"]
     loads = ", ".join(f"{k.removeprefix('load_').replace('_', ' ')} {record[k]}"
                       for k in record if k.startswith("load_"))
@@ -174,20 +174,8 @@ def render(record: dict, path: Path, folder: Path) -> Path:
         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} "
         f"MiB. Run time excludes compilation; median of {p['repeats']} interleaved timings "
         f"(compare, dims), {max(1, p['repeats'] // 3)} (seeds).")
-    s = record["sections"]
-    if s.get("compare"):
-        table, verdicts = compare_table(s["compare"])
-        parts += [
-            (f"## Compare: quadratic, d = {p['compare_dim']:,}, "
-             f"{_count(p['compare_seeds'])} vmapped seeds, {p['compare_calls']:,} oracle calls "
-             "per seed"), table,
-            pages.bullets(verdicts)]
-    if s.get("dims"):
-        table, verdicts = dims_table(s["dims"], s.get("parts", []))
-        parts += ["## Per-call cost against d (quadratic, one seed)", table,
-                  pages.bullets(verdicts)]
-    if s.get("seeds"):
-        parts += [(f"## Seed sweep: quadratic, d = {p['seeds_dim']:,}, {p['seeds_calls']:,} "
-                   "oracle calls per seed"), seeds_table(s["seeds"], s.get("seeds_parts", []))]
-    parts += [f"![{x.stem}]({pages.link(x, path)})" for x in paths]
+    for name, section in SECTIONS.items():
+        if s.get(name):
+            parts += section(s, p)
+    parts += [f"![{x.stem}]({pages.link(x, path)})" for x in figures(s, Path(folder) / path.stem)]
     return pages.page(path, "Speed: oracle calls per second", parts, "overhead")

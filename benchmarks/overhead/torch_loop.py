@@ -83,7 +83,8 @@ class Case:
         self.seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)
         self.name, self.d, self.lanes, self.budget = name, d, len(self.seeds), budget
         self.k = EXTERNAL[name].k
-        self.compile_seconds = 0.0
+        self.compile_seconds, self.memory = 0.0, {}
+        self.state_bytes = 3 * 4 * d  # x, m, v in float32
         self.times: list[float] = []
         self.out: list[tuple[np.ndarray, int, int]] = []
         # warm-up (one step), as a JAX configuration compiles here
@@ -109,9 +110,6 @@ class Case:
     def record(self) -> dict[str, Any]:
         from benchmarks.overhead import measure
 
-        return measure.record(
-            self, steps=max(s for _, _, s in self.out),
-            useful_calls=sum(c for _, c, _ in self.out), lane_use=1.0,
-            final_gap=[float(measure.quadratic(x)) for x, _, _ in self.out],
-            state_bytes=3 * 4 * self.d,  # x, m, v in float32
-            memory={})
+        return measure.record(self, max(s for _, _, s in self.out),
+                              sum(c for _, c, _ in self.out), 1.0,
+                              [float(measure.quadratic(x)) for x, _, _ in self.out])

@@ -7,6 +7,8 @@ No timings are asserted: speed is reported as ratios measured in one run.
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -191,6 +193,13 @@ def test_evaluation_is_an_explicit_static_choice():
 def test_unknown_evaluation_is_refused():
     with pytest.raises(ValueError, match="evaluation"):
         zoaq_jax.zoaq_estimator(evaluation="eager")
+
+
+def test_devices_command_imports_jax_after_setting_its_device_count():
+    """``python -m benchmarks devices`` asks for fake CPU devices before JAX starts (this
+    suite's conftest sets them itself, so only a fresh process shows it)."""
+    code = "import sys, benchmarks.overhead.devices; assert 'jax' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_devices_command_runs_and_renders(tmp_path):
