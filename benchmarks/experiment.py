@@ -30,9 +30,10 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from benchmarks import pool
+from benchmarks import flags, pool
 
 C = TypeVar("C")
 
@@ -76,4 +77,14 @@ def execute(run: Run[C], units: Sequence[tuple[C, str]], workers: int, desc: str
         if done is not None:
             done(config, method, records)
     return [record for i in range(len(items)) for record in finished[i]]
+
+
+def read_results(path: Path, option: str = "--render") -> dict[str, Any]:
+    """The results file ``path`` given to ``option``; a missing file, or one without
+    ``results`` (written before this structure), ends the command (:func:`flags.fail`)."""
+    data = flags.read_results(path, option)
+    if "results" not in data:
+        flags.fail(f"{option} {path} has no 'results': an older version wrote it; run the "
+                   "command that wrote it again (into an empty folder)")
+    return data
 

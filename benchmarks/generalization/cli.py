@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import common, flags, presets
-from benchmarks.experiment import execute
+from benchmarks.experiment import execute, read_results
 from benchmarks.generalization import experiment, report
 from benchmarks.generalization.objectives import SETS
 from benchmarks.record import Recorder, RunRecord
@@ -80,7 +80,7 @@ def write(config, results, record: RunRecord, args) -> Path:
 
 def main(args: argparse.Namespace) -> int:
     if args.render:
-        data = flags.read_results(args.render)
+        data = read_results(args.render)
         config = presets.from_dict(experiment.Config, data["config"])
         write(config, data["results"], RunRecord.from_dict(data["record"]), args)
         return 0

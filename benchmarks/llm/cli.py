@@ -37,6 +37,7 @@ from pathlib import Path
 
 from benchmarks import common, flags, pool, presets
 from benchmarks.common import to_jsonable
+from benchmarks.experiment import read_results
 from benchmarks.llm.config import PRESETS
 
 
@@ -140,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
     from benchmarks.llm import report
 
     if args.render:  # computes nothing
-        payload = flags.read_results(args.render)
+        payload = read_results(args.render)
         out_dir, page = args.out, args.render.parent / "llm.md"
     else:
         cfg = configure(args)
@@ -204,7 +205,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
     seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
     from benchmarks.llm import experiment
 
-    payloads = [flags.read_results(p, "--merge") for p in args.merge]
+    payloads = [read_results(p, "--merge") for p in args.merge]
     ignore = ("seeds", "baselines", "preset")
     want = {k: v for k, v in json.loads(json.dumps(presets.as_dict(cfg))).items()
             if k not in ignore}
