@@ -11,11 +11,12 @@ A benchmark is three things:
 - a **renderer** from the config and the records to a Markdown page and its figures
   (``report.py``, on :mod:`benchmarks.pages`).
 
-A command splits its config into units ``(config, method)`` (a config narrowed to one
-problem where problems should spread over the workers too) and hands them to
-:func:`execute`, which runs them on :mod:`benchmarks.pool`'s pinned workers. Results files
-hold ``{"record": ..., <the config>: ..., "results": [...]}`` plus what the renderer derives
-from the results (regret rows, summaries), written with :func:`benchmarks.common.write_json`.
+A command splits its config into units ``(config, method)`` (:func:`split`: a config
+narrowed to one problem or seed where those should spread over the workers too) and hands
+them to :func:`execute`, which runs them on :mod:`benchmarks.pool`'s pinned workers.
+Results files hold ``{"record": ..., <the config>: ..., "results": [...]}`` plus what the
+renderer derives from the results (regret rows, summaries), written with
+:func:`benchmarks.common.write_json` and read with :func:`read_results`.
 The speed benchmark is the exception: timings are only comparable when every
 configuration is timed round-robin in one process, so its unit is the whole set.
 
@@ -29,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -77,6 +79,30 @@ def execute(run: Run[C], units: Sequence[tuple[C, str]], workers: int, desc: str
         if done is not None:
             done(config, method, records)
     return [record for i in range(len(items)) for record in finished[i]]
+
+
+def split(config: C, field: str, methods: Sequence[str]) -> list[tuple[C, str]]:
+    """Units that spread the values of ``field`` over the workers too.
+
+    Args:
+      config: a dataclass whose ``field`` is a tuple (seeds, problems).
+      field: the field split.
+      methods: the method specs.
+
+    Returns:
+      ``(config narrowed to one value of field, method)`` for every value (outer) and
+      method, in the order the results are reported.
+
+    Example:
+      >>> import dataclasses
+      >>> from benchmarks import experiment
+      >>> Config = dataclasses.make_dataclass("Config", [("seeds", tuple)], frozen=True)
+      >>> units = experiment.split(Config(seeds=(0, 1)), "seeds", ["a", "b"])
+      >>> [(config.seeds, method) for config, method in units]
+      [((0,), 'a'), ((0,), 'b'), ((1,), 'a'), ((1,), 'b')]
+    """
+    return [(dataclasses.replace(config, **{field: (value,)}), method)
+            for value in getattr(config, field) for method in methods]
 
 
 def read_results(path: Path, option: str = "--render") -> dict[str, Any]:

@@ -168,7 +168,7 @@ def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dic
     import jax
 
     from benchmarks import record
-    from benchmarks.experiment import execute
+    from benchmarks.experiment import execute, split
     from benchmarks.llm import experiment, train
 
     prompts = (flags.read_results(args.prompt_table, "--prompt-table")["prompts"]
@@ -181,10 +181,8 @@ def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dic
               f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
               f"{jax.default_backend()}", file=sys.stderr)
         zero = train.zero_shot(setup.bundle, cfg)
-        units = [(dataclasses.replace(cfg, seeds=(seed,)), m) for seed in cfg.seeds
-                 for m in cfg.methods]
         results = merged if merged is not None else execute(
-            experiment.run, units, args.workers, "llm", done=_log)
+            experiment.run, split(cfg, "seeds", cfg.methods), args.workers, "llm", done=_log)
         extra = (experiment.run_baselines(cfg, setup, results, prompts=prompts)
                  if cfg.baselines else None)
     payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
