@@ -16,8 +16,9 @@ narrowed to one problem or seed where those should spread over the workers too) 
 them to :func:`execute`, which runs them on :mod:`benchmarks.pool`'s pinned workers.
 Results files hold ``{"record": ..., <the config>: ..., "results": [...]}`` plus what the
 renderer derives from the results (regret rows, summaries), written with
-:func:`benchmarks.common.write_json` and read with :func:`read_results`.
-The speed benchmark is the exception: timings are only comparable when every
+:func:`benchmarks.common.write_json` and read with :func:`read_results`. The attack
+file accumulates every run written to its folder, so its run records and configs are in
+``runs``, one per method run (:mod:`benchmarks.attack.results`). The speed benchmark is the exception: timings are only comparable when every
 configuration is timed round-robin in one process, so its unit is the whole set.
 
 Example:
