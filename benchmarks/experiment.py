@@ -11,12 +11,14 @@ A benchmark is three things:
 - a **renderer** from the config and the records to a Markdown page and its figures
   (``report.py``, on :mod:`benchmarks.pages`).
 
-A command splits its config into units ``(config, method)`` (a config narrowed to one
-problem where problems should spread over the workers too) and hands them to
-:func:`execute`, which runs them on :mod:`benchmarks.pool`'s pinned workers. Results files
-hold ``{"record": ..., <the config>: ..., "results": [...]}`` plus what the renderer derives
-from the results (regret rows, summaries), written with :func:`benchmarks.common.write_json`.
-The speed benchmark is the exception: timings are only comparable when every
+A command splits its config into units ``(config, method)`` (:func:`split`: a config
+narrowed to one problem or seed where those should spread over the workers too) and hands
+them to :func:`execute`, which runs them on :mod:`benchmarks.pool`'s pinned workers.
+Results files hold ``{"record": ..., <the config>: ..., "results": [...]}`` plus what the
+renderer derives from the results (regret rows, summaries), written with
+:func:`benchmarks.common.write_json` and read with :func:`read_results`. The attack
+file accumulates every run written to its folder, so its run records and configs are in
+``runs``, one per method run (:mod:`benchmarks.attack.results`). The speed benchmark is the exception: timings are only comparable when every
 configuration is timed round-robin in one process, so its unit is the whole set.
 
 Example:
@@ -29,10 +31,12 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from benchmarks import pool
+from benchmarks import flags, pool
 
 C = TypeVar("C")
 
@@ -76,4 +80,38 @@ def execute(run: Run[C], units: Sequence[tuple[C, str]], workers: int, desc: str
         if done is not None:
             done(config, method, records)
     return [record for i in range(len(items)) for record in finished[i]]
+
+
+def split(config: C, field: str, methods: Sequence[str]) -> list[tuple[C, str]]:
+    """Units that spread the values of ``field`` over the workers too.
+
+    Args:
+      config: a dataclass whose ``field`` is a tuple (seeds, problems).
+      field: the field split.
+      methods: the method specs.
+
+    Returns:
+      ``(config narrowed to one value of field, method)`` for every value (outer) and
+      method, in the order the results are reported.
+
+    Example:
+      >>> import dataclasses
+      >>> from benchmarks import experiment
+      >>> Config = dataclasses.make_dataclass("Config", [("seeds", tuple)], frozen=True)
+      >>> units = experiment.split(Config(seeds=(0, 1)), "seeds", ["a", "b"])
+      >>> [(config.seeds, method) for config, method in units]
+      [((0,), 'a'), ((0,), 'b'), ((1,), 'a'), ((1,), 'b')]
+    """
+    return [(dataclasses.replace(config, **{field: (value,)}), method)
+            for value in getattr(config, field) for method in methods]
+
+
+def read_results(path: Path, option: str = "--render") -> dict[str, Any]:
+    """The results file ``path`` given to ``option``; a missing file, or one without
+    ``results`` (written before this structure), ends the command (:func:`flags.fail`)."""
+    data = flags.read_results(path, option)
+    if "results" not in data:
+        flags.fail(f"{option} {path} has no 'results': an older version wrote it; run the "
+                   "command that wrote it again (into an empty folder)")
+    return data
 

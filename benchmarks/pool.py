@@ -9,9 +9,9 @@ waiting for it forever.
 
 Example:
   >>> from benchmarks import pool
-  >>> sorted(pool.pinned_map(lambda x: [x * x], [1, 2, 3], workers=1, desc="squares",
-  ...                        bar=False))
-  [1, 4, 9]
+  >>> sorted(pool.pinned_imap(lambda x: x * x, [1, 2, 3], workers=1, desc="squares",
+  ...                         bar=False))
+  [(1, 1), (2, 4), (3, 9)]
 """
 
 from __future__ import annotations
@@ -35,33 +35,25 @@ def pin_to_cores(cores: Sequence[int]) -> None:
         os.sched_setaffinity(0, set(cores))
 
 
-def _start_worker(cores, setup, setup_args) -> None:
+def _start_worker(cores) -> None:
     pin_to_cores([cores.get()])
-    if setup is not None:
-        setup(*setup_args)
 
 
 def pinned_imap(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, desc: str, *,
-                setup: Callable[..., None] | None = None, setup_args: tuple = (),
                 bar: bool = True) -> Iterator[tuple[Any, Any]]:
     """Yields ``(item, fn(item))`` in completion order, ``fn`` run on pinned workers.
 
     Args:
       fn: a picklable (module-level) function of one item.
       items: the work, slowest first for a short tail.
-      workers: processes, one core each; ``<= 1`` runs in this process (pinned to the
-        first available core only when ``setup`` asks for a worker's environment).
+      workers: processes, one core each; ``<= 1`` runs in this process (not pinned).
       desc: the progress bar's label.
-      setup: run once in each worker before its first item (e.g. load a model into a
-        module-level cache), with ``setup_args``; in this process when ``workers <= 1``.
       bar: show a progress bar (on stderr).
 
     Raises:
       concurrent.futures.process.BrokenProcessPool: a worker died.
     """
     if workers <= 1:
-        if setup is not None:
-            setup(*setup_args)
         wrap = common.progress if bar else (lambda it, **_: it)
         for item in wrap(items, total=len(items), desc=desc):
             yield item, fn(item)
@@ -72,8 +64,7 @@ def pinned_imap(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, de
     for i in range(workers):
         cores.put(available[i % len(available)])
     with concurrent.futures.ProcessPoolExecutor(
-            workers, mp_context=ctx, initializer=_start_worker,
-            initargs=(cores, setup, setup_args)) as executor:
+            workers, mp_context=ctx, initializer=_start_worker, initargs=(cores,)) as executor:
         futures = {executor.submit(fn, item): item for item in items}
         done = concurrent.futures.as_completed(futures)
         for future in (common.progress(done, total=len(futures), desc=desc) if bar else done):
@@ -95,18 +86,8 @@ def pinned_call(fn: Callable[..., Any], *args: Any) -> Any:
         return executor.submit(fn, *args).result()
 
 
-def pinned_map(fn: Callable[[Any], list], items: Sequence[Any], workers: int, desc: str,
-               **kwargs: Any) -> list:
-    """The concatenation of the lists ``fn`` returns, in completion order
-    (:func:`pinned_imap`'s arguments)."""
-    out: list = []
-    for _, result in pinned_imap(fn, items, workers, desc, **kwargs):
-        out += result
-    return out
-
-
 def ordered(results: list[dict], field: str, names: Sequence[Any], methods: Sequence[str]) -> list:
-    """``results`` (from :func:`pinned_map`) sorted by their ``field`` in the order of
+    """``results`` (records with a ``method``) sorted by their ``field`` in the order of
     ``names``, then by ``method`` in the order of ``methods``."""
     order = {(n, m): i for i, (n, m) in enumerate((n, m) for n in names for m in methods)}
     return sorted(results, key=lambda r: order[(r[field], r["method"])])

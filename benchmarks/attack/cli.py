@@ -23,6 +23,7 @@ from pathlib import Path
 
 from benchmarks import flags, pool, presets
 from benchmarks import record as run_record
+from benchmarks.experiment import read_results
 
 DEFAULT_OUT = Path("out/attack")
 
@@ -101,13 +102,15 @@ def config_of(args: argparse.Namespace):
 
 def main(args: argparse.Namespace) -> int:
     if args.render:
-        return _render(args, flags.read_results(args.render), args.render.parent)
+        return _render(args, read_results(args.render), args.render.parent)
     # Validate everything cheap before any data, training or compilation.
     config = config_of(args)
     if args.data is not None and not Path(args.data).exists():
         flags.fail(f"--data {args.data} does not exist")
     from benchmarks.attack import experiment
 
+    if (args.out / experiment.RESULTS).exists():  # merged into: checked now, not after a method
+        read_results(args.out / experiment.RESULTS, "--out")
     if args.workers == 1:
         pool.pin_to_cores(run_record.available_cores()[:1])
     command = flags.command_line("attack", args, skip=("render", "report"))

@@ -20,11 +20,10 @@ Markdown report OUT/generalization_<set>.md.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import common, flags, presets
-from benchmarks.experiment import execute
+from benchmarks.experiment import execute, read_results, split
 from benchmarks.generalization import experiment, report
 from benchmarks.generalization.objectives import SETS
 from benchmarks.record import Recorder, RunRecord
@@ -80,15 +79,13 @@ def write(config, results, record: RunRecord, args) -> Path:
 
 def main(args: argparse.Namespace) -> int:
     if args.render:
-        data = flags.read_results(args.render)
+        data = read_results(args.render)
         config = presets.from_dict(experiment.Config, data["config"])
         write(config, data["results"], RunRecord.from_dict(data["record"]), args)
         return 0
     config = config_of(args)
     with Recorder(flags.command_line("generalization", args, skip=("render",))) as run:
-        units = [(replace(config, problems=(n,)), m)  # one problem a unit, in the results' order
-                 for n in config.problems for m in config.methods]
-        results = execute(experiment.run, units, args.workers, f"generalization {config.set}",
-                          cost=experiment.cost)
+        results = execute(experiment.run, split(config, "problems", config.methods),
+                          args.workers, f"generalization {config.set}", cost=experiment.cost)
     write(config, results, run.record, args)
     return 0

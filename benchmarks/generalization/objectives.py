@@ -1,7 +1,7 @@
 """The tuning set and the held-out set of the generalization protocol, fixed before tuning.
 
 Every default of ``auto_k`` (and the learning-rate and smoothing rule of
-:func:`scaled_settings`) is chosen on :data:`TUNING` only: the synthetic benchmark's
+:func:`experiment.settings_of`) is chosen on :data:`TUNING` only: the synthetic benchmark's
 objectives at d = 100 (Quadratic, Cubic, Levy, Rosenbrock, Ackley and least squares on a
 fresh minibatch). :data:`HELD_OUT` is never used for a choice; it was written into this
 file, and committed, before any tuning. Each problem has its own dimension, call budget

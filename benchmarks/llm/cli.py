@@ -37,6 +37,7 @@ from pathlib import Path
 
 from benchmarks import common, flags, pool, presets
 from benchmarks.common import to_jsonable
+from benchmarks.experiment import read_results
 from benchmarks.llm.config import PRESETS
 
 
@@ -140,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
     from benchmarks.llm import report
 
     if args.render:  # computes nothing
-        payload = flags.read_results(args.render)
+        payload = read_results(args.render)
         out_dir, page = args.out, args.render.parent / "llm.md"
     else:
         cfg = configure(args)
@@ -167,7 +168,7 @@ def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dic
     import jax
 
     from benchmarks import record
-    from benchmarks.experiment import execute
+    from benchmarks.experiment import execute, split
     from benchmarks.llm import experiment, train
 
     prompts = (flags.read_results(args.prompt_table, "--prompt-table")["prompts"]
@@ -180,10 +181,8 @@ def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dic
               f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
               f"{jax.default_backend()}", file=sys.stderr)
         zero = train.zero_shot(setup.bundle, cfg)
-        units = [(dataclasses.replace(cfg, seeds=(seed,)), m) for seed in cfg.seeds
-                 for m in cfg.methods]
         results = merged if merged is not None else execute(
-            experiment.run, units, args.workers, "llm", done=_log)
+            experiment.run, split(cfg, "seeds", cfg.methods), args.workers, "llm", done=_log)
         extra = (experiment.run_baselines(cfg, setup, results, prompts=prompts)
                  if cfg.baselines else None)
     payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
@@ -204,7 +203,7 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
     seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
     from benchmarks.llm import experiment
 
-    payloads = [flags.read_results(p, "--merge") for p in args.merge]
+    payloads = [read_results(p, "--merge") for p in args.merge]
     ignore = ("seeds", "baselines", "preset")
     want = {k: v for k, v in json.loads(json.dumps(presets.as_dict(cfg))).items()
             if k not in ignore}

@@ -124,7 +124,7 @@ def write(p, results, record: RunRecord, args: argparse.Namespace) -> Path:
 
 def main(args: argparse.Namespace) -> int:
     if args.render:  # re-renders a results file of either mode (no computation)
-        data = flags.read_results(args.render)
+        data = experiment.read_results(args.render)
         write(protocols.from_dict(data["protocol"]), data["results"],
               RunRecord.from_dict(data["record"]), args)
         return 0

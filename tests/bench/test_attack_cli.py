@@ -126,6 +126,18 @@ def test_cli_rejects_bad_input_before_any_work(args, message, tmp_path, monkeypa
     assert not any(tmp_path.iterdir())
 
 
+def test_cli_refuses_a_results_file_of_an_older_schema_before_any_work(tmp_path, monkeypatch):
+    from benchmarks.attack import experiment
+
+    monkeypatch.setattr(experiment, "prepare", lambda *a, **k: pytest.fail("loaded data"))
+    old = tmp_path / "attack.json.xz"
+    write_json(old, {"records": [], "runs": []})  # the schema before "results"
+    for option in ("--out", "--render"):  # merged into by a run; re-rendered
+        with pytest.raises(SystemExit, match=f"error: {option} .* has no 'results'"):
+            benchmarks_main(["attack", "--preset", "smoke", "--out", str(tmp_path),
+                             *(["--render", str(old)] if option == "--render" else [])])
+
+
 def test_presets_are_dataclasses_with_overrides():
     import argparse
 

@@ -46,34 +46,15 @@ def _die(x):
     return [x]
 
 
-_SETUP = {}
-
-
-def _remember(value):
-    _SETUP["value"] = value
-
-
-def _read_setup(x):
-    return [(_SETUP["value"], x)]
-
-
 def test_pool_runs_every_item_on_workers():
-    out = pool.pinned_map(_square, [1, 2, 3, 4], workers=2, desc="t", bar=False)
-    assert sorted(v for v, _ in out) == [1, 4, 9, 16]
-    assert os.getpid() not in {pid for _, pid in out}
-
-
-def test_pool_setup_runs_in_each_worker_and_in_process():
-    for workers in (1, 2):
-        _SETUP.clear()
-        out = pool.pinned_map(_read_setup, [1, 2], workers, "t", setup=_remember,
-                              setup_args=("model",), bar=False)
-        assert sorted(out) == [("model", 1), ("model", 2)]
+    out = dict(pool.pinned_imap(_square, [1, 2, 3, 4], workers=2, desc="t", bar=False))
+    assert {x: v for x, [(v, _)] in out.items()} == {1: 1, 2: 4, 3: 9, 4: 16}
+    assert os.getpid() not in {pid for [(_, pid)] in out.values()}
 
 
 def test_pool_raises_when_a_worker_dies_instead_of_hanging():
     with pytest.raises(concurrent.futures.process.BrokenProcessPool):
-        pool.pinned_map(_die, [1, 2, 3], workers=2, desc="t", bar=False)
+        list(pool.pinned_imap(_die, [1, 2, 3], workers=2, desc="t", bar=False))
 
 
 def _pid_and_cores(x):
