@@ -11,6 +11,7 @@ order as soon as they are all done.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,24 +28,15 @@ from benchmarks.record import Recorder
 
 RESULTS = f"attack{common.RESULTS}"  # the results file of a run folder
 
-_LOADED: dict[Any, Any] = {}  # (dataset, data) -> Dataset, weight file -> log_prob; per process
+dataset_of = functools.cache(data_lib.load)  # (dataset, data) -> its data, once per process
 
 
-def dataset_of(config: Config) -> data_lib.Dataset:
-    """The data of ``config``, loaded once per process."""
-    key = (config.dataset, config.data)
-    if key not in _LOADED:
-        _LOADED[key] = data_lib.load(*key)
-    return _LOADED[key]
-
-
-def _log_prob(config: Config):
-    if config.weights not in _LOADED:
-        model = models.create(config.dataset)
-        train.load_weights(model, config.weights)
-        model.eval()
-        _LOADED[config.weights] = models.log_prob_fn(model)
-    return _LOADED[config.weights]
+@functools.cache
+def _log_prob(dataset: str, weights: str):
+    model = models.create(dataset)
+    train.load_weights(model, weights)
+    model.eval()
+    return models.log_prob_fn(model)
 
 
 def run(config: Config, method: str) -> list[dict[str, Any]]:
@@ -53,15 +45,15 @@ def run(config: Config, method: str) -> list[dict[str, Any]]:
 
     Returns:
       One entry: ``records`` (one per attack), the attacks' final points ``x`` and
-      consistency traces ``trace_cos`` (arrays, for the figures), and the program's
+      consistency traces ``trace_cos`` (lists, for the figures), and the program's
       ``seconds``, ``lane_steps_executed``, ``lane_steps_useful`` and ``widths``.
     """
-    dataset = dataset_of(config)
+    dataset = dataset_of(config.dataset, config.data)
     image, seed = (np.array(column) for column in zip(*config.attacks))
     label = dataset.test_labels[image]
     cls = objective.attacked_class(label, config.goal)
-    loss = objective.attack_loss(_log_prob(config), objective.EPSILON[config.dataset],
-                                 config.goal)
+    loss = objective.attack_loss(_log_prob(config.dataset, config.weights),
+                                 objective.EPSILON[config.dataset], config.goal)
     parsed = methods_lib.parse(method)
     with common.Stopwatch() as watch:
         o = runner.run_attacks(
@@ -75,16 +67,16 @@ def run(config: Config, method: str) -> list[dict[str, Any]]:
         "num_queries": int(o.num_queries[i]), "steps": int(o.steps[i]),
         "final_loss": float(o.loss[i]),
     } for i in range(len(seed))]
-    return [{"records": records, "x": o.x, "trace_cos": o.trace_cos, "seconds": watch.seconds,
-             "lane_steps_executed": o.lane_steps_executed,
-             "lane_steps_useful": o.lane_steps_useful, "widths": o.widths}]
+    return [{"records": records, "x": o.x.tolist(), "trace_cos": o.trace_cos.tolist(),
+             "seconds": watch.seconds, "lane_steps_executed": o.lane_steps_executed,
+             "lane_steps_useful": o.lane_steps_useful, "widths": list(o.widths)}]
 
 
 def prepare(config: Config, epochs: int | None,
             retrain: bool) -> tuple[Config, train.TrainedModel]:
     """``config`` with its target model's weights (trained or loaded) and its attacks."""
     try:
-        dataset = dataset_of(config)
+        dataset = dataset_of(config.dataset, config.data)
     except (ValueError, FileNotFoundError) as err:
         flags.fail(str(err))
     trained = train.load_or_train(
@@ -142,7 +134,8 @@ def merge_shares(attacks: tuple[tuple[int, int], ...], shares: list[dict]) -> di
     records = [r for share in shares for r in share["records"]]
     order = np.argsort([position[r["image"], r["seed"]] for r in records])
     return {"records": [records[i] for i in order],
-            **{k: np.concatenate([s[k] for s in shares])[order] for k in ("x", "trace_cos")},
+            **{k: np.concatenate([np.asarray(s[k], np.float32) for s in shares])[order]
+               for k in ("x", "trace_cos")},
             "seconds": max(s["seconds"] for s in shares),  # the slowest share
             **{k: sum(s[k] for s in shares) for k in ("lane_steps_executed", "lane_steps_useful")},
             "widths": tuple(sorted({w for s in shares for w in s["widths"]}, reverse=True))}
@@ -151,7 +144,7 @@ def merge_shares(attacks: tuple[tuple[int, int], ...], shares: list[dict]) -> di
 def run_entry(config: Config, workers: int, trained: train.TrainedModel, spec: str,
               merged: dict, record: dict) -> dict:
     """The run entry of the method ``spec``: settings, run record, model and counts."""
-    records, dataset = merged["records"], dataset_of(config)
+    records, dataset = merged["records"], dataset_of(config.dataset, config.data)
     return {
         "dataset": config.dataset, "protocol": config.protocol, "goal": config.goal,
         "eps": objective.EPSILON[config.dataset], "config": config.attack_config._asdict(),
@@ -176,7 +169,7 @@ def figures(config: Config, runs: dict[str, dict], out: Path) -> None:
     # a successful attack of the first method
     first = int(np.argmax([r["success"] for r in next(iter(runs.values()))["records"]]))
     image, seed = config.attacks[first]
-    image0 = dataset_of(config).test_images[image]
+    image0 = dataset_of(config.dataset, config.data).test_images[image]
     shown = [spec for spec in runs if not results_lib.is_extra(spec)] or list(runs)
     adversarial = {spec: np.asarray(objective.perturbed_image(runs[spec]["x"][first], image0, eps))
                    for spec in shown}

@@ -167,9 +167,9 @@ def test_the_shares_of_a_method_merge_back_into_attack_order():
     def share(w):  # run()'s entry for the round-robin share w of 2
         mine = attacks[w::2]
         return {"records": [{"image": i, "seed": s} for i, s in mine],
-                "x": np.array(mine), "trace_cos": np.zeros((len(mine), 0)), "seconds": 1.0 + w,
-                "lane_steps_executed": 10, "lane_steps_useful": 5 + w,
-                "widths": (2, 1) if w else (4,)}
+                "x": [list(attack) for attack in mine], "trace_cos": [[] for _ in mine],
+                "seconds": 1.0 + w, "lane_steps_executed": 10, "lane_steps_useful": 5 + w,
+                "widths": [2, 1] if w else [4]}
 
     merged = experiment.merge_shares(attacks, [share(1), share(0)])  # as they finished
     assert [(r["image"], r["seed"]) for r in merged["records"]] == list(attacks)
