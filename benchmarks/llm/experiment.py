@@ -11,7 +11,6 @@ Example (the smoke preset, a few seconds)::
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +103,16 @@ def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str):
 # What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
 SETUP_FIELDS = ("model", "dtype", "task", "data", "data_seed", "n_train", "n_dev", "n_test",
                 "max_length", "prompt", "fast_path", "lora_layers", "sequential")
+_SETUP: dict[tuple, Setup] = {}  # the last configuration's setup, one per process
 
 
 def prepared(cfg: Config) -> Setup:
     """:func:`prepare` of ``cfg``, loaded once per process (the last one kept)."""
-    return _prepared(**{name: getattr(cfg, name) for name in SETUP_FIELDS})
-
-
-@functools.lru_cache(maxsize=1)  # keyed by the setup fields only
-def _prepared(**setup) -> Setup:
-    return prepare(Config(steps=1, eval_every=1, batch_size=1, **setup))
+    key = tuple(getattr(cfg, name) for name in SETUP_FIELDS)
+    if key not in _SETUP:
+        _SETUP.clear()
+        _SETUP[key] = prepare(cfg)
+    return _SETUP[key]
 
 
 def run(cfg: Config, method: str) -> list[dict]:
