@@ -18,8 +18,9 @@ Results files hold ``{"record": ..., <the config>: ..., "results": [...]}`` plus
 renderer derives from the results (regret rows, summaries), written with
 :func:`benchmarks.common.write_json` and read with :func:`read_results`. The attack
 file accumulates every run written to its folder, so its run records and configs are in
-``runs``, one per method run (:mod:`benchmarks.attack.results`). The speed benchmark is the exception: timings are only comparable when every
-configuration is timed round-robin in one process, so its unit is the whole set.
+``runs``, one per method run (:mod:`benchmarks.attack.results`). The speed benchmark is
+the exception: timings are only comparable when every configuration is timed round-robin
+in one process, so its unit is the whole set.
 
 Example:
   >>> from benchmarks import experiment

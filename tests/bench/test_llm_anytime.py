@@ -51,7 +51,8 @@ def _run(method, fe, loss, seed=0):
 
 
 def test_mean_curve_interpolates_seeds_onto_the_union_of_their_evaluations():
-    runs = [_run("zoaq:k_max=2", [0, 10, 20], [1.0, 0.8, 0.6]), _run("zoaq:k_max=2", [0, 20], [1.0, 0.8])]
+    runs = [_run("zoaq:k_max=2", [0, 10, 20], [1.0, 0.8, 0.6]),
+            _run("zoaq:k_max=2", [0, 20], [1.0, 0.8])]
     curve = mean_curve(runs)
     assert [c["fe"] for c in curve] == [0, 10, 20]
     assert [c["dev_loss"] for c in curve] == pytest.approx([1.0, 0.85, 0.7])

@@ -130,8 +130,8 @@ def _generated(text: str) -> str:
     return re.search(r"<!-- BEGIN GENERATED.*?<!-- END GENERATED -->", text, re.DOTALL).group(0)
 
 
-@pytest.mark.parametrize("name", ["llm", "llm_mezo_cpu", "llm_anytime", "llm_speed", "llm_speed_1core",
-                                  "llm_directions"])
+@pytest.mark.parametrize("name", ["llm", "llm_mezo_cpu", "llm_anytime", "llm_speed",
+                                  "llm_speed_1core", "llm_directions"])
 def test_committed_pages_render_bit_for_bit_from_their_json(name, tmp_path):
     """Every committed LLM page is its results file rendered by this code, title included
     (a new page gets the renderer's title, which tells the LLM pages apart)."""
