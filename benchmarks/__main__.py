@@ -1,4 +1,5 @@
-"""One CLI for all benchmarks: ``python -m benchmarks {synthetic,generalization,attack,llm,overhead,devices} ...``.
+"""One CLI for all benchmarks:
+``python -m benchmarks {synthetic,generalization,attack,llm,overhead,devices} ...``.
 
 Each command lives in ``benchmarks/<command>/cli.py`` and exposes
 ``add_arguments(parser)`` and ``main(args) -> int``. Commands are imported only when

@@ -96,7 +96,6 @@ def rule(tolerance: float = TOLERANCE) -> str:
 
 SAVING = ("A regret below 1 is a saving at equal quality (the best fixed K's mean gap at "
           "that budget); what it costs shows where regret is above 1 or ∞")
-"""What a regret below 1 buys and where its price shows (the pages' column notes)."""
 
 
 def summarize(regrets: Sequence[float]) -> dict[str, float]:

@@ -1,14 +1,14 @@
 """One method registry for every benchmark, with one spec grammar.
 
 A method is named by a spec ``BASE`` or ``BASE:key=value,key=value``: ``zoaq``,
-``radazo:k=4``, ``zoaq:n_hist=4,reset=half``, ``zoaq:tau_band=(-0.2,0.5)``, ``statzo:backbone=zo_adamm``. The bases are
-the library's estimators; a key is any number- or string-valued argument of the base's
-estimator (read from its signature), one of ZoAQ's ablation keys (:data:`ZOAQ_ABLATIONS`,
-translated to the library's policy objects by :func:`zoaq_policies`) or ``backbone``
-(``radazo``, ``zo_adamm`` or ``sgd``). Each benchmark keeps
-only its own defaults (a :class:`Registry`: the paper's settings for that experiment);
-the spec's canonical text lists the keys that differ from them, sorted, so one method
-has one name in every record.
+``radazo:k=4``, ``zoaq:n_hist=4,reset=half``, ``zoaq:tau_band=(-0.2,0.5)``,
+``statzo:backbone=zo_adamm``. The bases are the library's estimators; a key is any number-
+or string-valued argument of the base's estimator (read from its signature), one of ZoAQ's
+ablation keys (:data:`ZOAQ_ABLATIONS`, translated to the library's policy objects by
+:func:`zoaq_policies`) or ``backbone`` (``radazo``, ``zo_adamm`` or ``sgd``). Each
+benchmark keeps only its own defaults (a :class:`Registry`: the paper's settings for that
+experiment); the spec's canonical text lists the keys that differ from them, sorted, so
+one method has one name in every record.
 
 Every method is built the same way (:meth:`Method.build`)::
 
@@ -29,9 +29,9 @@ Example:
 
 Beside the library's methods, :data:`EXTERNAL` names the methods of other libraries a
 benchmark runs as references (evosax's ``Open_ES`` and a hand-written PyTorch loop in the
-speed benchmark), and
-:data:`SYNTHETIC` / :data:`SYNTHETIC_HYPER` are the synthetic benchmark's defaults, which
-the benchmarks on its objectives share (synthetic, generalization, overhead).
+speed benchmark), and :data:`SYNTHETIC` / :data:`SYNTHETIC_HYPER` are the synthetic
+benchmark's defaults, which the benchmarks on its objectives share (synthetic,
+generalization, overhead).
 """
 
 from __future__ import annotations
@@ -239,13 +239,13 @@ class Registry:
                                  f"{', '.join(f'{k}=' for k in params)}")
             params[key] = _coerce(value, defaults[key], item)
         changed = tuple(k for k in sorted(params) if params[k] != defaults[k])
-        text = base + (":" + ",".join(f"{k}={_text(params[k])}" for k in changed) if changed else "")
+        text = base + (":" + ",".join(f"{k}={_text(params[k])}" for k in changed)
+                       if changed else "")
         return Method(text, base, tuple(sorted(params.items())), changed)
 
     def parse_all(self, specs: Iterable[str]) -> list[Method]:
         """:meth:`parse` of each spec, each method once (in order)."""
-        methods = [self.parse(s) for s in specs]
-        return list({m.spec: m for m in methods}.values())
+        return list({m.spec: m for m in map(self.parse, specs)}.values())
 
 
 def _text(value: Any) -> str:

@@ -220,11 +220,8 @@ def write_markdown(path: Path, title: str, generated: str, command: str) -> Path
     path.parent.mkdir(parents=True, exist_ok=True)
     body = f"{_BEGIN.format(command=command)}\n{generated.strip()}\n{_END}"
     old = path.read_text() if path.exists() else ""
-    if _BLOCK.search(old):
-        text = _BLOCK.sub(lambda _: body, old, count=1)
-    else:
-        text = f"# {title}\n\n{body}\n"
-    path.write_text(text)
+    path.write_text(_BLOCK.sub(lambda _: body, old, count=1) if _BLOCK.search(old)
+                    else f"# {title}\n\n{body}\n")
     return path
 
 

@@ -27,10 +27,8 @@ from benchmarks.record import available_cores
 
 
 def pin_to_cores(cores: Sequence[int]) -> None:
-    """Restricts this process (and the XLA threads it starts later) to ``cores``.
-
-    Call before the first JAX computation.
-    """
+    """Restricts this process (and the XLA threads it starts later) to ``cores``; call
+    before the first JAX computation."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(cores))
 
@@ -47,7 +45,6 @@ def pinned_imap(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, de
       fn: a picklable (module-level) function of one item.
       items: the work, slowest first for a short tail.
       workers: processes, one core each; ``<= 1`` runs in this process (not pinned).
-      desc: the progress bar's label.
       bar: show a progress bar (on stderr).
 
     Raises:

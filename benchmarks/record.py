@@ -113,16 +113,10 @@ def machine_info() -> dict[str, Any]:
         cpu = names[0] if names else cpu
     except OSError:
         pass
-    return {
-        "cpu": cpu,
-        "cores": len(available_cores()),
-        "memory_gib": _memory_gib(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "devices": [str(d.device_kind) for d in jax.devices()],
-        "backend": jax.default_backend(),
-    }
+    return {"cpu": cpu, "cores": len(available_cores()), "memory_gib": _memory_gib(),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "jax": jax.__version__, "devices": [str(d.device_kind) for d in jax.devices()],
+            "backend": jax.default_backend()}
 
 
 def _memory_gib() -> float | None:

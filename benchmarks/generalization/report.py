@@ -23,10 +23,9 @@ def _calls(b: float) -> str:
 
 
 def header(config: experiment.Config, record: run_record.RunRecord) -> str:
-    problems = [config.problem(n) for n in config.problems]
     rows = [[p.label, p.dim, _calls(p.budget), f"U[-{p.box}, {p.box}]" if p.box else "N(0, 1)",
              f"{experiment.settings_of(p).lr:.3g}", f"{experiment.settings_of(p).mu:.3g}"]
-            for p in problems]
+            for p in map(config.problem, config.problems)]
     return "\n".join([
         *pages.record_lines(record),
         f"- Protocol: preset `{config.preset}`, set `{config.set}`, seeds {list(config.seeds)}, "

@@ -115,9 +115,8 @@ def measure(args: Preset) -> list[dict]:
 
 
 def render(record: dict, path: Path) -> None:
-    rows = [(f"{r['d']:,}", r["devices"], r["combine"], r["steps"],
-             f"{r['calls_per_s']:,.0f}", f"{r['time_vs_no_mesh']:.2f}")
-            for r in record["rows"]]
+    rows = [(f"{r['d']:,}", r["devices"], r["combine"], r["steps"], f"{r['calls_per_s']:,.0f}",
+             f"{r['time_vs_no_mesh']:.2f}") for r in record["rows"]]
     machine = record["machine"]
     pages.page(path, "Directions across devices: calls/s against device count", [
         f"Command: `{record['command']}`",

@@ -89,7 +89,6 @@ def program(name: str, d: int, lanes: int, budget: int):
     method = methods_mod.timed(name)
     algo = methods_mod.algo(name, quadratic, d)
     max_steps = budget // 2 + 1  # every step makes at least 2 calls
-
     lanes_of = functools.partial(over_lanes, lanes=lanes)
 
     def run(seeds):

@@ -56,8 +56,6 @@ def anytime_program(build, objective, gap, start, budget: int, log_every: int,
       objective: ``(x, batch, fid) -> f``, the objective ``fid`` on the data key ``batch``.
       gap: ``(x, fid) -> gap``.
       start: key -> ``x0``.
-      budget: oracle calls a run.
-      log_every: steps between log rows.
       switch_at: calls after which the objective id changes (``None``: never).
 
     Returns:

@@ -71,16 +71,12 @@ def _ones(d: int) -> np.ndarray:
     return np.ones(d, np.float32)
 
 
-OBJECTIVES: dict[str, Objective] = {
-    o.name: o
-    for o in (
-        Objective("quadratic", "Quadratic", quadratic, _zeros),
-        Objective("cubic", "Cubic", cubic, _zeros),
-        Objective("levy", "Levy", levy, _ones),
-        Objective("rosenbrock", "Rosenbrock", rosenbrock, _ones),
-        Objective("ackley", "Ackley", ackley, _zeros),
-    )
-}
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
+    Objective("quadratic", "Quadratic", quadratic, _zeros),
+    Objective("cubic", "Cubic", cubic, _zeros),
+    Objective("levy", "Levy", levy, _ones),
+    Objective("rosenbrock", "Rosenbrock", rosenbrock, _ones),
+    Objective("ackley", "Ackley", ackley, _zeros))}
 
 
 class NoisyObjective(NamedTuple):
@@ -95,8 +91,7 @@ def _least_squares_data(d: int, rows: int = 1000, noise: float = 0.5):
     rng = np.random.default_rng(2026)
     a = rng.standard_normal((rows, d))
     b = a @ rng.standard_normal(d) + noise * rng.standard_normal(rows)
-    x_ls = np.linalg.lstsq(a, b, rcond=None)[0]
-    f_min = 0.5 * np.mean((a @ x_ls - b) ** 2)
+    f_min = 0.5 * np.mean((a @ np.linalg.lstsq(a, b, rcond=None)[0] - b) ** 2)
     return a.astype(np.float32), b.astype(np.float32), np.float32(f_min)
 
 

@@ -141,11 +141,9 @@ _BUDGET_SCALE = {  # preset -> (dim, budget, seeds, log_every)
     "paper": (100, 1_200_000, 5, 50),
 }
 _SMOKE = ("radazo:k=1", "radazo:k=2", "zoaq", "auto_k")
-SENSITIVITY = (
-    ("window", (4, 32)), ("growth", (0.0625, 0.25)), ("r", (0.003, 0.03)),
-    ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)), ("z_stall", (0.0, 2.0)),
-    ("ahead", (0.0, 0.6)),
-)
+SENSITIVITY = (("window", (4, 32)), ("growth", (0.0625, 0.25)), ("r", (0.003, 0.03)),
+               ("r_up", (0.02, 0.2)), ("z", (0.0, 4.0)), ("z_stall", (0.0, 2.0)),
+               ("ahead", (0.0, 0.6)))
 
 
 def budget(name: str, preset: str) -> Protocol:

@@ -144,11 +144,9 @@ def speed_table(results) -> str:
     for function, rs in pages.grouped(results, "function").items():
         ref = next((_us_per_call(r) for r in rs if r["method"] == REFERENCE), None)
         rows += [[function_label(function), r["label"], f"{r['compile_seconds']:.1f}",
-                  f"{r['run_seconds']:.2f}",
-                  f"{np.sum(r['num_queries']) / r['run_seconds']:,.0f}",
-                  f"{_us_per_call(r):.3f}",
-                  f"{_us_per_call(r) / ref:.2f}" if ref else pages.MISSING,
-                  f"{r['lane_utilisation']:.2f}"] for r in rs]
+                  f"{r['run_seconds']:.2f}", f"{np.sum(r['num_queries']) / r['run_seconds']:,.0f}",
+                  f"{_us_per_call(r):.3f}", f"{_us_per_call(r) / ref:.2f}" if ref else
+                  pages.MISSING, f"{r['lane_utilisation']:.2f}"] for r in rs]
     return pages.table(["function", "method", "compile s", "run s", "calls/s", "µs/call",
                         "cost/call vs R-AdaZO K=10", "lane use"], rows)
 
