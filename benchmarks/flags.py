@@ -37,7 +37,6 @@ def fail(message: str) -> NoReturn:
 
 
 def positive_int(text: str) -> int:
-    """An ``argparse`` type: an integer >= 1."""
     try:
         value = int(text)
     except ValueError:

@@ -92,7 +92,6 @@ def columns(definitions: dict[str, str]) -> str:
 
 
 def bullets(items: Iterable[str]) -> str:
-    """One Markdown bullet line per item."""
     return "\n".join(f"- {item}" for item in items)
 
 

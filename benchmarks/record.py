@@ -96,7 +96,6 @@ def load_average() -> float | None:
 
 
 def available_cores() -> list[int]:
-    """The cores this process may run on."""
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))

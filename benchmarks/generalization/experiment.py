@@ -51,7 +51,6 @@ class Config:
 
 
 PRESETS = {
-    # seconds, for tests: one problem, 10^3 calls, one seed
     "smoke": Config("smoke", "heldout", ("sum_powers",), ("radazo:k=1", "radazo:k=4", "auto_k"),
                     (0,), FIRST_BUDGET),
     "quick": Config("quick", "heldout", ("ellipsoid_1e6", "sum_powers", "rastrigin",

@@ -133,7 +133,6 @@ def _open_es_algo(value_fn, d: int, k: int) -> Algo:
 
 
 def algo(name: str, value_fn, d: int) -> Algo:
-    """The :class:`Algo` of method ``name`` (:func:`timed`) on ``value_fn`` in dimension ``d``."""
     method = timed(name)
     if method.name == "open_es":
         return _open_es_algo(value_fn, d, method.k_max)

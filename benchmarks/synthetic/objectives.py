@@ -63,13 +63,8 @@ def ackley(x):
             + 20.0 + jnp.e)
 
 
-def _zeros(d: int) -> np.ndarray:
-    return np.zeros(d, np.float32)
-
-
-def _ones(d: int) -> np.ndarray:
-    return np.ones(d, np.float32)
-
+_zeros = functools.partial(np.zeros, dtype=np.float32)
+_ones = functools.partial(np.ones, dtype=np.float32)
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective("quadratic", "Quadratic", quadratic, _zeros),

@@ -168,7 +168,6 @@ def budget(name: str, preset: str) -> Protocol:
 
 
 def find(p: Protocol, spec: str) -> Variant:
-    """The variant of ``p`` whose spec is ``spec``."""
     return next(v for v in p.variants if v.name == spec)
 
 
