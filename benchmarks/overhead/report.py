@@ -108,14 +108,11 @@ def dims(s: dict, p: dict) -> list[str]:
 
 def seeds(s: dict, p: dict) -> list[str]:
     records, parts = s["seeds"], s.get("seeds_parts", [])
-    rows = []
-    for r in records:
-        m = r["memory"]
-        rows.append([f"{r['seeds']:,}", r["label"], f"{r['calls_per_second']:,.0f}",
-                     f"{r['us_per_call']:.3f}", f"{r['lane_use']:.2f}",
-                     f"{r['wasted_fraction']:.2f}", f"{r['state_bytes_per_seed']:,}",
-                     _mib(m.get("temp_size_in_bytes")), _mib(m.get("argument_size_in_bytes")),
-                     f"{r['run_seconds']:.2f}"])
+    rows = [[f"{r['seeds']:,}", r["label"], f"{r['calls_per_second']:,.0f}",
+             f"{r['us_per_call']:.3f}", f"{r['lane_use']:.2f}", f"{r['wasted_fraction']:.2f}",
+             f"{r['state_bytes_per_seed']:,}", _mib(r["memory"].get("temp_size_in_bytes")),
+             _mib(r["memory"].get("argument_size_in_bytes")), f"{r['run_seconds']:.2f}"]
+            for r in records]
     return [f"## Seed sweep: quadratic, d = {p['seeds_dim']:,}, {p['seeds_calls']:,} oracle "
             "calls per seed", pages.columns({
         "seeds": "vmapped seeds, one lane each",
