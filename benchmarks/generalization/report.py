@@ -74,8 +74,7 @@ def summary_table(summary: dict[str, dict[str, Any]]) -> str:
         "\n\n" + pages.table(
         ["method", "(problem, budget) cells", "median regret", "worst regret",
          f"median <= {TARGETS['median']}", f"worst <= {TARGETS['max']}", "problems above 1",
-         "cells where a K > 1 is best", "median regret there"],
-        table))
+         "cells where a K > 1 is best", "median regret there"], table))
 
 
 def k_table(rows) -> str:
@@ -89,8 +88,7 @@ def k_table(rows) -> str:
         "best fixed K at each budget": "the fixed K whose mean gap is the envelope there",
         "K changes a run (logged)": "changes of K between log rows, mean over the seeds"}) + (
         "\n\n" + pages.table(["problem", "method", "mean K at each budget",
-                               "best fixed K at each budget", "K changes a run (logged)"],
-                              table))
+                               "best fixed K at each budget", "K changes a run (logged)"], table))
 
 
 def _label(name: str) -> str:
