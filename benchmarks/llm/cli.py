@@ -49,8 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "tiny-llama | tiny-opt (default: the preset's)")
     parser.add_argument("--task", choices=["sst2", "copa"])
     parser.add_argument(
-        "--data",
-        help="sst2: a GLUE SST-2 folder (train.tsv, dev.tsv) or a movie-review file; "
+        "--data", help="sst2: a GLUE SST-2 folder (train.tsv, dev.tsv) or a movie-review file; "
         "copa: a SuperGLUE COPA folder (train.jsonl, val.jsonl); 'synthetic': generated "
         "data for the tiny models (default: the embedded movie reviews; synthetic in smoke)")
     flags.add_methods(parser, REGISTRY.bases)

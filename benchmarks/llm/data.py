@@ -98,7 +98,6 @@ def load_sst2_tsv(path: Path) -> list[SentimentExample]:
 
 
 def load_copa_jsonl(path: Path) -> list[CopaExample]:
-    """A SuperGLUE COPA JSONL file."""
     out = []
     for n, line in _lines(path, "COPA"):
         try:

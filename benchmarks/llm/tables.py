@@ -41,11 +41,10 @@ def target_lines(payload: dict[str, Any]) -> list[str]:
     def met(ok: bool) -> str:
         return f"**{'met' if ok else 'not met'}**"
 
-    lines = [
-        f"best >= {TARGET_ACCURACY}: {met(acc[best][0] >= TARGET_ACCURACY)}"
-        f" (shortfall {max(0.0, TARGET_ACCURACY - acc[best][0]):.3f}).",
-        f"best >= zero-shot + {TARGET_GAIN} = {zero + TARGET_GAIN:.3f}: "
-        f"{met(acc[best][0] >= zero + TARGET_GAIN)}."]
+    lines = [f"best >= {TARGET_ACCURACY}: {met(acc[best][0] >= TARGET_ACCURACY)}"
+             f" (shortfall {max(0.0, TARGET_ACCURACY - acc[best][0]):.3f}).",
+             f"best >= zero-shot + {TARGET_GAIN} = {zero + TARGET_GAIN:.3f}: "
+             f"{met(acc[best][0] >= zero + TARGET_GAIN)}."]
     for name, (mean, std) in acc.items():
         label = groups[name][0]["label"]
         if len(groups[name]) < 2:

@@ -134,8 +134,7 @@ def measure(task, tokenizer: Tokenizer, examples: Sequence[Any], *,
             max_length: int | None = None, multiple: int = 8) -> Layout:
     """The layout that fits ``examples``: lengths rounded up to ``multiple`` unless
     ``max_length`` is given, in which case longer examples are an error."""
-    longest, opt_len, single = 0, 1, True
-    too_long = 0
+    longest, opt_len, single, too_long = 0, 1, True, 0
     for ex in examples:
         ctx, opts, _ = tokenize(task, tokenizer, ex)
         n = len(ctx) + max(len(o) for o in opts)
@@ -290,5 +289,4 @@ def cache_states(hidden_below, encoded: dict[str, np.ndarray], first: int,
     flat = tokens.reshape(n * r, length)
     parts = [np.asarray(hidden_below(flat[i : i + batch_size], first))
              for i in range(0, n * r, batch_size)]
-    states = np.concatenate(parts).reshape(n, r, length, -1)
-    return {**encoded, "states": states}
+    return {**encoded, "states": np.concatenate(parts).reshape(n, r, length, -1)}

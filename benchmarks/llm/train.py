@@ -254,16 +254,14 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
             break
     zoaq_jax.check_responses(state)  # warns when mu is below the float resolution
 
-    test = tracker.test()
-    curve, best, eval_s = tracker.curve, tracker.best, tracker.eval_s
+    test, curve, best, eval_s = tracker.test(), tracker.curve, tracker.best, tracker.eval_s
 
     # Step time split: forward passes (timed in isolation) vs everything else, (a) over
     # the whole run with call times measured once at the end, (b) back to back.
     sizes = [c for k in set(ks) for c in methods_lib.chunks(method, k)]
     calls = forward_call_seconds(bundle, lora, batch, sizes, cfg.timing_reps)
     probe = interleaved_overhead(compiled, method, bundle, lora, state, batch, cfg.timing_reps)
-    fwd_s = sum(calls[_key(n, b)]
-                for k in ks for n, b in methods_lib.chunks(method, k))
+    fwd_s = sum(calls[_key(n, b)] for k in ks for n, b in methods_lib.chunks(method, k))
     total_step = float(np.sum(step_s))
     hist = Counter(ks)
     return {
