@@ -55,14 +55,12 @@ HYPER = {"mnist": Hyper(lr=0.01, mu=0.5, b1=0.9, b2=0.99, eps=1e-8),
 REGISTRY = Registry({
     "zoaq": {"k_min": 1, "k_max": 2, "n_hist": 8, "tau0": 1.0, "beta_tau": 0.9,
              "reset": "min", "controller": "adaptive", "difference": "forward"},
-    "radazo": {"k": 2, "difference": "forward"},
-    "zo_adamm": {"k": 2, "difference": "forward"},
+    "radazo": {"k": 2, "difference": "forward"}, "zo_adamm": {"k": 2, "difference": "forward"},
     "statzo": {"k_min": 2, "k_max": 2, "theta": 0.5},
     "statzo_norm": {"k_min": 1, "k_max": 2, "c_norm": 0.5, "difference": "forward"},
     "zoar": {"k": 1, "n_hist": 8, "difference": "forward"},
     # The library's own defaults (never tuned for the attack).
-    "auto_k": {"difference": "forward"},
-})
+    "auto_k": {"difference": "forward"}})
 
 # Shared across the paper protocol's tables, the extended protocol, and the sweeps.
 PAPER_METHODS = ("radazo", "statzo", "zoar", "zoar:k=2", "zoaq")
@@ -70,8 +68,7 @@ ALL_METHODS = ("radazo", "zo_adamm", "statzo", "statzo_norm", "zoar", "zoar:k=2"
                "auto_k")
 SWEEPS = {
     "nhist": tuple(f"zoaq:n_hist={n}" if n != 8 else "zoaq" for n in (4, 6, 8, 10, 12)),
-    "kmax": tuple(f"statzo:k_max={k}" if k != 2 else "statzo" for k in (2, 4, 6, 8, 10)),
-}
+    "kmax": tuple(f"statzo:k_max={k}" if k != 2 else "statzo" for k in (2, 4, 6, 8, 10))}
 
 
 def parse(spec: str) -> Method:

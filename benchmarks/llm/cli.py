@@ -64,8 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("timing-reps", "repeats of the timing probes"),
         ("max-length", ("fixed sequence length in tokens; with the embedded movie reviews "
                         "longer snippets are dropped, otherwise longer examples are an error "
-                        "(default: fit the data)")),
-    ]:
+                        "(default: fit the data)"))]:
         parser.add_argument(f"--{name}", type=flags.positive_int, help=help_text)
     parser.add_argument("--lr", type=float, help="learning rate (paper: 5e-5)")
     parser.add_argument("--mu", type=float, help="perturbation scale (paper: 1e-2)")

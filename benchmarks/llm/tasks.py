@@ -44,8 +44,7 @@ PROMPTS = {
     "it_was_good": ("{s} It was", ("bad", "good"), 0),
     "review": ("Review: {s}\nSentiment:", ("negative", "positive"), 0),
     "demo_it_was": ("{s} It was", ("terrible", "great"), 4),
-    "demo_review": ("Review: {s}\nSentiment:", ("negative", "positive"), 4),
-}
+    "demo_review": ("Review: {s}\nSentiment:", ("negative", "positive"), 4)}
 
 
 def demonstrations(train: Sequence[SentimentExample], count: int) -> list[SentimentExample]:

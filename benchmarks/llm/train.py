@@ -278,8 +278,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
             "step_s_mean": total_step / len(step_s), "step_s_median": float(np.median(step_s)),
             "eval_s": eval_s, "fe_per_s": fe / total_step, "forward_call_s": calls,
             "forward_s_estimate": fwd_s, "overhead_share": 1.0 - fwd_s / total_step,
-            "interleaved": probe, "wall_s": time.perf_counter() - wall0},
-    }
+            "interleaved": probe, "wall_s": time.perf_counter() - wall0}}
 
 
 def zero_shot(bundle: Bundle, cfg: Config) -> dict[str, float]:
