@@ -90,9 +90,8 @@ def features(bundle: train.Bundle, split: dict, batch_size: int) -> np.ndarray:
             return model.hidden_at(states, first, index)
         return model.hidden(batch["tokens"].reshape(b * r, length))[seq, index]
 
-    n = len(split["label"])
     out = [np.asarray(one(lora, bundle.base, b)) for b in tasks.eval_batches(split, batch_size)]
-    return np.concatenate(out)[:n]
+    return np.concatenate(out)[:len(split["label"])]
 
 
 def logistic_regression(x: np.ndarray, y: np.ndarray, l2: float, steps: int = 300) -> tuple:

@@ -94,10 +94,9 @@ def evaluate(bundle: Bundle, lora: Any, split: dict, batch_size: int) -> dict[st
 
 def margins(bundle: Bundle, lora: Any, split: dict, batch_size: int) -> np.ndarray:
     """Per-example score difference (candidate 1 minus candidate 0) over a split."""
-    n = len(split["label"])
     out = [np.asarray(bundle.metrics(lora, bundle.base, b)["margin"])
            for b in tasks.eval_batches(split, batch_size)]
-    return np.concatenate(out)[:n]
+    return np.concatenate(out)[:len(split["label"])]
 
 
 class Tracker:
