@@ -71,8 +71,7 @@ def run(config: Config, method: str) -> list[dict[str, Any]]:
              "lane_steps_useful": o.lane_steps_useful, "widths": list(o.widths)}]
 
 
-def prepare(config: Config, epochs: int | None,
-            retrain: bool) -> tuple[Config, train.TrainedModel]:
+def prepare(config: Config, epochs: int | None, retrain: bool) -> tuple[Config, train.TrainedModel]:
     """``config`` with its target model's weights (trained or loaded) and its attacks."""
     try:
         dataset = dataset_of(config.dataset, config.data)

@@ -64,8 +64,7 @@ REGISTRY = Registry({
 
 # Shared across the paper protocol's tables, the extended protocol, and the sweeps.
 PAPER_METHODS = ("radazo", "statzo", "zoar", "zoar:k=2", "zoaq")
-ALL_METHODS = ("radazo", "zo_adamm", "statzo", "statzo_norm", "zoar", "zoar:k=2", "zoaq",
-               "auto_k")
+ALL_METHODS = ("radazo", "zo_adamm", "statzo", "statzo_norm", "zoar", "zoar:k=2", "zoaq", "auto_k")
 SWEEPS = {
     "nhist": tuple(f"zoaq:n_hist={n}" if n != 8 else "zoaq" for n in (4, 6, 8, 10, 12)),
     "kmax": tuple(f"statzo:k_max={k}" if k != 2 else "statzo" for k in (2, 4, 6, 8, 10))}

@@ -99,8 +99,7 @@ def anytime_regret(by_method: dict[str, list[dict]],
     attacks = sorted({(r["image"], r["seed"]) for s in compared for r in by_method[s]})
     common = [a for a in attacks if all(a in solved[s] for s in compared)]
     nan = float("nan")
-    mean = {s: float(np.mean([solved[s][a] for a in common])) if common else nan
-            for s in compared}
+    mean = {s: float(np.mean([solved[s][a] for a in common])) if common else nan for s in compared}
 
     def best(specs: list[str]) -> str | None:
         return min(specs, key=lambda s: mean[s]) if common else None

@@ -199,8 +199,7 @@ def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackC
             ids[slots] = np.arange(queued, queued + len(slots))
             queued += len(slots)
             slot_tasks = jax.tree.map(lambda a: a[np.maximum(ids, 0)], all_tasks)
-            lanes = prog.refill(lanes, slot_tasks,
-                                jnp.asarray(np.isin(np.arange(len(ids)), slots)))
+            lanes = prog.refill(lanes, slot_tasks, jnp.asarray(np.isin(np.arange(len(ids)), slots)))
             continue
         live = np.flatnonzero(state["active"])
         if not len(live):

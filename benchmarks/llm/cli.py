@@ -84,20 +84,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "another (zoaq_jax.sequential) instead of in one vmapped call: "
                         "activation memory does not grow with K")
     parser.add_argument("--no-baselines", action="store_true",
-                        help="skip the baselines and the memory table (the cpu preset runs "
-                        "them)")
+                        help="skip the baselines and the memory table (the cpu preset runs them)")
     parser.add_argument("--baselines", action="store_const", const=True,
                         help="also run the baselines (zero-shot per prompt, linear probe, "
                         "first-order reference) and the compiled-memory table")
-    parser.add_argument(
-        "--merge", nargs="+", type=Path, metavar="RESULTS",
-        help="instead of training: the results of these llm.json.xz files (runs of this "
-        "preset and options, e.g. one seed each run side by side) in one page, with the "
-        "baselines of --baselines computed here")
-    parser.add_argument(
-        "--prompt-table", type=Path, metavar="RESULTS",
-        help="with --baselines: reuse the zero-shot prompt table of this JSON (written by "
-        "--prompt-table-only) instead of recomputing it")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="RESULTS",
+                        help="instead of training: the results of these llm.json.xz files "
+                        "(runs of this preset and options, e.g. one seed each run side by "
+                        "side) in one page, with the baselines of --baselines computed here")
+    parser.add_argument("--prompt-table", type=Path, metavar="RESULTS",
+                        help="with --baselines: reuse the zero-shot prompt table of this JSON "
+                        "(written by --prompt-table-only) instead of recomputing it")
     parser.add_argument("--prompt-table-only", action="store_true",
                         help="only score every prompt zero-shot (raw and calibrated); "
                         "writes OUT/llm_prompts.json.xz")

@@ -129,8 +129,7 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
     from benchmarks.llm import baselines
     from benchmarks.llm import methods as methods_lib
 
-    wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"]
-                            for r in results]))
+    wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"] for r in results]))
     tc = dataclasses.replace(cfg, steps=100_000,
                              eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))
     first_order = [baselines.first_order(setup.bundle, seed, tc, cfg.first_order_lr,

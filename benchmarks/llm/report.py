@@ -254,8 +254,7 @@ def _run_notes(cfg: dict[str, Any]) -> str:
 
 def _regret_section(payload: dict[str, Any]) -> list[str]:
     reg = payload["regret"]
-    env = ", ".join(f"{e['budget']}: {e['dev_loss']:.4f} ({e['method']})"
-                    for e in reg["envelope"])
+    env = ", ".join(f"{e['budget']}: {e['dev_loss']:.4f} ({e['method']})" for e in reg["envelope"])
     return [
         "## Anytime: query regret against the fixed-K envelope",
         "E(B) = lowest mean dev loss any fixed-K method reached within B FE (linear "

@@ -110,8 +110,7 @@ def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[l
             best = next(n for n in stats if stats[n][i][0] == top)
             apart = name != best and resolved(stats[name][i], stats[best][i],
                                               min(len(runs), len(groups[best])))
-            cells.append(pages.bold(pages.pm(*stats[name][i], fmt), name == best)
-                         + " †" * apart)
+            cells.append(pages.bold(pages.pm(*stats[name][i], fmt), name == best) + " †" * apart)
         rows.append([runs[0]["label"]] + cells)
     return budgets, rows
 
@@ -119,8 +118,7 @@ def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[l
 def memory_rows(payload: dict[str, Any]) -> list[list[str]]:
     rows = payload["baselines"]["memory"]
     forward = rows[0]["bytes"]
-    return [[r["what"], f"{r['bytes'] / 2**20:.1f}", f"{r['bytes'] / forward:.2f}"]
-            for r in rows]
+    return [[r["what"], f"{r['bytes'] / 2**20:.1f}", f"{r['bytes'] / forward:.2f}"] for r in rows]
 
 
 def merged_lines(payload: dict[str, Any]) -> list[str]:
