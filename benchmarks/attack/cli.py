@@ -43,8 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "smoke (seconds: test image 1, one seed, zoaq and radazo, 200 "
                              "iterations)")
     parser.add_argument("--goal", nargs="+", choices=GOALS, default=list(GOALS),
-                        help="targeted (the ZoAR code's attack) and/or untargeted "
-                             "(default: both)")
+                        help="targeted (the ZoAR code's attack) and/or untargeted (default: both)")
     flags.add_methods(parser, REGISTRY.bases)
     parser.add_argument("--sweep", nargs="*", default=[], choices=["nhist", "kmax"],
                         help="add the ZoAQ N_hist sweep and/or the StatZO K_max sweep")

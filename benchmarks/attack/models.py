@@ -64,9 +64,7 @@ class CifarCNN(nnx.Module):
         for width in widths:
             sizes += [(c_in, width), (width, width)]
             c_in = width
-        self.convs = nnx.List(
-            [nnx.Conv(a, b, (3, 3), padding="SAME", rngs=rngs) for a, b in sizes]
-        )
+        self.convs = nnx.List([nnx.Conv(a, b, (3, 3), padding="SAME", rngs=rngs) for a, b in sizes])
         self.dropout1 = nnx.Dropout(0.5, rngs=rngs)
         self.fc1 = nnx.Linear(widths[-1] * (32 >> len(widths)) ** 2, 256, rngs=rngs)
         self.dropout2 = nnx.Dropout(0.5, rngs=rngs)

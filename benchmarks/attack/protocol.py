@@ -53,14 +53,10 @@ class Config:
 
 
 PRESETS = {
-    # The paper's attacks (test image 1, five seeds), every method, traces for the figure.
     "paper": Config("paper", methods_lib.ALL_METHODS, width=32, trace_len=2000),
-    # The paper's five methods on 100 images x 5 seeds, no traces.
     "extended": Config("extended", methods_lib.PAPER_METHODS, width=16, trace_len=0),
-    # The paper's attack (test image 1) with one seed, two methods and 200 iterations.
     "smoke": Config("smoke", ("zoaq", "radazo"), width=2, trace_len=50, seeds=SEEDS[:1],
-                    max_steps=200),
-}
+                    max_steps=200)}
 
 
 def select(protocol: str, dataset: Dataset, predictions: np.ndarray,

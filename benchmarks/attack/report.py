@@ -263,8 +263,7 @@ def _sweep_tables(group: tuple, by_method: dict[str, list[dict]]) -> list[str]:
     parts = []
     for sweep, param, paper, title in (
         ("nhist", "n_hist", PAPER_NHIST, "ZoAQ history window N_hist"),
-        ("kmax", "k_max", PAPER_KMAX, "StatZO cap K_max (classical norm test, R-AdaZO backbone)"),
-    ):
+        ("kmax", "k_max", PAPER_KMAX, "StatZO cap K_max (classical norm test, R-AdaZO backbone)")):
         present = [s for s in methods_lib.SWEEPS[sweep] if s in by_method]
         if len(present) < 2:
             continue

@@ -47,22 +47,19 @@ def summarize(records: Sequence[dict]) -> dict[str, Any]:
     success = np.array([r["success"] for r in records], bool)
     steps = np.array([r["steps"] for r in records], float)
     ok = queries[success]
-    return {
-        "attacks": len(records),
-        "success_rate": float(success.mean()),
-        "mean": float(ok.mean()) if ok.size else float("nan"),
-        "std": float(ok.std()) if ok.size else float("nan"),
-        "median": float(np.median(ok)) if ok.size else float("nan"),
-        "mean_all": float(queries.mean()),
-        "calls_per_step": float(queries.sum() / max(steps.sum(), 1)),
-    }
+    return {"attacks": len(records), "success_rate": float(success.mean()),
+            "mean": float(ok.mean()) if ok.size else float("nan"),
+            "std": float(ok.std()) if ok.size else float("nan"),
+            "median": float(np.median(ok)) if ok.size else float("nan"),
+            "mean_all": float(queries.mean()),
+            "calls_per_step": float(queries.sum() / max(steps.sum(), 1))}
 
 
 def is_extra(spec: str) -> bool:
     """Whether ``spec`` belongs to a sweep or a comparison but not to the main method list."""
     return spec not in methods_lib.ALL_METHODS and any(
-        spec in members
-        for members in (*methods_lib.SWEEPS.values(), *methods_lib.COMPARISONS.values()))
+        spec in members for members in (*methods_lib.SWEEPS.values(),
+                                        *methods_lib.COMPARISONS.values()))
 
 
 def has_comparison(by_method: dict[str, list[dict]]) -> bool:
@@ -102,8 +99,7 @@ def anytime_regret(by_method: dict[str, list[dict]],
     attacks = sorted({(r["image"], r["seed"]) for s in compared for r in by_method[s]})
     common = [a for a in attacks if all(a in solved[s] for s in compared)]
     nan = float("nan")
-    mean = {s: float(np.mean([solved[s][a] for a in common])) if common else nan
-            for s in compared}
+    mean = {s: float(np.mean([solved[s][a] for a in common])) if common else nan for s in compared}
 
     def best(specs: list[str]) -> str | None:
         return min(specs, key=lambda s: mean[s]) if common else None

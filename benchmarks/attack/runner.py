@@ -107,15 +107,11 @@ def program(loss: Loss, build: BuildOptimizer, dim: int, config: AttackConfig) -
 
     def init(task: Tasks) -> Lane:
         x = initial_point(task.seed, dim)
-        return Lane(
-            x=x,
-            opt_state=build(direction_key(task.seed)).init(x),
-            loss=jnp.asarray(jnp.inf, jnp.float32),
-            steps=jnp.zeros((), jnp.int32),
-            success=jnp.zeros((), bool),
-            trace_loss=jnp.full((trace_len,), jnp.nan, jnp.float32),
-            trace_cos=jnp.full((trace_len,), jnp.nan, jnp.float32),
-        )
+        return Lane(x=x, opt_state=build(direction_key(task.seed)).init(x),
+                    loss=jnp.asarray(jnp.inf, jnp.float32), steps=jnp.zeros((), jnp.int32),
+                    success=jnp.zeros((), bool),
+                    trace_loss=jnp.full((trace_len,), jnp.nan, jnp.float32),
+                    trace_cos=jnp.full((trace_len,), jnp.nan, jnp.float32))
 
     def active(lane: Lane) -> jax.Array:
         return ~lane.success & (lane.steps < config.max_steps)
@@ -131,14 +127,12 @@ def program(loss: Loss, build: BuildOptimizer, dim: int, config: AttackConfig) -
         moved = lane._replace(
             x=jnp.where(success, lane.x, optax.apply_updates(lane.x, updates)),
             opt_state=_where(success, lane.opt_state, opt_state),
-            loss=value, steps=lane.steps + 1, success=success,
-        )
+            loss=value, steps=lane.steps + 1, success=success)
         if trace_len:
             cos = jnp.where(success, jnp.nan, optax.tree.get(opt_state, "consistency", jnp.nan))
             moved = moved._replace(
                 trace_loss=lane.trace_loss.at[lane.steps].set(value, mode="drop"),
-                trace_cos=lane.trace_cos.at[lane.steps].set(cos, mode="drop"),
-            )
+                trace_cos=lane.trace_cos.at[lane.steps].set(cos, mode="drop"))
         return _where(active(lane), moved, lane)
 
     @jax.jit
@@ -205,8 +199,7 @@ def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackC
             ids[slots] = np.arange(queued, queued + len(slots))
             queued += len(slots)
             slot_tasks = jax.tree.map(lambda a: a[np.maximum(ids, 0)], all_tasks)
-            lanes = prog.refill(lanes, slot_tasks,
-                                jnp.asarray(np.isin(np.arange(len(ids)), slots)))
+            lanes = prog.refill(lanes, slot_tasks, jnp.asarray(np.isin(np.arange(len(ids)), slots)))
             continue
         live = np.flatnonzero(state["active"])
         if not len(live):
@@ -224,5 +217,4 @@ def run_attacks(loss: Loss, build: BuildOptimizer, tasks: Tasks, config: AttackC
         steps=results["steps"].astype(np.int64), loss=results["loss"], x=results["x"],
         trace_loss=results["trace_loss"], trace_cos=results["trace_cos"],
         lane_steps_executed=executed, lane_steps_useful=int(results["steps"].sum()),
-        widths=tuple(widths),
-    )
+        widths=tuple(widths))

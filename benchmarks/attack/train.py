@@ -68,10 +68,8 @@ def train(model: nnx.Module, dataset: data_lib.Dataset, config: TrainConfig,
     n = len(dataset.train_images)
     for epoch in range(config.epochs):
         order = order_rng.permutation(n)
-        losses = [
-            step(model, optimizer, dataset.train_images[idx], dataset.train_labels[idx])
-            for idx in np.array_split(order, max(1, n // config.batch_size))
-        ]
+        losses = [step(model, optimizer, dataset.train_images[idx], dataset.train_labels[idx])
+                  for idx in np.array_split(order, max(1, n // config.batch_size))]
         log(f"epoch {epoch + 1}/{config.epochs}: train loss {float(np.mean(losses)):.4f}")
     model.eval()
     return model
@@ -109,8 +107,7 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
         if digest != meta["sha256"]:
             raise ValueError(
                 f"Cached weights {weights} have SHA-256 {digest}, but {meta_path.name} records "
-                f"{meta['sha256']}. Delete both files (or pass --retrain) to train again."
-            )
+                f"{meta['sha256']}. Delete both files (or pass --retrain) to train again.")
         log(f"loaded {weights.name} (test accuracy {test_accuracy:.4f})")
     else:
         log(f"training the {dataset.name} model ({config}) in a process pinned to one core; "
@@ -128,8 +125,7 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
             "config": config._asdict(), "test_accuracy": test_accuracy,
             "num_test": len(dataset.test_labels), "train_seconds": round(seconds, 1),
             "train_cores": cores, "machine": run_record.machine_info(),
-            "load_average": run_record.load_average(),
-        })
+            "load_average": run_record.load_average()})
         log(f"test accuracy {test_accuracy:.4f} on {len(dataset.test_labels)} images "
             f"({seconds:.0f} s)")
     load_weights(model, weights)
@@ -186,8 +182,7 @@ def load_weights(model: nnx.Module, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.attack.train",
-                                     description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.attack.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=data_lib.DATASETS, default="mnist")
     parser.add_argument("--data", default=None, help="full MNIST or CIFAR-10 folder")

@@ -90,9 +90,8 @@ def features(bundle: train.Bundle, split: dict, batch_size: int) -> np.ndarray:
             return model.hidden_at(states, first, index)
         return model.hidden(batch["tokens"].reshape(b * r, length))[seq, index]
 
-    n = len(split["label"])
     out = [np.asarray(one(lora, bundle.base, b)) for b in tasks.eval_batches(split, batch_size)]
-    return np.concatenate(out)[:n]
+    return np.concatenate(out)[:len(split["label"])]
 
 
 def logistic_regression(x: np.ndarray, y: np.ndarray, l2: float, steps: int = 300) -> tuple:
@@ -104,7 +103,6 @@ def logistic_regression(x: np.ndarray, y: np.ndarray, l2: float, steps: int = 30
         return jnp.mean(optax.sigmoid_binary_cross_entropy(z, y)) + l2 * jnp.sum(p[0] ** 2)
 
     opt = optax.adam(1e-2)
-    params = (jnp.zeros(x.shape[1]), jnp.zeros(()))
 
     @jax.jit
     def run(params):
@@ -116,7 +114,7 @@ def logistic_regression(x: np.ndarray, y: np.ndarray, l2: float, steps: int = 30
 
         return jax.lax.scan(body, (params, opt.init(params)), None, length=steps)[0][0]
 
-    return run(params)
+    return run((jnp.zeros(x.shape[1]), jnp.zeros(())))
 
 
 def linear_probe(bundle: train.Bundle, eval_batch_size: int = 16) -> dict[str, Any]:
@@ -160,10 +158,8 @@ def first_order(bundle: train.Bundle, seed: int, cfg: Config, learning_rate: flo
                                                            batch).compile()
     tracker = train.Tracker(bundle, cfg.eval_batch_size)
     tracker.evaluate(0, 0, lora)
-    t0 = time.perf_counter()
-    losses = []
-    steps = range(1, cfg.steps + 1)
-    for t in progress(steps, desc=f"first-order seed {seed}"):
+    t0, losses = time.perf_counter(), []
+    for t in progress(range(1, cfg.steps + 1), desc=f"first-order seed {seed}"):
         if t > 1:
             batch = next(stream)
         lora, state, value = step(lora, state, bundle.base, batch)

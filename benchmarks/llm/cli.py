@@ -49,8 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "tiny-llama | tiny-opt (default: the preset's)")
     parser.add_argument("--task", choices=["sst2", "copa"])
     parser.add_argument(
-        "--data",
-        help="sst2: a GLUE SST-2 folder (train.tsv, dev.tsv) or a movie-review file; "
+        "--data", help="sst2: a GLUE SST-2 folder (train.tsv, dev.tsv) or a movie-review file; "
         "copa: a SuperGLUE COPA folder (train.jsonl, val.jsonl); 'synthetic': generated "
         "data for the tiny models (default: the embedded movie reviews; synthetic in smoke)")
     flags.add_methods(parser, REGISTRY.bases)
@@ -65,8 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("timing-reps", "repeats of the timing probes"),
         ("max-length", ("fixed sequence length in tokens; with the embedded movie reviews "
                         "longer snippets are dropped, otherwise longer examples are an error "
-                        "(default: fit the data)")),
-    ]:
+                        "(default: fit the data)"))]:
         parser.add_argument(f"--{name}", type=flags.positive_int, help=help_text)
     parser.add_argument("--lr", type=float, help="learning rate (paper: 5e-5)")
     parser.add_argument("--mu", type=float, help="perturbation scale (paper: 1e-2)")
@@ -86,20 +84,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "another (zoaq_jax.sequential) instead of in one vmapped call: "
                         "activation memory does not grow with K")
     parser.add_argument("--no-baselines", action="store_true",
-                        help="skip the baselines and the memory table (the cpu preset runs "
-                        "them)")
+                        help="skip the baselines and the memory table (the cpu preset runs them)")
     parser.add_argument("--baselines", action="store_const", const=True,
                         help="also run the baselines (zero-shot per prompt, linear probe, "
                         "first-order reference) and the compiled-memory table")
-    parser.add_argument(
-        "--merge", nargs="+", type=Path, metavar="RESULTS",
-        help="instead of training: the results of these llm.json.xz files (runs of this "
-        "preset and options, e.g. one seed each run side by side) in one page, with the "
-        "baselines of --baselines computed here")
-    parser.add_argument(
-        "--prompt-table", type=Path, metavar="RESULTS",
-        help="with --baselines: reuse the zero-shot prompt table of this JSON (written by "
-        "--prompt-table-only) instead of recomputing it")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="RESULTS",
+                        help="instead of training: the results of these llm.json.xz files "
+                        "(runs of this preset and options, e.g. one seed each run side by "
+                        "side) in one page, with the baselines of --baselines computed here")
+    parser.add_argument("--prompt-table", type=Path, metavar="RESULTS",
+                        help="with --baselines: reuse the zero-shot prompt table of this JSON "
+                        "(written by --prompt-table-only) instead of recomputing it")
     parser.add_argument("--prompt-table-only", action="store_true",
                         help="only score every prompt zero-shot (raw and calibrated); "
                         "writes OUT/llm_prompts.json.xz")

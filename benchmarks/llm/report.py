@@ -125,8 +125,7 @@ def timing_rows(results: list[dict]) -> list[list[str]]:
         rows.append([runs[0]["label"], f"{mean['fe_per_s']:.2f}", f"{mean['step_s_mean']:.2f}",
                      f"{100 * mean['overhead_share']:.1f}%", _interleaved(t),
                      ", ".join(f"{k}: {v:.3f}" for k, v in t[0]["forward_call_s"].items()),
-                     f"{mean['compile_s']:.1f}", f"{mean['eval_s']:.0f}",
-                     f"{mean['wall_s']:.0f}"])
+                     f"{mean['compile_s']:.1f}", f"{mean['eval_s']:.0f}", f"{mean['wall_s']:.0f}"])
     return rows
 
 
@@ -247,18 +246,15 @@ def _run_notes(cfg: dict[str, Any]) -> str:
              "and cached")
     length = (f"{cfg['budget']:,} FE per method and seed" if cfg.get("budget")
               else f"{cfg['steps']:,} steps")
-    return (
-        f"- Prompt and adapters: prompt `{prompt}` (MeZO's is `it_was`, `<s> It was` "
-        f"terrible/great); LoRA on q/v of {where} (the paper: every layer).\n"
-        f"- Length of the run: {length}, {len(cfg['seeds'])} seed(s), learning rate "
-        f"{cfg['lr']:g} (the paper: 5,000 steps of K = 4, 3 seeds, 5e-5).\n"
-    )
+    return (f"- Prompt and adapters: prompt `{prompt}` (MeZO's is `it_was`, `<s> It was` "
+            f"terrible/great); LoRA on q/v of {where} (the paper: every layer).\n"
+            f"- Length of the run: {length}, {len(cfg['seeds'])} seed(s), learning rate "
+            f"{cfg['lr']:g} (the paper: 5,000 steps of K = 4, 3 seeds, 5e-5).\n")
 
 
 def _regret_section(payload: dict[str, Any]) -> list[str]:
     reg = payload["regret"]
-    env = ", ".join(f"{e['budget']}: {e['dev_loss']:.4f} ({e['method']})"
-                    for e in reg["envelope"])
+    env = ", ".join(f"{e['budget']}: {e['dev_loss']:.4f} ({e['method']})" for e in reg["envelope"])
     return [
         "## Anytime: query regret against the fixed-K envelope",
         "E(B) = lowest mean dev loss any fixed-K method reached within B FE (linear "

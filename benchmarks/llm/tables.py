@@ -41,11 +41,10 @@ def target_lines(payload: dict[str, Any]) -> list[str]:
     def met(ok: bool) -> str:
         return f"**{'met' if ok else 'not met'}**"
 
-    lines = [
-        f"best >= {TARGET_ACCURACY}: {met(acc[best][0] >= TARGET_ACCURACY)}"
-        f" (shortfall {max(0.0, TARGET_ACCURACY - acc[best][0]):.3f}).",
-        f"best >= zero-shot + {TARGET_GAIN} = {zero + TARGET_GAIN:.3f}: "
-        f"{met(acc[best][0] >= zero + TARGET_GAIN)}."]
+    lines = [f"best >= {TARGET_ACCURACY}: {met(acc[best][0] >= TARGET_ACCURACY)}"
+             f" (shortfall {max(0.0, TARGET_ACCURACY - acc[best][0]):.3f}).",
+             f"best >= zero-shot + {TARGET_GAIN} = {zero + TARGET_GAIN:.3f}: "
+             f"{met(acc[best][0] >= zero + TARGET_GAIN)}."]
     for name, (mean, std) in acc.items():
         label = groups[name][0]["label"]
         if len(groups[name]) < 2:
@@ -111,8 +110,7 @@ def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[l
             best = next(n for n in stats if stats[n][i][0] == top)
             apart = name != best and resolved(stats[name][i], stats[best][i],
                                               min(len(runs), len(groups[best])))
-            cells.append(pages.bold(pages.pm(*stats[name][i], fmt), name == best)
-                         + " †" * apart)
+            cells.append(pages.bold(pages.pm(*stats[name][i], fmt), name == best) + " †" * apart)
         rows.append([runs[0]["label"]] + cells)
     return budgets, rows
 
@@ -120,8 +118,7 @@ def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[l
 def memory_rows(payload: dict[str, Any]) -> list[list[str]]:
     rows = payload["baselines"]["memory"]
     forward = rows[0]["bytes"]
-    return [[r["what"], f"{r['bytes'] / 2**20:.1f}", f"{r['bytes'] / forward:.2f}"]
-            for r in rows]
+    return [[r["what"], f"{r['bytes'] / 2**20:.1f}", f"{r['bytes'] / forward:.2f}"] for r in rows]
 
 
 def merged_lines(payload: dict[str, Any]) -> list[str]:

@@ -44,8 +44,7 @@ PROMPTS = {
     "it_was_good": ("{s} It was", ("bad", "good"), 0),
     "review": ("Review: {s}\nSentiment:", ("negative", "positive"), 0),
     "demo_it_was": ("{s} It was", ("terrible", "great"), 4),
-    "demo_review": ("Review: {s}\nSentiment:", ("negative", "positive"), 4),
-}
+    "demo_review": ("Review: {s}\nSentiment:", ("negative", "positive"), 4)}
 
 
 def demonstrations(train: Sequence[SentimentExample], count: int) -> list[SentimentExample]:
@@ -134,8 +133,7 @@ def measure(task, tokenizer: Tokenizer, examples: Sequence[Any], *,
             max_length: int | None = None, multiple: int = 8) -> Layout:
     """The layout that fits ``examples``: lengths rounded up to ``multiple`` unless
     ``max_length`` is given, in which case longer examples are an error."""
-    longest, opt_len, single = 0, 1, True
-    too_long = 0
+    longest, opt_len, single, too_long = 0, 1, True, 0
     for ex in examples:
         ctx, opts, _ = tokenize(task, tokenizer, ex)
         n = len(ctx) + max(len(o) for o in opts)
@@ -290,5 +288,4 @@ def cache_states(hidden_below, encoded: dict[str, np.ndarray], first: int,
     flat = tokens.reshape(n * r, length)
     parts = [np.asarray(hidden_below(flat[i : i + batch_size], first))
              for i in range(0, n * r, batch_size)]
-    states = np.concatenate(parts).reshape(n, r, length, -1)
-    return {**encoded, "states": states}
+    return {**encoded, "states": np.concatenate(parts).reshape(n, r, length, -1)}

@@ -94,10 +94,9 @@ def evaluate(bundle: Bundle, lora: Any, split: dict, batch_size: int) -> dict[st
 
 def margins(bundle: Bundle, lora: Any, split: dict, batch_size: int) -> np.ndarray:
     """Per-example score difference (candidate 1 minus candidate 0) over a split."""
-    n = len(split["label"])
     out = [np.asarray(bundle.metrics(lora, bundle.base, b)["margin"])
            for b in tasks.eval_batches(split, batch_size)]
-    return np.concatenate(out)[:n]
+    return np.concatenate(out)[:len(split["label"])]
 
 
 class Tracker:
@@ -254,16 +253,14 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
             break
     zoaq_jax.check_responses(state)  # warns when mu is below the float resolution
 
-    test = tracker.test()
-    curve, best, eval_s = tracker.curve, tracker.best, tracker.eval_s
+    test, curve, best, eval_s = tracker.test(), tracker.curve, tracker.best, tracker.eval_s
 
     # Step time split: forward passes (timed in isolation) vs everything else, (a) over
     # the whole run with call times measured once at the end, (b) back to back.
     sizes = [c for k in set(ks) for c in methods_lib.chunks(method, k)]
     calls = forward_call_seconds(bundle, lora, batch, sizes, cfg.timing_reps)
     probe = interleaved_overhead(compiled, method, bundle, lora, state, batch, cfg.timing_reps)
-    fwd_s = sum(calls[_key(n, b)]
-                for k in ks for n, b in methods_lib.chunks(method, k))
+    fwd_s = sum(calls[_key(n, b)] for k in ks for n, b in methods_lib.chunks(method, k))
     total_step = float(np.sum(step_s))
     hist = Counter(ks)
     return {
@@ -280,8 +277,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
             "step_s_mean": total_step / len(step_s), "step_s_median": float(np.median(step_s)),
             "eval_s": eval_s, "fe_per_s": fe / total_step, "forward_call_s": calls,
             "forward_s_estimate": fwd_s, "overhead_share": 1.0 - fwd_s / total_step,
-            "interleaved": probe, "wall_s": time.perf_counter() - wall0},
-    }
+            "interleaved": probe, "wall_s": time.perf_counter() - wall0}}
 
 
 def zero_shot(bundle: Bundle, cfg: Config) -> dict[str, float]:

@@ -25,8 +25,7 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 def tiny_llama_config(vocab_size: int) -> llama.LlamaConfig:
     return llama.LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
-                             num_layers=2, num_heads=4, num_kv_heads=2,
-                             max_position_embeddings=256)
+                             num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=256)
 
 
 def tiny_opt_config(vocab_size: int) -> opt.OPTConfig:

@@ -92,9 +92,7 @@ def llama_config(meta: dict[str, Any], vocab_rows: int, tied: bool) -> LlamaConf
         num_heads=heads, num_kv_heads=int(meta.get("llama.attention.head_count_kv", heads)),
         head_dim=head_dim, rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
         rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
-        max_position_embeddings=int(get("context_length", 2048)),
-        tie_word_embeddings=tied,
-    )
+        max_position_embeddings=int(get("context_length", 2048)), tie_word_embeddings=tied)
 
 
 def read(path: Path) -> tuple[LlamaConfig, dict[str, np.ndarray], dict[str, Any]]:
@@ -118,8 +116,7 @@ def read(path: Path) -> tuple[LlamaConfig, dict[str, np.ndarray], dict[str, Any]
     if "token_embd.weight" not in tensors:
         raise ValueError(f"{path.name} has no token_embd.weight tensor.")
     tied = "output.weight" not in tensors
-    vocab_rows = int(tensors["token_embd.weight"].shape[-1])
-    config = llama_config(meta, vocab_rows, tied)
+    config = llama_config(meta, int(tensors["token_embd.weight"].shape[-1]), tied)
     weights = {}
     for name, tensor in tensors.items():
         key = hf_name(name)

@@ -39,8 +39,7 @@ def opt_config(cfg: dict[str, Any]) -> OPTConfig:
         remove_final_layer_norm=cfg.get("_remove_final_layer_norm", False),
         activation_function=cfg.get("activation_function", "relu"),
         enable_bias=cfg.get("enable_bias", True),
-        layer_norm_elementwise_affine=cfg.get("layer_norm_elementwise_affine", True),
-    )
+        layer_norm_elementwise_affine=cfg.get("layer_norm_elementwise_affine", True))
 
 
 def llama_config(cfg: dict[str, Any]) -> LlamaConfig:
@@ -56,12 +55,9 @@ def llama_config(cfg: dict[str, Any]) -> LlamaConfig:
         intermediate_size=cfg["intermediate_size"], num_layers=cfg["num_hidden_layers"],
         num_heads=cfg["num_attention_heads"],
         num_kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
-        head_dim=cfg.get("head_dim"),
-        rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
-        rope_theta=float(theta),
-        max_position_embeddings=cfg.get("max_position_embeddings", 2048),
-        tie_word_embeddings=cfg.get("tie_word_embeddings", True),
-    )
+        head_dim=cfg.get("head_dim"), rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
+        rope_theta=float(theta), max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+        tie_word_embeddings=cfg.get("tie_word_embeddings", True))
 
 
 def read_weights(path: Path) -> dict[str, np.ndarray]:
@@ -122,11 +118,9 @@ def load(path: Path, *, dtype=None):
     cfg = read_config(path)
     kind = cfg.get("model_type")
     if kind == "opt":
-        config = opt_config(cfg)
-        model = OPT(config, normalize_opt_keys(read_weights(path)), dtype=dtype)
+        model = OPT(opt_config(cfg), normalize_opt_keys(read_weights(path)), dtype=dtype)
     elif kind == "llama":
-        config = llama_config(cfg)
-        model = Llama(config, normalize_llama_keys(read_weights(path)), dtype=dtype)
+        model = Llama(llama_config(cfg), normalize_llama_keys(read_weights(path)), dtype=dtype)
     else:
         raise ValueError(f"Unsupported model_type {kind!r} in {Path(path) / 'config.json'}; "
                          "expected 'opt' or 'llama'.")

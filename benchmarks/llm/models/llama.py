@@ -172,8 +172,7 @@ def weight_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}"
         shapes.update({
-            f"{p}.input_layernorm.weight": (d,),
-            f"{p}.post_attention_layernorm.weight": (d,),
+            f"{p}.input_layernorm.weight": (d,), f"{p}.post_attention_layernorm.weight": (d,),
             f"{p}.self_attn.q_proj.weight": (cfg.num_heads * hd, d),
             f"{p}.self_attn.k_proj.weight": (cfg.num_kv_heads * hd, d),
             f"{p}.self_attn.v_proj.weight": (cfg.num_kv_heads * hd, d),

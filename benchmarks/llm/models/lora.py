@@ -60,10 +60,8 @@ def first_tuned(model: nnx.Module, layers: int | None) -> int:
     return n - layers
 
 
-def apply_lora(
-    model: nnx.Module, *, rank: int = RANK, alpha: float = ALPHA, key: jax.Array | int = 0,
-    first: int = 0,
-) -> nnx.Module:
+def apply_lora(model: nnx.Module, *, rank: int = RANK, alpha: float = ALPHA,
+               key: jax.Array | int = 0, first: int = 0) -> nnx.Module:
     """Wraps the projections named by ``model.lora_targets(first)`` (q and v of the layers
     from ``first`` on) in place.
 
@@ -92,7 +90,6 @@ def merge(graphdef: nnx.GraphDef, lora: Any, base: Any) -> nnx.Module:
 
 
 def num_params(state: Any) -> int:
-    """Number of scalars in a state pytree."""
     return int(sum(x.size for x in jax.tree.leaves(state)))
 
 

@@ -153,10 +153,8 @@ class OPT(CausalLM):
 def weight_shapes(cfg: OPTConfig) -> dict[str, tuple[int, ...]]:
     """Names (without the ``model.`` prefix) and shapes of an OPT checkpoint."""
     d, f, p = cfg.hidden_size, cfg.ffn_dim, cfg.word_embed_proj_dim
-    shapes = {
-        "decoder.embed_tokens.weight": (cfg.vocab_size, p),
-        "decoder.embed_positions.weight": (cfg.max_position_embeddings + POSITION_OFFSET, d),
-    }
+    shapes = {"decoder.embed_tokens.weight": (cfg.vocab_size, p),
+              "decoder.embed_positions.weight": (cfg.max_position_embeddings + POSITION_OFFSET, d)}
     if cfg.projects:
         shapes["decoder.project_in.weight"] = (d, p)
         shapes["decoder.project_out.weight"] = (p, d)

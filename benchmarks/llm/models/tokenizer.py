@@ -110,12 +110,11 @@ def from_hf_dir(path: Path, config: Mapping[str, Any]) -> Tokenizer:
                                 "vocab.json and merges.txt.")
     tok_cfg_path = path / "tokenizer_config.json"
     tok_cfg = json.loads(tok_cfg_path.read_text()) if tok_cfg_path.is_file() else {}
-    default_bos = config.get("model_type") == "opt"
     eos = config.get("eos_token_id")
     pad = config.get("pad_token_id")
     return Tokenizer(backend=backend, bos_id=config.get("bos_token_id"), eos_id=eos,
                      pad_id=int(pad if pad is not None else (eos if eos is not None else 0)),
-                     add_bos=bool(tok_cfg.get("add_bos_token", default_bos)))
+                     add_bos=bool(tok_cfg.get("add_bos_token", config.get("model_type") == "opt")))
 
 
 def word_level(words: Iterable[str], *,
