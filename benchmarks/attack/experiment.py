@@ -102,8 +102,7 @@ def attack(configs: list[Config], trained: train.TrainedModel, workers: int, com
         parts: dict[str, list[dict]] = {spec: [] for spec in config.methods}
         finished: dict[str, dict] = {}
         with Recorder(command) as recorder:
-            def done(_, spec, share, config=config, parts=parts, finished=finished,
-                     recorder=recorder):
+            def done(_, spec, share):  # called within this iteration: no late binding
                 # Saved method by method, so that a long run that is stopped keeps its results.
                 nonlocal results
                 parts[spec] += share

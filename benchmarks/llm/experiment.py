@@ -70,7 +70,8 @@ def prepare(cfg: Config) -> Setup:
     if tiny and not words:
         raise ValueError("Tiny random models are for synthetic data (--data synthetic).")
     model, tokenizer, info = models.load_model(cfg.model, dtype=cfg.dtype, words=words)
-    splits = splits or _movie_review_splits(cfg, tokenizer)
+    if splits is None:
+        splits = _movie_review_splits(cfg, tokenizer)
     first = lora.first_tuned(model, cfg.lora_layers)
     layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt)
     lora.apply_lora(model, key=0, first=first)

@@ -20,6 +20,7 @@ from benchmarks.synthetic.methods import Variant
 from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic.protocol import FUNCTIONS, Protocol
 
+
 def objective(x, batch, fid):
     """The objective with id ``fid`` (its index in :data:`FUNCTIONS`); deterministic ones
     ignore the data key ``batch``."""
