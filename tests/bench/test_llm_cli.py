@@ -84,6 +84,25 @@ def test_run_trains_one_method_on_every_seed_from_one_cached_setup(monkeypatch):
     assert len(loaded) == 1  # seeds, methods and run lengths are not part of the setup
 
 
+class _Reads:
+    """A configuration that records which of its fields are read."""
+
+    def __init__(self, cfg):
+        self._cfg, self.names = cfg, set()
+
+    def __getattr__(self, name):
+        self.names.add(name)
+        return getattr(self._cfg, name)
+
+
+def test_the_setup_cache_key_names_every_field_prepare_reads():
+    """``prepared`` caches by SETUP_FIELDS: a field ``prepare`` reads outside them would let
+    two configurations differing in it share one setup (checked on the smoke preset's path)."""
+    reads = _Reads(presets.override(config.PRESETS["smoke"], n_train=8, n_dev=4, n_test=4))
+    experiment.prepare(reads)
+    assert reads.names and reads.names <= set(experiment.SETUP_FIELDS)
+
+
 def _tiny_opt_folder(path: Path) -> Path:
     """A Hugging Face OPT checkpoint folder (config, safetensors, tokenizer.json) of a tiny
     random OPT over the synthetic data's words, as `opt:PATH` reads real ones."""
