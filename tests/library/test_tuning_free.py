@@ -87,14 +87,15 @@ def _window(values):
             jnp.float32((np.diff(v) ** 2).sum()), jnp.int32(v.size), v[0])
 
 
-def _diagnose(previous, current):
-    """``noise_diagnosis`` of two scripted windows."""
+def _diagnose(previous, current, progress=100.0):
+    """``noise_diagnosis`` of two scripted windows, after ``progress`` of fall so far."""
     p_total, _, p_sqd, p_n, p_ref = _window(previous)
     total, sq, sqd, n, ref = _window(current)
     p_mean, p_se2 = window_statistics(p_total, p_sqd, p_n)
     mean, se2 = window_statistics(total, sqd, n)
     return [bool(b) for b in noise_diagnosis(mean, se2, p_mean + p_ref - ref, p_se2, sq, sqd,
-                                             n, z=1.0, q_data=0.5)]
+                                             n, jnp.float32(progress), z=1.0, q_data=0.5,
+                                             precision=0.1)]
 
 
 def test_white_values_at_a_stall_are_data_noise():
@@ -109,6 +110,13 @@ def test_wandering_values_at_a_stall_are_direction_noise():
     walk = 5.0 + 0.05 * np.cumsum(rng.normal(size=128))
     walk[64:] += walk[:64].mean() - walk[64:].mean()  # no net fall
     assert _diagnose(walk[:64], walk[64:]) == [True, False, False]
+
+
+def test_a_window_too_noisy_for_the_progress_so_far_is_no_stall():
+    """The same white windows after a fall of 1 (standard error 0.18 > 0.1): undecided."""
+    rng = np.random.default_rng(0)
+    previous, current = 5.0 + rng.normal(size=64), 5.0 + rng.normal(size=64)
+    assert _diagnose(previous, current, progress=1.0) == [False, True, False]
 
 
 def test_a_significant_fall_is_no_stall_and_a_rise_is_flagged():
@@ -134,17 +142,19 @@ def scripted(values):
 
 
 def test_data_noise_lowers_the_step_and_direction_noise_raises_k():
-    """Scripted value sequences, 20 windows of 16 steps. Values that jump independently
+    """Scripted value sequences: 5 windows of 16 steps falling, then 20 windows of 16
+    steps at a plateau. Values that jump independently
     from step to step (data noise: a fresh minibatch each step) with nothing to gain: the
     step halves at every stall and K stays 1. Values that wander smoothly (the iterate's
     own jitter) with no net fall: K doubles to K_max = 16 (4 doublings), and only then
     do stalls halve the step."""
     rng = np.random.default_rng(0)
-    white = scripted(5.0 + rng.normal(size=320))
+    fall = np.linspace(100.0, 5.0, 80)  # 5 windows of progress first: the unit of precision
+    white = scripted(np.concatenate([fall, 5.0 + rng.normal(size=320)]))
     assert white["num_k_up"] == 0 and white["next_k"] == 1
     assert white["num_lr_down"] >= 10
     cycle = np.sin(2 * np.pi * np.arange(320) / 16)  # one period a window: no net fall
-    wander = scripted(5.0 + 0.01 * cycle + 1e-4 * rng.normal(size=320))
+    wander = scripted(np.concatenate([fall, 5.0 + 0.01 * cycle + 1e-4 * rng.normal(size=320)]))
     assert wander["num_k_up"] == 4 and wander["next_k"] == 16
     assert wander["num_lr_down"] >= 10
 

@@ -23,9 +23,8 @@ from zoaq_jax._src.radazo import ScaleByRAdaZOState
 class StepControl(NamedTuple):
     """The step-size and budget controller of :func:`tuning_free` (diagnostics included).
 
-    The current window accumulates the steps' free value estimates ``v_t`` (shifted by
-    the window's first value, so that float32 sums keep the spread of values far from
-    0) and the path of the steps in the scaled coordinates ``z = x / s``.
+    The current window accumulates the steps' free value estimates ``v_t``, shifted by
+    the window's first value so that float32 sums keep the spread of values far from 0.
     """
 
     scale: jax.Array  # float32, s: the RMS of the start point (the unit of every step)
@@ -41,6 +40,7 @@ class StepControl(NamedTuple):
     prev_mean: jax.Array  # float32, mean of the previous window
     prev_se2: jax.Array  # float32, squared standard error of that mean
     have_prev: jax.Array  # bool
+    origin: jax.Array  # float32, mean of the run's first window (progress is measured from it)
     num_lr_down: jax.Array  # int32, step-size halvings so far
     num_k_up: jax.Array  # int32, K doublings so far (stalls blamed on direction noise)
 
@@ -76,14 +76,18 @@ def _scaled(tree: chex.ArrayTree, factor: jax.Array) -> chex.ArrayTree:
         lambda x: (x * factor).astype(x.dtype) if dirs.optimised(x) else x, tree)
 
 
-def noise_diagnosis(mean, se2, prev_mean, prev_se2, sq, sq_diff, n, *, z: float,
-                    q_data: float):
+def noise_diagnosis(mean, se2, prev_mean, prev_se2, sq, sq_diff, n, progress, *, z: float,
+                    q_data: float, precision: float):
     r"""What a closed window says: a stall, its cause, or a fall that asks for larger steps.
 
     With :math:`\Delta = \bar v_{prev} - \bar v` and :math:`SE = \sqrt{SE_{prev}^2 +
     SE^2}` (successive-difference standard errors, :func:`budgets.window_statistics`):
 
-    * **stall**: :math:`\Delta \le z\, SE` (no significant fall: a rise included);
+    * **stall**: :math:`\Delta \le z\, SE` (no significant fall: a rise included) in
+      windows precise enough to see a fall of a fraction ``precision`` :math:`\rho` of the
+      run's progress so far :math:`P` (the first window's mean minus this one's),
+      :math:`SE \le \rho P`: a window too noisy to tell is no stall, so data noise does
+      not halve the step while the run is still falling;
     * its cause, from the von Neumann ratio of the window's values
       :math:`q = \frac{\sum (v_t - v_{t-1})^2 / (n - 1)}{2 \hat\sigma^2_v}`: values that
       jump independently from step to step (:math:`q \ge q_{data}`; white noise gives
@@ -96,6 +100,14 @@ def noise_diagnosis(mean, se2, prev_mean, prev_se2, sq, sq_diff, n, *, z: float,
     Everything is a ratio of value differences, so the diagnosis does not change when
     the objective is multiplied by a constant or shifted.
 
+    Args:
+      mean, se2: the window's mean and squared standard error.
+      prev_mean, prev_se2: the previous window's.
+      sq, sq_diff, n: the window's sum of squares (about the values' shift, the same
+        shift as ``mean``), sum of squared successive differences, and length.
+      progress: :math:`P`.
+      z, q_data, precision: the tests' thresholds (:func:`tuning_free`).
+
     Returns:
       ``(stalled, data_noise, rose)``: booleans; ``rose`` is a significant rise
       (:math:`\Delta < -z\, SE`).
@@ -106,7 +118,8 @@ def noise_diagnosis(mean, se2, prev_mean, prev_se2, sq, sq_diff, n, *, z: float,
     var = jnp.maximum(sq - nf * jnp.square(mean), 0.0) / (nf - 1.0)
     msd = sq_diff / (nf - 1.0)
     q = msd / jnp.maximum(2.0 * var, jnp.finfo(jnp.float32).tiny)
-    return gain <= z * se, q >= q_data, gain < -z * se
+    stalled = (gain <= z * se) & (se <= precision * progress)
+    return stalled, q >= q_data, gain < -z * se
 
 
 def tuning_free(
@@ -120,6 +133,7 @@ def tuning_free(
     growth: float = 0.125,
     z: float = 1.0,
     q_data: float = 0.5,
+    precision: float = 0.1,
     scale: float | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""A complete zeroth-order optimizer with no learning rate, K or smoothing to choose.
@@ -150,10 +164,13 @@ def tuning_free(
     * a significant rise, or a stall from **data noise**: :math:`\eta \leftarrow \eta/2`;
     * a stall from **direction noise**: :math:`K \leftarrow \min(2K, K_{\max})` (at
       :math:`K_{\max}`, :math:`\eta \leftarrow \eta / 2`);
-    * a significant fall along a straight path, :math:`\lVert\sum_{win} \Delta z\rVert \ge`
-      ``straight`` :math:`\sum_{win} \lVert \Delta z \rVert` (the steps agree, as in
-      CMA-ES's cumulative step-size adaptation, so they are too short):
-      :math:`\eta \leftarrow 2\eta`.
+    * otherwise (a significant fall) nothing changes.
+
+    The step size only ever falls: it starts above the step that suits most objectives
+    (a too-large step shows as a rise within the first windows, at a cost of a few
+    windows) and halves each time the run stops gaining at its level, so a run of any
+    length passes through the step sizes that suit it, in the manner of a
+    reduce-on-plateau schedule whose plateaus are tested statistically.
 
     The starting :math:`\eta`, :math:`\mu` and window rule were chosen on the tuning set
     of ``benchmarks/generalization`` and scored on its held-out set
@@ -170,6 +187,8 @@ def tuning_free(
       growth: window length as a fraction of the steps elapsed, :math:`0 \le g \le 1`.
       z: standard errors a window's fall must exceed not to be a stall.
       q_data: von Neumann ratio at or above which a stall is blamed on data noise.
+      precision: a window is precise enough to stall when its standard error is at most
+        this fraction of the run's progress so far (:func:`noise_diagnosis`).
       scale: the unit :math:`s` (> 0); None: the RMS of the start point.
 
     Returns:
@@ -178,7 +197,7 @@ def tuning_free(
       ``updates`` and returns the step to add to ``params`` (apply it with
       :func:`zoaq_jax.apply_updates`; chain nothing after it). Diagnostics:
       ``num_queries``, ``num_nonfinite``, ``last_k``, ``next_k``, ``value_estimate``,
-      ``learning_rate``, ``scale``, ``num_lr_down``, ``num_lr_up``, ``num_k_up``.
+      ``learning_rate``, ``scale``, ``num_lr_down``, ``num_k_up``.
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, zoaq_jax
@@ -194,13 +213,12 @@ def tuning_free(
       (True, True)
 
     References:
-      Ivgi, Hinder and Carmon, DoG is SGD's best friend, ICML 2023 (a step size from the
-      run's own distances); Mishchenko and Defazio, Prodigy, ICML 2024; Defazio and
-      Mishchenko, D-Adaptation, ICML 2023; Hansen and Ostermeier, Completely
-      derandomized self-adaptation in evolution strategies, ECJ 2001 (cumulative
-      step-size adaptation); Byrd, Chin, Nocedal and Wu, Sample size selection in
-      optimization methods for machine learning, Math. Program. 2012 (dynamic sample
-      sizes); von Neumann, Distribution of the ratio of the mean square successive
+      Ivgi, Hinder and Carmon, DoG is SGD's best friend, ICML 2023, Mishchenko and
+      Defazio, Prodigy, ICML 2024 (step sizes from the run's own distances; compared as
+      baselines in ``docs/results/generalization_heldout.md``); Optax's
+      ``contrib.reduce_on_plateau`` (the schedule this one tests statistically); Byrd,
+      Chin, Nocedal and Wu, Sample size selection in optimization methods for machine
+      learning, Math. Program. 2012 (dynamic sample sizes); von Neumann, Distribution of the ratio of the mean square successive
       difference to the variance, Ann. Math. Stat. 1941; Shu et al., Refining Adaptive
       Zeroth-Order Optimization at Ease, ICML 2025 (the moments).
     """
@@ -215,6 +233,7 @@ def tuning_free(
     checks.in_closed_interval("growth", growth, 0.0, 1.0)
     checks.non_negative("z", z)
     checks.in_closed_interval("q_data", q_data, 0.0, 2.0)
+    checks.positive("precision", precision)
     if scale is not None:
         checks.positive("scale", scale)
     b1, b2, eps = 0.9, 0.99, 1e-8  # R-AdaZO's moments (the benchmarks' betas)
@@ -241,7 +260,8 @@ def tuning_free(
             window_len=jnp.asarray(window, jnp.int32), window_n=zero_i(),
             window_ref=zero_f(), window_sum=zero_f(), window_sq=zero_f(),
             window_sq_diff=zero_f(), last_value=zero_f(), prev_mean=zero_f(),
-            prev_se2=zero_f(), have_prev=jnp.zeros((), bool), num_lr_down=zero_i(),
+            prev_se2=zero_f(), have_prev=jnp.zeros((), bool), origin=zero_f(),
+            num_lr_down=zero_i(),
             num_k_up=zero_i())
         return TuningFreeState(est, ScaleByRAdaZOState(m=dirs.zeros(z0), v=dirs.zeros(z0)),
                                control)
@@ -272,7 +292,7 @@ def tuning_free(
         took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
         dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
         control = _control(c, est, took, k_max=k_max, window=window, growth=growth, z=z,
-                           q_data=q_data)
+                           q_data=q_data, precision=precision)
         new_est = est._replace(budget=ResetState(control[1]))
         moments = jax.tree.map(lambda new, old: jnp.where(took, new, old),
                                ScaleByRAdaZOState(m, v), state.moments)
@@ -282,7 +302,8 @@ def tuning_free(
     return Estimator(init_fn, update_fn)
 
 
-def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth, z, q_data):
+def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth, z, q_data,
+             precision):
     """The controller after one step: ``(StepControl, next_k)``."""
     value = est.ledger.value_estimate
     k = est.budget.next_k
@@ -296,8 +317,10 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
     sq_diff = c.window_sq_diff + step_diff**2
     mean_shifted, se2 = window_statistics(total, sq_diff, n)
     mean = mean_shifted + ref
+    origin = jnp.where(c.have_prev, c.origin, mean)
     stalled, data_noise, rose = noise_diagnosis(
-        mean_shifted, se2, c.prev_mean - ref, c.prev_se2, sq, sq_diff, n, z=z, q_data=q_data)
+        mean_shifted, se2, c.prev_mean - ref, c.prev_se2, sq, sq_diff, n, origin - mean, z=z,
+        q_data=q_data, precision=precision)
     stalled, rose = stalled & c.have_prev, rose & c.have_prev
     grow_k = stalled & ~rose & ~data_noise & (k < k_max)
     lr_down = (stalled | rose) & ~grow_k
@@ -307,6 +330,7 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
         window_n=jnp.zeros((), jnp.int32), window_sum=jnp.zeros((), jnp.float32),
         window_sq=jnp.zeros((), jnp.float32), window_sq_diff=jnp.zeros((), jnp.float32),
         last_value=value, prev_mean=mean, prev_se2=se2, have_prev=jnp.ones((), bool),
+        origin=origin,
         num_lr_down=c.num_lr_down + lr_down, num_k_up=c.num_k_up + grow_k)
     running = c._replace(elapsed=elapsed, window_n=n, window_ref=ref, window_sum=total,
                          window_sq=sq, window_sq_diff=sq_diff, last_value=value)
