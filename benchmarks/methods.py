@@ -79,7 +79,7 @@ def zoaq_policies(kwargs: dict[str, Any]) -> dict[str, Any]:
     elif c_norm is not None:
         raise ValueError("c_norm is the norm trigger's tolerance; pass trigger=norm to use it.")
     else:
-        gate = zoaq_jax.gates.momentum(kw.pop("tau0"), kw.pop("beta_tau"),
+        gate = zoaq_jax.gates.momentum(tau0=kw.pop("tau0"), beta_tau=kw.pop("beta_tau"),
                                        eps_anc=kw.pop("eps_anc"), tau_band=tau_band, **given)
     if controller == "always_accept":
         gate = zoaq_jax.gates.accept(gate)
@@ -180,7 +180,7 @@ class Method:
         if base.ablations:
             kwargs = zoaq_policies(kwargs)
         parts = [base.estimator(**kwargs),
-                 *([zoaq_jax.monitor_consistency(hyper.b1)] if monitor else []),
+                 *([zoaq_jax.monitor_consistency(b1=hyper.b1)] if monitor else []),
                  _backbone(backbone, hyper)]
         if hyper.weight_decay:
             parts.append(optax.add_decayed_weights(hyper.weight_decay))

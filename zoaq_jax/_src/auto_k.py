@@ -12,6 +12,7 @@ from zoaq_jax._src.controller import adaptive_estimator
 def auto_k_estimator(
     k_min: int = 1,
     k_max: int = 16,
+    *,
     mu: float = 5e-3,
     window: int = 8,
     growth: float = 0.125,

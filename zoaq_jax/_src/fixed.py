@@ -11,6 +11,7 @@ from zoaq_jax._src.controller import adaptive_estimator
 
 def fixed_estimator(
     k: int = 1,
+    *,
     mu: float = 5e-3,
     difference: str = "central",
     directions: str = "gaussian",

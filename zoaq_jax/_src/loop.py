@@ -182,7 +182,7 @@ def run(
                 jax.block_until_ready(out)
                 jax.effects_barrier()  # every progress callback has run
     finally:  # under an outer transformation the callback runs later: it stays registered
-        if not traced:
+        if not traced and token is not None:
             _LISTENERS.pop(token, None)
     if not traced:
         _warn(out[1], out[2], divergence)

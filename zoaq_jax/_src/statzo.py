@@ -12,6 +12,7 @@ from zoaq_jax._src.controller import adaptive_estimator
 def statzo_estimator(
     k_min: int = 1,
     k_max: int = 10,
+    *,
     k_step: int = 1,
     theta: float = 0.5,
     mu: float = 5e-3,
@@ -75,7 +76,7 @@ def statzo_estimator(
     """
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
     return adaptive_estimator(
-        gates.norm_test(theta), budgets.constant(k_min), k_min=k_min, k_max=k_max,
+        gates.norm_test(theta=theta), budgets.constant(k_min), k_min=k_min, k_max=k_max,
         k_step=k_step, mu=mu, difference=difference, directions=directions,
         evaluation=evaluation, key=key,
     )

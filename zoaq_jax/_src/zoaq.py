@@ -24,6 +24,7 @@ def _changed(value: object, default: float) -> bool:
 def zoaq_estimator(
     k_min: int = 1,
     k_max: int = 10,
+    *,
     k_step: int = 1,
     n_hist: int = 8,
     mu: float = 5e-3,

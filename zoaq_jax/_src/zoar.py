@@ -28,6 +28,7 @@ class ZoARState(NamedTuple):
 
 def zoar_estimator(
     k: int = 1,
+    *,
     n_hist: int = 8,
     mu: float = 5e-3,
     difference: str = "forward",
