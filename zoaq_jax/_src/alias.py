@@ -307,7 +307,8 @@ def mezo(
       weight_decay: :math:`\lambda \ge 0`.
       directions: MeZO's Gaussian :math:`z_i` by default; any family of
         :func:`fixed_estimator` (e.g. ``"sparse:0.1"`` for random sparse masks).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
       mesh: split each step's directions over this mesh's devices (see
         :func:`fixed_estimator`).
 

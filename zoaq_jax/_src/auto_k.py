@@ -88,7 +88,8 @@ def auto_k_estimator(
       directions: the family of directions (``"gaussian"``, ``"sphere"``,
         ``"rademacher"``, ``"sparse:P"``, ``"lowrank:R"``; math and references in
         :mod:`zoaq_jax._src.directions`).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator` for

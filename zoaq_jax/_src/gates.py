@@ -40,9 +40,9 @@ class MomentumGateState(NamedTuple):
 class MomentumContext(NamedTuple):
     """What :func:`momentum`'s test needs, computed once a step."""
 
-    ema: chex.ArrayTree
-    ema_norm: jax.Array
-    tau: jax.Array
+    ema: chex.ArrayTree  # m, the EMA of usable estimates (the parameters' structure)
+    ema_norm: jax.Array  # float32, ||m||
+    tau: jax.Array  # float32, the threshold this step's candidates are tested against
     warm: jax.Array  # bool: ||m|| <= eps_anc, the warm start
 
 

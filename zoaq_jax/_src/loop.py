@@ -108,7 +108,11 @@ def run(
 
     The function is pure: to run many seeds, ``jax.vmap`` over ``seed`` with one
     optimizer object built outside (no tracer is captured in any cache), or build the
-    optimizer inside the mapped function from the mapped seed.
+    optimizer inside the mapped function from the mapped seed. Map ``seed`` also when
+    only the starting points differ: the optimizer's ``key`` (default 0) is the same in
+    every lane, so without ``seed`` all lanes draw the same directions (64 lanes from
+    one start end at one value), e.g.
+    ``jax.vmap(lambda x0, s: run(opt, f, x0, n, seed=s))(starts, jnp.arange(len(starts)))``.
 
     Args:
       opt: an optimizer from :mod:`zoaq_jax` or any Optax transformation taking

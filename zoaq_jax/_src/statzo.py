@@ -53,7 +53,8 @@ def statzo_estimator(
       difference: ``"forward"`` (classical, with a centre query) or ``"central"``.
       evaluation: ``"loop"``, ``"unrolled"`` or ``"vectorized"``: how a step evaluates
         its candidates (see :func:`adaptive_estimator`).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator`):

@@ -101,7 +101,8 @@ def zoaq_estimator(
         records (see :func:`retention.fifo`).
       evaluation: ``"loop"``, ``"unrolled"`` or ``"vectorized"``: how a step evaluates
         its candidates (see :func:`adaptive_estimator`).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` whose ``update(updates, state,
