@@ -10,6 +10,12 @@ benchmark keeps only its own defaults (a :class:`Registry`: the paper's settings
 experiment); the spec's canonical text lists the keys that differ from them, sorted, so
 one method has one name in every record.
 
+An ablation is also written as in the library: ZoAQ's policy arguments ``gate``,
+``budget`` and ``retention`` take the library's value as Python writes it
+(``zoaq:budget=budgets.reset("half")`` is ``zoaq_jax.zoaq(lr, budget=zoaq_jax.budgets.reset(
+"half"))``), and :func:`policy_keys` turns it into the ablation keys, so both spellings
+name one method (canonical ``zoaq:reset=half``).
+
 Every method is built the same way (:meth:`Method.build`)::
 
     optax.chain(estimator, monitor_consistency(b1), backbone, [add_decayed_weights],
@@ -53,6 +59,69 @@ from benchmarks import flags
 ZOAQ_ABLATIONS = {"reset": "min", "trigger": "cosine", "c_norm": None, "tau_band": None,
                   "controller": "adaptive"}
 POLICIES = ("gate", "budget", "retention")  # zoaq_estimator's policy arguments
+POLICY_MODULES = {"gates": zoaq_jax.gates, "budgets": zoaq_jax.budgets,
+                  "retention": zoaq_jax.retention}
+
+
+def policy_keys(argument: str, text: str) -> dict[str, Any]:
+    """The ablation keys of a ZoAQ policy written as in the library.
+
+    ``text`` is a call of a policy factory as Python writes it, with or without the
+    ``zoaq_jax.`` prefix and with literal arguments: ``budgets.reset("half")`` (``reset``),
+    ``gates.momentum(tau0=0.0)`` and ``gates.momentum_norm(c_norm=0.3)`` (``trigger`` and
+    the gate's settings), ``gates.accept(gates.momentum())`` (``controller=always_accept``),
+    ``retention.fifo(4, reuse_after_expand=False)`` (``n_hist``,
+    ``controller=fresh_on_expand``). Arguments not written keep the benchmark's defaults;
+    ``b1`` is the benchmark's (its ``Hyper``).
+
+    Example:
+      >>> policy_keys("gate", "zoaq_jax.gates.accept(zoaq_jax.gates.momentum(tau0=0.0))")
+      {'tau0': 0.0, 'trigger': 'cosine', 'controller': 'always_accept'}
+    """
+    def call(node: ast.AST) -> tuple[str, dict[str, Any]]:
+        """``(module.factory, {argument: value})`` of a factory call."""
+        name = ast.unparse(node.func).removeprefix("zoaq_jax.") if isinstance(
+            node, ast.Call) else ""
+        module, _, factory = name.partition(".")
+        if module not in POLICY_MODULES or factory not in POLICY_MODULES[module].__all__:
+            raise ValueError(f"{argument}={text!r}: expected a call of a factory of "
+                             "zoaq_jax.gates, zoaq_jax.budgets or zoaq_jax.retention")
+        literal = ast.literal_eval if name != "gates.accept" else lambda n: call(n)
+        try:
+            args = inspect.signature(getattr(POLICY_MODULES[module], factory)).bind(
+                *map(literal, node.args), **{k.arg: literal(k.value) for k in node.keywords})
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{argument}={text!r}: {error}") from None
+        return name, dict(args.arguments)
+
+    try:
+        name, given = call(ast.parse(text, mode="eval").body)
+    except SyntaxError:
+        raise ValueError(f"{argument}={text!r} is not a Python expression") from None
+    keys: dict[str, Any] = {}
+    if name == "gates.accept":
+        if "gate" in given:
+            name, given = given["gate"]
+            keys["controller"] = "always_accept"
+        else:  # the gate with no state, not an ablation of the momentum gate
+            name = "gates.accept()"
+    if "b1" in given:
+        raise ValueError(f"{argument}={text!r}: b1 is the benchmark's (its Hyper), not a "
+                         "spec key")
+    translated = {
+        ("budget", "budgets.reset"): lambda: {"reset": given.get("kind", "min")},
+        ("gate", "gates.momentum"): lambda: {**given, "trigger": "cosine"},
+        ("gate", "gates.momentum_norm"): lambda: {**given, "trigger": "norm"},
+        ("retention", "retention.fifo"): lambda: {
+            **{k: v for k, v in given.items() if k != "reuse_after_expand"},
+            **({"controller": "fresh_on_expand"}
+               if given.get("reuse_after_expand") is False else {})},
+    }
+    if (argument, name) not in translated:
+        raise ValueError(f"{argument}={text!r}: {name} has no spec spelling; the spec's "
+                         "ZoAQ ablations are budgets.reset, gates.momentum, "
+                         "gates.momentum_norm, gates.accept and retention.fifo")
+    return {**translated[argument, name](), **keys}
 
 
 def zoaq_policies(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +148,7 @@ def zoaq_policies(kwargs: dict[str, Any]) -> dict[str, Any]:
     elif c_norm is not None:
         raise ValueError("c_norm is the norm trigger's tolerance; pass trigger=norm to use it.")
     else:
-        gate = zoaq_jax.gates.momentum(kw.pop("tau0"), kw.pop("beta_tau"),
+        gate = zoaq_jax.gates.momentum(tau0=kw.pop("tau0"), beta_tau=kw.pop("beta_tau"),
                                        eps_anc=kw.pop("eps_anc"), tau_band=tau_band, **given)
     if controller == "always_accept":
         gate = zoaq_jax.gates.accept(gate)
@@ -180,7 +249,7 @@ class Method:
         if base.ablations:
             kwargs = zoaq_policies(kwargs)
         parts = [base.estimator(**kwargs),
-                 *([zoaq_jax.monitor_consistency(hyper.b1)] if monitor else []),
+                 *([zoaq_jax.monitor_consistency(b1=hyper.b1)] if monitor else []),
                  _backbone(backbone, hyper)]
         if hyper.weight_decay:
             parts.append(optax.add_decayed_weights(hyper.weight_decay))
@@ -232,12 +301,18 @@ class Registry:
                              "(optionally with :key=value overrides, e.g. zoaq:n_hist=4)")
         defaults = self.defaults[base]
         params = dict(defaults)
+        written: dict[str, str] = {}
         for item in flags.split(rest):
-            key, eq, value = item.partition("=")
-            if not eq or key not in params:
-                raise ValueError(f"bad override {item!r} in {spec!r}; {base} takes "
-                                 f"{', '.join(f'{k}=' for k in params)}")
-            params[key] = _coerce(value, defaults[key], item)
+            name, eq, text = item.partition("=")
+            given = ({name: text} if name not in POLICIES or not BASES[base].ablations
+                     else {k: _text(v) for k, v in policy_keys(name, text).items()})
+            for key, value in given.items():
+                if not eq or key not in params:
+                    raise ValueError(f"bad override {item!r} in {spec!r}; {base} takes "
+                                     f"{', '.join(f'{k}=' for k in params)}")
+                if written.setdefault(key, value) != value:
+                    raise ValueError(f"{key} is given twice in {spec!r}")
+                params[key] = _coerce(value, defaults[key], item)
         changed = tuple(k for k in sorted(params) if params[k] != defaults[k])
         text = base + (":" + ",".join(f"{k}={_text(params[k])}" for k in changed)
                        if changed else "")

@@ -227,6 +227,11 @@ def _run(opt, steps=30):
     ("zoaq:n_hist=4", lambda key: zoaq_jax.zoaq(1e-3, n_hist=4, k_max=10, mu=5e-3, key=key)),
     ("mezo", lambda key: zoaq_jax.mezo(1e-3, k=2, mu=5e-3, weight_decay=0.1, key=key)),
     ("zoar", lambda key: zoaq_jax.zoar(1e-3, k=2, n_hist=4, mu=5e-3, key=key)),
+    ('zoaq:budget=budgets.reset("half")', lambda key: zoaq_jax.zoaq(
+        1e-3, k_max=10, mu=5e-3, budget=zoaq_jax.budgets.reset("half"), key=key)),
+    ("zoaq:gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum())", lambda key: zoaq_jax.zoaq(
+        1e-3, k_max=10, mu=5e-3, gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum()),
+        key=key)),
 ])
 def test_built_methods_equal_the_library_aliases(spec, alias):
     """The registry's chain (with the consistency monitor) updates exactly as the alias."""
@@ -234,6 +239,35 @@ def test_built_methods_equal_the_library_aliases(spec, alias):
     hyper = Hyper(lr=1e-3, mu=5e-3, weight_decay=0.1 if method.base == "mezo" else 0.0)
     got, want = _run(method.build(hyper, 7)), _run(alias(7))
     assert bool(jnp.all(got[0] == want[0])) and int(got[1]) == int(want[1])
+
+
+@pytest.mark.parametrize("library, short", [
+    ('zoaq:budget=budgets.reset("half")', "zoaq:reset=half"),
+    ("zoaq:gate=gates.momentum_norm(c_norm=0.3)", "zoaq:c_norm=0.3,trigger=norm"),
+    ("zoaq:gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum())",
+     "zoaq:controller=always_accept"),
+    ("zoaq:retention=retention.fifo(4,reuse_after_expand=False)",
+     "zoaq:controller=fresh_on_expand,n_hist=4"),
+    ("zoaq:gate=gates.momentum(tau_band=(-0.2,0.5))", "zoaq:tau_band=(-0.2,0.5)"),
+])
+def test_an_ablation_written_as_in_the_library_is_the_same_method(library, short):
+    """ZoAQ's policy arguments take the library's spelling; the record keeps the short one."""
+    assert REGISTRY.parse(library) == REGISTRY.parse(short)
+    assert REGISTRY.parse(library).spec == short
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("zoaq:budget=budgets.progress(1,8)", "no spec spelling"),
+    ("zoaq:gate=gates.momentum(b1=0.5)", "b1 is the benchmark's"),
+    ('zoaq:gate=os.system("true")', "expected a call of a factory"),
+    ("zoaq:gate=gates.momentum(tau=1)", "unexpected keyword argument 'tau'"),
+    ("zoaq:gate=gates.accept(gates.momentum()),retention=retention.fifo(8,"
+     "reuse_after_expand=False)", "controller is given twice"),
+    ("radazo:gate=gates.momentum()", "bad override"),
+])
+def test_bad_library_spellings_are_refused(spec, message):
+    with pytest.raises(ValueError, match=message):
+        REGISTRY.parse(spec)
 
 
 def test_every_base_builds_and_counts_queries():

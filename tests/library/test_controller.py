@@ -147,7 +147,7 @@ def test_tau_band_projects_the_threshold():
 
 
 def test_norm_trigger_uses_c_norm():
-    opt = zoaq_jax.zoaq(1e-2, k_max=5, gate=zoaq_jax.gates.momentum_norm(0.8), key=2)
+    opt = zoaq_jax.zoaq(1e-2, k_max=5, gate=zoaq_jax.gates.momentum_norm(c_norm=0.8), key=2)
     _, _, tr = zoaq_jax.run(opt, wavy, jnp.ones(D), 60)
     assert np.all(np.asarray(tr.tau) == np.float32(0.8))
     k, s = np.asarray(tr.last_k[2:]), np.asarray(tr.last_score[2:])

@@ -31,13 +31,47 @@ def test_tutorial_blocks_print_their_expected_output():
         assert printed.getvalue() == expected, f"block {number}"
 
 
-def test_readme_example_runs_and_makes_progress():
+def test_readme_example_prints_its_expected_output_and_makes_progress():
     text = (ROOT / "README.md").read_text()
-    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    ((block, expected),) = re.findall(r"```python\n(.*?)```\n.*?```text\n(.*?)```", text,
+                                      flags=re.S)
     namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+    assert printed.getvalue() == expected
     loss, params, batch = namespace["loss"], namespace["params"], namespace["batch"]
     assert float(loss(params, batch)) < 1e-2 * float(loss(0 * params, batch))
+
+
+def test_readme_opens_with_the_main_job_and_the_test_command_ci_runs():
+    """The README's first two commands are the main job and the tests; ``.ci/run`` runs
+    the test command exactly as written, then the type check and the docs build."""
+    main_job, tests = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(),
+                                 flags=re.S)[:2]
+    assert "python -m benchmarks synthetic" in main_job
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    command = tests.strip().splitlines()[-1]
+    assert command == 'python -m pip install -e ".[dev]" && python -m pytest'
+    assert ci.index(command) < ci.index("python -m mypy") < next(
+        i for i, line in enumerate(ci) if line.startswith("python -m sphinx"))
+
+
+def test_api_page_documents_every_public_name_and_every_diagnostic():
+    import zoaq_jax
+
+    api = (ROOT / "docs" / "api.md").read_text()
+    documented = set(re.findall(r"\.\. auto(?:function|class|data|module):: (\S+)", api))
+    public = {f"{module.__name__}.{name}" for module in (
+        zoaq_jax, zoaq_jax.gates, zoaq_jax.budgets, zoaq_jax.retention)
+        for name in module.__all__}
+    assert public - documented == set()
+    readme = (ROOT / "README.md").read_text()
+    listed = re.search(r"reaches the diagnostics of any chained state:(.*?)The counters",
+                       readme, flags=re.S).group(1)
+    table = set(re.findall(r"^\| `(\w+)` \|", api, flags=re.M))
+    names = set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", listed)))  # not the asides
+    assert len(names) >= 7 and names - table == set()
 
 
 def test_every_documented_namedtuple_field_has_a_description():

@@ -33,3 +33,25 @@ def test_library_declares_exactly_what_it_imports():
     assert imported <= declared, f"imported but not declared: {sorted(imported - declared)}"
     unused = declared - imported - NEEDED_BUT_NOT_IMPORTED
     assert not unused, f"declared but never imported: {sorted(unused)}"
+
+
+def test_wheel_ships_the_type_marker_and_the_license(tmp_path):
+    """The wheel holds ``zoaq_jax/py.typed`` (PEP 561: type checkers read the library's
+    annotations) and the license text; built from a copy, so the checkout stays clean."""
+    import shutil
+    import subprocess
+    import zipfile
+
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source)
+    shutil.copytree(ROOT / "zoaq_jax", source / "zoaq_jax",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps",
+                    "--no-build-isolation", "--quiet", "-w", str(tmp_path)], check=True)
+    (wheel,) = tmp_path.glob("zoaq_jax-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "zoaq_jax/py.typed" in names
+    (license_file,) = [n for n in names if n.endswith("/licenses/LICENSE")]
+    assert "Apache License" in zipfile.ZipFile(wheel).read(license_file).decode()

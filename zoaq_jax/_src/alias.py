@@ -12,6 +12,9 @@ Dtypes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
 import chex
 import jax
 import optax
@@ -29,7 +32,8 @@ from zoaq_jax._src.zoar import zoar_estimator
 
 BACKBONES = ("radazo", "zo_adamm", "sgd")
 
-ScalarOrSchedule = float | optax.Schedule
+# A step size: a number, an array of shape (), or an Optax schedule (step count -> number).
+ScalarOrSchedule: TypeAlias = float | jax.Array | Callable[[Any], Any]
 
 
 def backbone_transform(name: str, b1: float, b2: float, eps: float):
@@ -78,6 +82,7 @@ def _chain(estimator, backbone, learning_rate: ScalarOrSchedule):
 
 def zoaq(
     learning_rate: ScalarOrSchedule,
+    *,
     k_min: int = 1,
     k_max: int = 10,
     k_step: int = 1,
@@ -149,6 +154,7 @@ def zoaq(
 
 def radazo(
     learning_rate: ScalarOrSchedule,
+    *,
     k: int = 10,
     mu: float = 5e-3,
     b1: float = 0.9,
@@ -194,6 +200,7 @@ def radazo(
 
 def zo_adamm(
     learning_rate: ScalarOrSchedule,
+    *,
     k: int = 10,
     mu: float = 5e-3,
     b1: float = 0.9,
@@ -239,6 +246,7 @@ def zo_adamm(
 
 def zo_sgd(
     learning_rate: ScalarOrSchedule,
+    *,
     k: int = 1,
     mu: float = 5e-3,
     difference: str = "central",
@@ -276,6 +284,7 @@ def zo_sgd(
 
 def mezo(
     learning_rate: ScalarOrSchedule,
+    *,
     k: int = 1,
     mu: float = 1e-3,
     weight_decay: float = 0.0,
@@ -298,7 +307,8 @@ def mezo(
       weight_decay: :math:`\lambda \ge 0`.
       directions: MeZO's Gaussian :math:`z_i` by default; any family of
         :func:`fixed_estimator` (e.g. ``"sparse:0.1"`` for random sparse masks).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
       mesh: split each step's directions over this mesh's devices (see
         :func:`fixed_estimator`).
 
@@ -326,6 +336,7 @@ def mezo(
 
 def zoar(
     learning_rate: ScalarOrSchedule,
+    *,
     k: int = 1,
     n_hist: int = 8,
     mu: float = 5e-3,
@@ -369,6 +380,7 @@ def zoar(
 
 def statzo(
     learning_rate: ScalarOrSchedule,
+    *,
     k_min: int = 1,
     k_max: int = 10,
     k_step: int = 1,

@@ -12,6 +12,7 @@ from zoaq_jax._src.controller import adaptive_estimator
 def auto_k_estimator(
     k_min: int = 1,
     k_max: int = 16,
+    *,
     mu: float = 5e-3,
     window: int = 8,
     growth: float = 0.125,
@@ -87,7 +88,8 @@ def auto_k_estimator(
       directions: the family of directions (``"gaussian"``, ``"sphere"``,
         ``"rademacher"``, ``"sparse:P"``, ``"lowrank:R"``; math and references in
         :mod:`zoaq_jax._src.directions`).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator` for

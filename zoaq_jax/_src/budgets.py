@@ -98,6 +98,7 @@ def reset(kind: str = "min") -> BudgetRule:
         return ResetState(jnp.asarray(grid.k_min, jnp.int32))
 
     def update(state: ResetState, outcome: Outcome) -> ResetState:
+        assert outcome.grid is not None  # the skeleton's outcomes carry their grid
         k = next_budget(kind, outcome.k, outcome.grid.k_min, outcome.grid.k_step)
         return ResetState(jnp.asarray(jnp.where(outcome.usable, k, state.next_k), jnp.int32))
 

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -45,12 +46,13 @@ def fingerprint(obj: Any, seen: frozenset = frozenset()) -> Any:
     if isinstance(obj, dict):
         return (dict, tuple(sorted((k, fingerprint(v, seen)) for k, v in obj.items())))
     if (dataclasses.is_dataclass(obj) and not isinstance(obj, type)
-            and obj.__dataclass_params__.frozen):  # immutable: its fields describe it
+            and obj.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+        # immutable: its fields describe it
         return ("dataclass", type(obj),
                 tuple(fingerprint(getattr(obj, f.name), seen) for f in dataclasses.fields(obj)))
     if isinstance(obj, (np.ndarray, np.generic)) or (
             isinstance(obj, jax.Array) and not isinstance(obj, jax.core.Tracer)):
-        if jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
+        if isinstance(obj, jax.Array) and jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
             return ("key", str(jax.random.key_impl(obj)), fingerprint(jax.random.key_data(obj)))
         a = np.asarray(obj)
         return ("array", a.dtype.str, a.shape, a.tobytes())
@@ -104,7 +106,7 @@ class Static:
     def __init__(self, fn: Any):
         self.key = fingerprint(fn)
         try:
-            self._ref = weakref.ref(fn)
+            self._ref: Callable[[], Any] = weakref.ref(fn)
         except TypeError:  # not weakly referable (e.g. a tuple of callables): held strongly
             self._ref = lambda: fn
 

@@ -108,7 +108,8 @@ def adaptive_estimator(
         :data:`expansion.EVALUATIONS`: ``"loop"`` (the lazy ``while_loop``), or
         ``"unrolled"``/``"vectorized"`` (every predrawn candidate at once, no loop; for
         throughput measurements on accelerators).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
       mesh: a :class:`jax.sharding.Mesh` to split each step's directions over its
         devices (fixed budgets only: ``k_min == k_max``, no retention; see
         :mod:`zoaq_jax._src.sharded`); None (default): one device.

@@ -303,7 +303,8 @@ def weighted_sum(coeffs: jax.Array, directions: Any) -> Any:
 
 def dot(a: Any, b: Any) -> jax.Array:
     """Inner product of two PyTrees of the same structure."""
-    return sum(jnp.sum(x * y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    total = sum(jnp.sum(x * y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    return total  # type: ignore[return-value]  # (the int 0 for a tree without leaves)
 
 
 def norm(a: Any) -> jax.Array:
@@ -356,7 +357,7 @@ def perturb(params: Any, directions: Any, step: jax.Array) -> Any:
     ``directions`` may carry extra leading (batch) axes; ``step`` broadcasts against them.
     """
     flat, treedef = jax.tree.flatten(params)
-    flat_u = treedef.flatten_up_to(directions)
+    flat_u = treedef.flatten_up_to(directions)  # type: ignore[attr-defined]
     batch = next((u.shape[: u.ndim - jnp.ndim(p)] for p, u in zip(flat, flat_u)
                   if u is not None), ())
     return jax.tree.unflatten(treedef, [

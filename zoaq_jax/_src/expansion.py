@@ -59,7 +59,7 @@ def draw_step(
         return None, None
     keys = ledger.direction_keys(key, 0, slots)
     if n_retained:
-        keys = jnp.concatenate([retained_keys, keys])
+        keys = jnp.concatenate([retained_keys, keys])  # type: ignore[list-item]
     u = dirs.sample_many(kind, keys, like)
     retained = jax.tree.map(lambda x: x[:n_retained], u) if n_retained else None
     return retained, jax.tree.map(lambda x: x[n_retained:], u)
@@ -136,7 +136,7 @@ def fresh_acquirer(
     step: StepOracle, params: chex.ArrayTree, key: jax.Array, kind: dirs.Family,
     drawn: chex.ArrayTree | None = None,
     evaluation: str = "loop",
-) -> Callable[[jax.Array, int], tuple[jax.Array, jax.Array, chex.ArrayTree]]:
+) -> Callable[[jax.Array | int, int], tuple[jax.Array, jax.Array, chex.ArrayTree]]:
     """``acquire(first, size)`` for :func:`accept_or_expand` at ``params``.
 
     Fresh direction ``i`` of the step keyed by ``key`` comes from
@@ -150,17 +150,18 @@ def fresh_acquirer(
     if drawn is not None and evaluation != "loop":
         all_r, all_v = step.diff.responses(params, drawn, step.centre)
 
-        def acquire_precomputed(first: jax.Array, size: int
+        def acquire_precomputed(first: jax.Array | int, size: int
                                 ) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
             def cut(x):
                 return jax.lax.dynamic_slice_in_dim(x, first, size)
 
             return cut(all_r), cut(all_v), jax.tree.map(cut, drawn)
 
-        acquire_precomputed.precomputed = True  # accept_or_expand may decide without a loop
+        # accept_or_expand may decide without a loop
+        acquire_precomputed.precomputed = True  # type: ignore[attr-defined]
         return acquire_precomputed
 
-    def acquire(first: jax.Array, size: int) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
+    def acquire(first: jax.Array | int, size: int) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
         if drawn is None:
             u = dirs.sample_many(kind, ledger.direction_keys(key, first, size), params)
         else:
@@ -171,7 +172,7 @@ def fresh_acquirer(
 
 
 def accept_or_expand(
-    acquire: Callable[[jax.Array, int], tuple[jax.Array, jax.Array, chex.ArrayTree]],
+    acquire: Callable[[jax.Array | int, int], tuple[jax.Array, jax.Array, chex.ArrayTree]],
     test: Callable[[Candidate], tuple[jax.Array, jax.Array]],
     like: chex.ArrayTree,
     *,
@@ -209,7 +210,7 @@ def accept_or_expand(
     """
     slots = k_max  # fresh records of one step: every K grid ends exactly at k_max
 
-    def absorb(cand: Candidate, first: jax.Array, size: int) -> Candidate:
+    def absorb(cand: Candidate, first: jax.Array | int, size: int) -> Candidate:
         # Directions drawn where they are used come in chunks of at most `chunk`: the same
         # numbers and records, added one chunk after the other (a large vectorised draw
         # and its 2 * size perturbed points cost more per number than chunks that stay
@@ -223,7 +224,7 @@ def accept_or_expand(
                 return cand
         return absorb_chunk(cand, first, size)
 
-    def absorb_chunk(cand: Candidate, first: jax.Array, size: int) -> Candidate:
+    def absorb_chunk(cand: Candidate, first: jax.Array | int, size: int) -> Candidate:
         responses, values, directions = acquire(first, size)
         ok = jnp.isfinite(responses)
         coeffs = jnp.where(ok, responses, 0.0)
@@ -346,7 +347,7 @@ def grid_cap(k_min: int, k_max: int, k_step: int, affordable: jax.Array) -> jax.
     return jnp.where(affordable >= k_max, k_max, jnp.minimum(below, k_max)).astype(jnp.int32)
 
 
-def _update_slice(buffer: jax.Array, update: jax.Array, first: jax.Array) -> jax.Array:
+def _update_slice(buffer: jax.Array, update: jax.Array, first: jax.Array | int) -> jax.Array:
     """``dynamic_update_slice`` of a replicated buffer, whatever mesh ``update`` is on.
 
     With explicit mesh axes (``jax.make_mesh``'s default) the objective's batched output

@@ -11,6 +11,7 @@ from zoaq_jax._src.controller import adaptive_estimator
 
 def fixed_estimator(
     k: int = 1,
+    *,
     mu: float = 5e-3,
     difference: str = "central",
     directions: str = "gaussian",
@@ -37,7 +38,8 @@ def fixed_estimator(
       directions: the family of directions: ``"gaussian"``, ``"sphere"``, ``"rademacher"``,
         ``"sparse:P"`` (mask density P) or ``"lowrank:R"`` (rank R on matrix leaves);
         math and references in :mod:`zoaq_jax._src.directions`.
-      key: integer seed or typed key (``jax.random.key``).
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
       mesh: a :class:`jax.sharding.Mesh` whose devices share each step's ``k``
         directions (``k`` divisible by its size): each device evaluates its own ``k / n``
         (:mod:`zoaq_jax._src.sharded`); None (default): one device.

@@ -11,14 +11,14 @@ it. The scores are module-level pure functions, unit-tested on tiny inputs:
 The factories :func:`momentum`, :func:`momentum_norm`, :func:`norm_test` and
 :func:`accept` assemble them into :class:`~zoaq_jax.Gate` objects (the convention of
 :mod:`zoaq_jax._src.policies`); an ablation is a different gate, e.g.
-``zoaq_estimator(gate=gates.momentum_norm(0.5))`` (ZoAQ-Norm) or
+``zoaq_estimator(gate=gates.momentum_norm(c_norm=0.5))`` (ZoAQ-Norm) or
 ``zoaq_estimator(gate=gates.accept(gates.momentum()))`` (AlwaysMomentum).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import chex
 import jax
@@ -40,9 +40,9 @@ class MomentumGateState(NamedTuple):
 class MomentumContext(NamedTuple):
     """What :func:`momentum`'s test needs, computed once a step."""
 
-    ema: chex.ArrayTree
-    ema_norm: jax.Array
-    tau: jax.Array
+    ema: chex.ArrayTree  # m, the EMA of usable estimates (the parameters' structure)
+    ema_norm: jax.Array  # float32, ||m||
+    tau: jax.Array  # float32, the threshold this step's candidates are tested against
     warm: jax.Array  # bool: ||m|| <= eps_anc, the warm start
 
 
@@ -83,6 +83,10 @@ def variance_score(ev: Evidence) -> jax.Array:
     return jnp.where((ev.n_fresh >= 2) & (mean_sq > 0), score, jnp.inf)
 
 
+@overload
+def project(tau: jax.Array, band: tuple[float, float] | None) -> jax.Array: ...
+@overload
+def project(tau: float, band: tuple[float, float] | None) -> float | jax.Array: ...
 def project(tau: float | jax.Array, band: tuple[float, float] | None) -> float | jax.Array:
     """The threshold projected onto ``band`` (unchanged without one)."""
     return tau if band is None else jnp.clip(tau, band[0], band[1])
@@ -97,7 +101,7 @@ def calibrate_threshold(tau: jax.Array, score: jax.Array, beta_tau: float,
 def _momentum_gate(
     score: Callable[[Evidence, MomentumContext], jax.Array],
     passes: Callable[[jax.Array, jax.Array], jax.Array],
-    tau0: float, b1: float, eps_anc: float,
+    tau0: float | jax.Array, b1: float, eps_anc: float,
     calibrate: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
 ) -> Gate:
     """A gate against the EMA :math:`m` of usable estimates (``tau`` calibrated by
@@ -132,6 +136,7 @@ def _momentum_gate(
 
 
 def momentum(
+    *,
     tau0: float = 1.0,
     beta_tau: float = 0.9,
     b1: float = 0.9,
@@ -176,7 +181,7 @@ def momentum(
         calibrate=lambda tau, s: calibrate_threshold(tau, s, beta_tau, tau_band))
 
 
-def momentum_norm(c_norm: float = 0.5, b1: float = 0.9, eps_anc: float = 1e-12) -> Gate:
+def momentum_norm(*, c_norm: float = 0.5, b1: float = 0.9, eps_anc: float = 1e-12) -> Gate:
     r"""ZoAQ-Norm's gate: pass when :math:`\|g - m\| / \|m\| \le c_{norm}`.
 
     :math:`m` is the EMA of usable estimates, as in :func:`momentum`; the tolerance is
@@ -193,7 +198,7 @@ def momentum_norm(c_norm: float = 0.5, b1: float = 0.9, eps_anc: float = 1e-12) 
 
     Example:
       >>> import zoaq_jax
-      >>> est = zoaq_jax.zoaq_estimator(gate=zoaq_jax.gates.momentum_norm(0.5))
+      >>> est = zoaq_jax.zoaq_estimator(gate=zoaq_jax.gates.momentum_norm(c_norm=0.5))
 
     References:
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling (ZoAQ-Norm ablation).
@@ -202,7 +207,7 @@ def momentum_norm(c_norm: float = 0.5, b1: float = 0.9, eps_anc: float = 1e-12) 
     return _momentum_gate(momentum_norm_score, lambda s, tau: s <= tau, c_norm, b1, eps_anc)
 
 
-def norm_test(theta: float = 0.5) -> Gate:
+def norm_test(*, theta: float = 0.5) -> Gate:
     r"""StatZO's gate: pass when :func:`variance_score` :math:`\le \theta`."""
     checks.positive("theta", theta)
 

@@ -38,6 +38,7 @@ import warnings
 from typing import Any, NamedTuple
 
 import jax
+from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -80,7 +81,7 @@ class KeySchedule(NamedTuple):
         if checks.is_typed_key(key):
             impl = str(jax.random.key_impl(key))
         else:
-            impl = str(jax.config.jax_default_prng_impl)
+            impl = str(jax.config.jax_default_prng_impl)  # type: ignore[attr-defined]
         dirs.check_impl(impl)
         return cls(key, impl)
 
@@ -136,7 +137,7 @@ def calls_left(ledger: QueryLedger) -> jax.Array | None:
     return jnp.maximum(ledger.query_limit - ledger.num_queries, 0)
 
 
-def advance(ledger: QueryLedger, *, k: jax.Array, calls: jax.Array, nonfinite: jax.Array,
+def advance(ledger: QueryLedger, *, k: jax.Array, calls: ArrayLike, nonfinite: jax.Array,
             zero: jax.Array, value: jax.Array):
     """The ledger after a step that acquired ``k`` directions with ``calls`` oracle calls,
     ``nonfinite`` discarded and ``zero`` exactly-zero responses, estimating ``f(x)`` as
@@ -160,13 +161,14 @@ def skip_unaffordable(state: Any, params: Any, min_calls: int,
     run, and the skipped lanes' evaluations are uncounted compute, not queries). Without
     a limit this is ``take()`` alone, the same program as before limits existed.
     """
-    if state.ledger.query_limit is None:
+    left = calls_left(state.ledger)
+    if left is None:  # no limit
         return take()
 
     def skip():
         return optax.tree.cast_like(dirs.zeros(params), params), state
 
-    return jax.lax.cond(calls_left(state.ledger) >= min_calls, take, skip)
+    return jax.lax.cond(left >= min_calls, take, skip)
 
 
 def limit_queries(state: Any, max_queries: Any) -> Any:

@@ -108,7 +108,11 @@ def run(
 
     The function is pure: to run many seeds, ``jax.vmap`` over ``seed`` with one
     optimizer object built outside (no tracer is captured in any cache), or build the
-    optimizer inside the mapped function from the mapped seed.
+    optimizer inside the mapped function from the mapped seed. Map ``seed`` also when
+    only the starting points differ: the optimizer's ``key`` (default 0) is the same in
+    every lane, so without ``seed`` all lanes draw the same directions (64 lanes from
+    one start end at one value), e.g.
+    ``jax.vmap(lambda x0, s: run(opt, f, x0, n, seed=s))(starts, jnp.arange(len(starts)))``.
 
     Args:
       opt: an optimizer from :mod:`zoaq_jax` or any Optax transformation taking
@@ -182,7 +186,7 @@ def run(
                 jax.block_until_ready(out)
                 jax.effects_barrier()  # every progress callback has run
     finally:  # under an outer transformation the callback runs later: it stays registered
-        if not traced:
+        if not traced and token is not None:
             _LISTENERS.pop(token, None)
     if not traced:
         _warn(out[1], out[2], divergence)

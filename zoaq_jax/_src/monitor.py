@@ -19,7 +19,7 @@ class ConsistencyState(NamedTuple):
     consistency: jax.Array  # float32, cos(updates, previous ema); NaN if either is zero
 
 
-def monitor_consistency(b1: float = 0.9) -> optax.GradientTransformation:
+def monitor_consistency(*, b1: float = 0.9) -> optax.GradientTransformation:
     r"""Records the momentum-consistency score of the updates passing through.
 
     .. math::

@@ -198,6 +198,7 @@ class FiniteDifference(NamedTuple):
         (forward, where the centre value itself is the better estimate).
         """
         if self.scheme == "forward":
+            assert centre is not None  # the forward scheme's callers pass the centre value
             plus = self.values(params, directions)
             r, value = (plus - centre) / self.mu, plus
         else:

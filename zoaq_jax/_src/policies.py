@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import chex
 import jax
+from jax.typing import ArrayLike
 
 from zoaq_jax._src import retained
 
@@ -81,7 +82,7 @@ class Gate(NamedTuple):
 
     init: Callable[[chex.ArrayTree, Grid], chex.ArrayTree]
     prepare: Callable[[chex.ArrayTree], Any]
-    test: Callable[[Any, Evidence], tuple[jax.Array, jax.Array]]
+    test: Callable[[Any, Evidence], tuple[ArrayLike, ArrayLike]]  # (score, passed)
     update: Callable[[chex.ArrayTree, Outcome], chex.ArrayTree]
     second_moment: bool = False  # the test needs Evidence.sq_norm
 

@@ -24,6 +24,7 @@ class ScaleByRAdaZOState(NamedTuple):
 
 
 def scale_by_radazo(
+    *,
     b1: float = 0.9,
     b2: float = 0.99,
     eps: float = 1e-8,

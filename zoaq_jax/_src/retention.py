@@ -83,6 +83,7 @@ def fifo(n_hist: int, *, refresh: int | jax.Array = retained.REFRESH,
 
     def update(state: RetainedState, outcome: Outcome) -> RetainedState:
         rec, usable = outcome.records, outcome.usable
+        assert rec is not None  # the skeleton's outcomes carry their records
 
         def keep_if_usable(sums, records):
             del records

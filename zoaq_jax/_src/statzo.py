@@ -12,6 +12,7 @@ from zoaq_jax._src.controller import adaptive_estimator
 def statzo_estimator(
     k_min: int = 1,
     k_max: int = 10,
+    *,
     k_step: int = 1,
     theta: float = 0.5,
     mu: float = 5e-3,
@@ -52,7 +53,8 @@ def statzo_estimator(
       difference: ``"forward"`` (classical, with a centre query) or ``"central"``.
       evaluation: ``"loop"``, ``"unrolled"`` or ``"vectorized"``: how a step evaluates
         its candidates (see :func:`adaptive_estimator`).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator`):
@@ -75,7 +77,7 @@ def statzo_estimator(
     """
     k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
     return adaptive_estimator(
-        gates.norm_test(theta), budgets.constant(k_min), k_min=k_min, k_max=k_max,
+        gates.norm_test(theta=theta), budgets.constant(k_min), k_min=k_min, k_max=k_max,
         k_step=k_step, mu=mu, difference=difference, directions=directions,
         evaluation=evaluation, key=key,
     )

@@ -25,6 +25,7 @@ class ScaleByZOAdaMMState(NamedTuple):
 
 
 def scale_by_zo_adamm(
+    *,
     b1: float = 0.9,
     b2: float = 0.99,
     eps: float = 1e-8,

@@ -24,6 +24,7 @@ def _changed(value: object, default: float) -> bool:
 def zoaq_estimator(
     k_min: int = 1,
     k_max: int = 10,
+    *,
     k_step: int = 1,
     n_hist: int = 8,
     mu: float = 5e-3,
@@ -100,7 +101,8 @@ def zoaq_estimator(
         records (see :func:`retention.fifo`).
       evaluation: ``"loop"``, ``"unrolled"`` or ``"vectorized"``: how a step evaluates
         its candidates (see :func:`adaptive_estimator`).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` whose ``update(updates, state,

@@ -28,6 +28,7 @@ class ZoARState(NamedTuple):
 
 def zoar_estimator(
     k: int = 1,
+    *,
     n_hist: int = 8,
     mu: float = 5e-3,
     difference: str = "forward",
@@ -76,7 +77,8 @@ def zoar_estimator(
       directions: the family of directions (see :func:`fixed_estimator`).
       refresh: steps between exact recomputations of the running sums (bounds their
         rounding drift; see ``docs/design.md``).
-      key: integer seed or typed key.
+      key: integer seed or typed key; the default 0 is the same in every lane of a
+        ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator`
