@@ -146,16 +146,12 @@ def add_outputs(parser: argparse.ArgumentParser, out: Path | None, report: str,
 
 
 def add_preset(parser: argparse.ArgumentParser, presets: Mapping[str, str], default: str,
-               aliases: Mapping[str, str] | None = None, also: Sequence[str] = ()) -> None:
+               also: Sequence[str] = ()) -> None:
     """``--preset`` (and the option names ``also``), its help listing every preset with what
-    it runs and how long it takes (``presets``: name -> that text), and the default.
-    ``aliases`` (another name -> a preset) are accepted and read as their preset."""
-    aliases = dict(aliases or {})
+    it runs and how long it takes (``presets``: name -> that text), and the default."""
     listed = "; ".join(f"{name}: {text}" for name, text in presets.items())
-    read_as = "".join(f"; {old} is read as {new}" for old, new in aliases.items())
-    parser.add_argument("--preset", *also, dest="preset", default=default,
-                        type=lambda name: aliases.get(name, name), choices=list(presets),
-                        help=f"{listed}{read_as} (default: {default})")
+    parser.add_argument("--preset", *also, dest="preset", choices=list(presets),
+                        default=default, help=f"{listed} (default: {default})")
 
 
 def add_workers(parser: argparse.ArgumentParser, default: int | None = None,

@@ -6,10 +6,15 @@ settings, test accuracy). The key names the dataset, its contents
 reused; a checksum mismatch is an error, never a silent retrain. To (re)train:
 ``python -m benchmarks.attack.train --dataset mnist``.
 
-Training runs in a spawned process pinned to one core (on Linux): XLA's CPU kernels
-round differently with the number of cores a process sees, so a seeded training on all
-cores gives other weights on other machines (on the reports' 2-core machine: 97.60% test
-accuracy instead of 97.70%).
+Training runs in a spawned process pinned to one core (on Linux), with a progress bar and
+a line per epoch on stderr as it goes: XLA's CPU kernels round differently with the number
+of threads (one epoch on 512 images gives other weights on 2 threads than pinned to one,
+and ``--xla_cpu_multi_thread_eigen=false`` does not remove the difference), so a training
+on all cores depends on the machine's core count. Pinned, the published MNIST model
+(:data:`PUBLISHED`) was trained again bit for bit on an AMD EPYC and on an Intel Xeon
+2-core machine, but one more machine of that kind gave other weights (issue 33); that
+cause was not found. A model whose cache key has a published digest is therefore checked
+against it, with a warning when they differ.
 """
 
 from __future__ import annotations
