@@ -1,6 +1,6 @@
 """Forward-only LoRA fine-tuning (MeZO protocol): FE saved against fixed K=4.
 
-Presets (described in benchmarks/llm/config.py): smoke (tiny model, seconds), cpu
+Presets (described in benchmarks/llm/config.py): smoke (tiny model, under a minute), cpu
 (SmolLM2-135M, 3 seeds x 5 methods at 6,000 FE each, baselines; about 45 min on 2 CPU
 cores), mezo_cpu (MeZO's prompt, 100 steps), paper (the paper's protocol; for a GPU),
 anytime (144 FE per method; query regret against the fixed-K envelope). Every option
@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from benchmarks.llm.methods import REGISTRY
 
     flags.add_preset(parser, {
-        "smoke": "a tiny random LLaMA on synthetic data (SMOKE_TIME)",
+        "smoke": "a tiny random LLaMA on synthetic data, radazo and zoaq, 12 steps "
+                 "(SMOKE_TIME)",
         "paper": "the paper's protocol: 5,000 steps, 3 seeds, every method; meant for a GPU",
         "cpu": "SmolLM2-135M, LoRA on the top layer, 3 seeds x 5 methods at 6,000 FE each, "
                "then the baselines (46.7 min on 2 shared cores, docs/results/llm.md)",

@@ -132,3 +132,24 @@ def test_results_files_read_back_every_float_exactly(tmp_path):
     assert path.stat().st_size < plain.stat().st_size / 3
     with pytest.raises(ValueError, match="__float32__"):
         common.write_json(tmp_path / "bad.json.xz", {"__float32__": [1.0, 2.0]})
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_downloads_show_pip_progress_unless_quiet(quiet, tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    calls = []
+
+    def run(command, **kwargs):
+        calls.append((command, kwargs))
+        (tmp_path / "pkg-1.0-py3-none-any.whl").write_bytes(b"")
+        return subprocess.CompletedProcess(command, 0, stderr="")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    with common.quiet_bars(quiet):
+        assert common.pip_download("pkg==1.0", tmp_path, binary=True).name.startswith("pkg")
+    [(command, kwargs)] = calls
+    bar = command[command.index("--progress-bar") + 1]
+    assert (bar, kwargs["stdout"]) == (("off", subprocess.DEVNULL) if quiet else ("on", 2))
+    assert "downloading pkg==1.0 from the package registry" in capsys.readouterr().err
