@@ -32,7 +32,7 @@ from benchmarks.synthetic.methods import REGISTRY, parse_methods
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_preset(parser, {
-        "smoke": "one problem, 10^3 calls, one seed (SMOKE_TIME)",
+        "smoke": "one problem, 10^3 calls, one seed (20 s of CPU time; 132 s wall at load 14)",
         "quick": "4 held-out problems, 10^4 calls, 2 seeds (about 3 min on 2 cores)",
         "full": "the held-out page: 10 problems, 10^3 to 10^6 calls, 3 seeds (290 s on one "
                 "core)",

@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     flags.add_preset(parser, {
         "smoke": "a tiny random LLaMA on synthetic data, radazo and zoaq, 12 steps "
-                 "(SMOKE_TIME)",
+                 "(41 s of CPU time; 427 s wall at load 15-20)",
         "paper": "the paper's protocol: 5,000 steps, 3 seeds, every method; meant for a GPU",
         "cpu": "SmolLM2-135M, LoRA on the top layer, 3 seeds x 5 methods at 6,000 FE each, "
                "then the baselines (46.7 min on 2 shared cores, docs/results/llm.md)",
