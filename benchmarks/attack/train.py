@@ -11,8 +11,8 @@ a line per epoch on stderr as it goes: XLA's CPU kernels round differently with 
 of threads (one epoch on 512 images gives other weights on 2 threads than pinned to one,
 and ``--xla_cpu_multi_thread_eigen=false`` does not remove the difference), so a training
 on all cores depends on the machine's core count. Pinned, the published MNIST model
-(:data:`PUBLISHED`) was trained again bit for bit on an AMD EPYC and on an Intel Xeon
-2-core machine, but one more machine of that kind gave other weights (issue 33); that
+(:data:`PUBLISHED`, used on an AMD EPYC 2-core machine) was trained again bit for bit on
+an Intel Xeon one, but one more machine of that kind gave other weights (issue 33); that
 cause was not found. A model whose cache key has a published digest is therefore checked
 against it, with a warning when they differ.
 """
