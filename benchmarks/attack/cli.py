@@ -11,7 +11,7 @@ Examples:
   python -m benchmarks attack --dataset mnist --preset extended --goal targeted
   python -m benchmarks attack --dataset mnist --preset paper --compare anytime
   python -m benchmarks attack --dataset cifar10 --preset paper --data ~/data/cifar-10-batches-py
-  python -m benchmarks attack --render docs/results/attack/attack.json.xz \
+  python -m benchmarks attack --render docs/results/attack/attack.json.xz \\
       --out docs/results/attack --report docs/results/attack.md
 """
 
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from benchmarks.attack.objective import GOALS
 
     parser.add_argument("--dataset", choices=DATASETS, default="mnist",
-                        help="(default: mnist)")
+                        help="the images to attack (default: mnist)")
     flags.add_preset(parser, {
         "smoke": "test image 1, one seed, zoaq and radazo, 200 iterations, on a model "
                  "trained one epoch on 1,000 images (24 s of CPU time once the model is "

@@ -17,7 +17,7 @@ each also as ``SPEC+eager`` / ``SPEC+vectorized`` (see :mod:`benchmarks.overhead
 
 Examples:
   python -m benchmarks overhead --out docs/results              # the committed page
-  python -m benchmarks overhead --preset gpu --out docs/results \
+  python -m benchmarks overhead --preset gpu --out docs/results \\
       --report docs/results/overhead_gpu.md
   python -m benchmarks overhead --render docs/results/overhead.json.xz   # re-render only
 """
