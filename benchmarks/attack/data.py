@@ -9,10 +9,13 @@ shaped ``(N, H, W, C)`` and int32 labels.
 * Full MNIST: the four IDX files (optionally gzipped, also under ``MNIST/raw/``) or the
   Keras ``mnist.npz``, from a folder given by the user.
 * CIFAR-10: the python pickle batches (``cifar-10-batches-py/``); no registry ships them.
+  They are read by :class:`CifarUnpickler`, which builds only dicts, lists, bytes, numbers
+  and NumPy arrays: a crafted file cannot run code.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import importlib.util
 import pickle
@@ -170,9 +173,41 @@ def load_cifar10(path: str | Path) -> Dataset:
                    np.concatenate([b[1] for b in train]), test_images, test_labels)
 
 
+class CifarUnpickler(pickle.Unpickler):
+    """An unpickler that admits only the globals of a CIFAR-10 batch: NumPy's array
+    reconstruction (``_reconstruct`` under ``numpy.core`` as Python 2 wrote it or
+    ``numpy._core``, ``_frombuffer`` of protocol 5, ``ndarray``, ``dtype``) and
+    ``_codecs.encode`` (bytes in Python 3's protocols 0-2). Dicts, lists, bytes, strings and
+    numbers need no global. Anything else, ``builtins`` included (``eval``, ``getattr``),
+    raises :class:`pickle.UnpicklingError` naming the global.
+    """
+
+    def __init__(self, file, name: str):
+        super().__init__(file, encoding="bytes")
+        self.name = name
+
+    def find_class(self, module: str, name: str):
+        try:
+            return _CIFAR_GLOBALS[module, name]
+        except KeyError:
+            raise pickle.UnpicklingError(
+                f"{self.name}: refusing the global {module}.{name}; a CIFAR-10 batch holds "
+                "only a dict of bytes, lists and NumPy arrays (is this file from "
+                "cifar-10-python.tar.gz?)") from None
+
+
+# The installed NumPy's own reconstruction functions, under every name a pickle gives them.
+_RECONSTRUCT, _FROMBUFFER = (np.zeros(1).__reduce_ex__(p)[0] for p in (2, 5))
+_CIFAR_GLOBALS = {
+    **{(f"numpy.{core}.multiarray", "_reconstruct"): _RECONSTRUCT for core in ("core", "_core")},
+    **{(f"numpy.{core}.numeric", "_frombuffer"): _FROMBUFFER for core in ("core", "_core")},
+    ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): codecs.encode}
+
+
 def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     with open(path, "rb") as f:
-        batch = pickle.load(f, encoding="bytes")
+        batch = CifarUnpickler(f, path.name).load()
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
         raise ValueError(f"{path} is not a CIFAR-10 batch (needs b'data' and b'labels').")
     data = np.asarray(batch[b"data"])

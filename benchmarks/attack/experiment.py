@@ -71,14 +71,14 @@ def run(config: Config, method: str) -> list[dict[str, Any]]:
              "lane_steps_useful": o.lane_steps_useful, "widths": list(o.widths)}]
 
 
-def prepare(config: Config, epochs: int | None, retrain: bool) -> tuple[Config, train.TrainedModel]:
+def prepare(config: Config, retrain: bool) -> tuple[Config, train.TrainedModel]:
     """``config`` with its target model's weights (trained or loaded) and its attacks."""
     try:
         dataset = dataset_of(config.dataset, config.data)
     except (ValueError, FileNotFoundError) as err:
         flags.fail(str(err))
     trained = train.load_or_train(
-        dataset, train.TrainConfig(**({} if epochs is None else {"epochs": epochs})),
+        dataset, train.TrainConfig(epochs=config.epochs, images=config.train_images),
         retrain=retrain, log=lambda m: print(m, file=sys.stderr))
     predictions = train.predict(models.log_prob_fn(trained.model), dataset.test_images)
     try:

@@ -5,7 +5,8 @@
 * ``extended``: the first ``num_images`` (default 100) correctly classified test images,
   each with the same five seeds (500 attacks).
 * ``smoke``: the paper's attack at seconds' size (one seed, ZoAQ and R-AdaZO, 200
-  iterations), for tests and a first look.
+  iterations) on a smoke-size target model (one epoch on 1,000 images), for tests and a
+  first look.
 
 Attacks are ordered image-major (all seeds of an image together). The same seed gives
 the same :math:`x_0` and direction stream to every method (matched seeds).
@@ -19,6 +20,7 @@ import numpy as np
 
 from benchmarks.attack import methods as methods_lib
 from benchmarks.attack.data import Dataset
+from benchmarks.attack.objective import GOALS
 from benchmarks.attack.runner import AttackConfig
 
 PROTOCOLS = ("paper", "extended", "smoke")
@@ -38,17 +40,20 @@ class Config:
     trace_len: int  # iterations of loss/consistency traces kept per attack
     seeds: tuple[int, ...] = SEEDS
     images: int = 100  # correctly classified test images (extended protocol)
-    max_steps: int = 20_000  # iteration cap
+    steps: int = 20_000  # iteration cap
     chunk: int = 50  # iterations between refills
+    epochs: int = 15  # training epochs of the target model
+    train_images: int | None = None  # the model's training images, the first N (None: all)
     dataset: str = "mnist"
     data: str | None = None  # full MNIST or CIFAR-10 files (None: the 5k MNIST subset)
-    goal: str = "targeted"
+    goals: tuple[str, ...] = GOALS  # the goals a command runs, a config each
+    goal: str = "targeted"  # this config's goal
     weights: str = ""  # the target model's cached weight file
     attacks: tuple[tuple[int, int], ...] = ()  # (test image, seed) of each attack run
 
     @property
     def attack_config(self) -> AttackConfig:
-        return AttackConfig(max_steps=self.max_steps, width=self.width, chunk=self.chunk,
+        return AttackConfig(max_steps=self.steps, width=self.width, chunk=self.chunk,
                             trace_len=self.trace_len)
 
 
@@ -56,7 +61,7 @@ PRESETS = {
     "paper": Config("paper", methods_lib.ALL_METHODS, width=32, trace_len=2000),
     "extended": Config("extended", methods_lib.PAPER_METHODS, width=16, trace_len=0),
     "smoke": Config("smoke", ("zoaq", "radazo"), width=2, trace_len=50, seeds=SEEDS[:1],
-                    max_steps=200)}
+                    steps=200, epochs=1, train_images=1000, goals=("targeted",))}
 
 
 def select(protocol: str, dataset: Dataset, predictions: np.ndarray,

@@ -248,7 +248,8 @@ def _run_facts(run: dict, commands: list[str], wall: float, load_after: float) -
                                  load_after=load_after)
     facts = "  \n".join([
         f"Model: {model['name']} trained on `{model['source']}`, test accuracy "
-        f"{model['test_accuracy']:.2%} on {model['num_test']} test images; eps = {run['eps']}, "
+        f"{model['test_accuracy']:.2%} on {model['num_test']} test images, weights SHA-256 "
+        f"`{model['weights_sha256'][:12]}…`; eps = {run['eps']}, "
         f"cap {run['config']['max_steps']:,} iterations.",
         f"{run_record.machine_line(record.machine)} {run['workers']} worker(s), width "
         f"{run['config']['width']}, chunk {run['config']['chunk']}.",

@@ -6,16 +6,22 @@ settings, test accuracy). The key names the dataset, its contents
 reused; a checksum mismatch is an error, never a silent retrain. To (re)train:
 ``python -m benchmarks.attack.train --dataset mnist``.
 
-Training runs in a spawned process pinned to one core (on Linux): XLA's CPU kernels
-round differently with the number of cores a process sees, so a seeded training on all
-cores gives other weights on other machines (on the reports' 2-core machine: 97.60% test
-accuracy instead of 97.70%).
+Training runs in a spawned process pinned to one core (on Linux), with a progress bar and
+a line per epoch on stderr as it goes: XLA's CPU kernels round differently with the number
+of threads (one epoch on 512 images gives other weights on 2 threads than pinned to one,
+and ``--xla_cpu_multi_thread_eigen=false`` does not remove the difference), so a training
+on all cores depends on the machine's core count. Pinned, the published MNIST model
+(:data:`PUBLISHED`, used on an AMD EPYC 2-core machine) was trained again bit for bit on
+an Intel Xeon one, but one more machine of that kind gave other weights (issue 33); that
+cause was not found. A model whose cache key has a published digest is therefore checked
+against it, with a warning when they differ.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -39,6 +45,12 @@ class TrainConfig(NamedTuple):
     epochs: int = 15
     batch_size: int = 128
     learning_rate: float = 1e-3
+    images: int | None = None  # the first N training images (None: all of them)
+
+
+# The published models (docs/results/attack.md): cache key -> SHA-256 of the weights.
+PUBLISHED = {"mnist-MnistCNN-mnist-5k-11bf9eda5320ca96-seed0-e15-b128-lr0.001":
+             "61a03ea885a09c02007a3aa2b1da9b6f3f9aa5e2b26e14e59600f6c6bac1fc2c"}
 
 
 class TrainedModel(NamedTuple):
@@ -50,7 +62,9 @@ class TrainedModel(NamedTuple):
 
 def train(model: nnx.Module, dataset: data_lib.Dataset, config: TrainConfig,
           log=print) -> nnx.Module:
-    """Trains ``model`` in place on ``dataset``'s training split and returns it."""
+    """Trains ``model`` in place on ``dataset``'s training split (its first
+    ``config.images``), with a progress bar over the steps and a ``log`` line per epoch as
+    it ends; returns the model."""
     model.train()
     optimizer = nnx.Optimizer(model, optax.adam(config.learning_rate), wrt=nnx.Param)
 
@@ -64,13 +78,19 @@ def train(model: nnx.Module, dataset: data_lib.Dataset, config: TrainConfig,
         optimizer.update(model, grads)
         return loss
 
+    images, labels = (a[:config.images] for a in (dataset.train_images, dataset.train_labels))
     order_rng = np.random.default_rng(config.seed)
-    n = len(dataset.train_images)
+    n, per_epoch = len(images), max(1, len(images) // config.batch_size)
+    bar = common.progress(range(config.epochs * per_epoch), desc=f"training ({per_epoch} steps "
+                          f"an epoch)")
     for epoch in range(config.epochs):
         order = order_rng.permutation(n)
-        losses = [step(model, optimizer, dataset.train_images[idx], dataset.train_labels[idx])
-                  for idx in np.array_split(order, max(1, n // config.batch_size))]
+        losses = []
+        for idx in np.array_split(order, per_epoch):
+            losses.append(step(model, optimizer, images[idx], labels[idx]))
+            bar.update()
         log(f"epoch {epoch + 1}/{config.epochs}: train loss {float(np.mean(losses)):.4f}")
+    bar.close()
     model.eval()
     return model
 
@@ -87,7 +107,8 @@ def predict(log_prob, images: np.ndarray, batch: int = 500) -> np.ndarray:
 def cache_key(dataset: data_lib.Dataset, config: TrainConfig) -> str:
     return (f"{dataset.name}-{models.MODELS[dataset.name].__name__}-{dataset.source}-"
             f"{dataset.fingerprint()}-seed{config.seed}-e{config.epochs}-"
-            f"b{config.batch_size}-lr{config.learning_rate:g}")
+            f"b{config.batch_size}-lr{config.learning_rate:g}"
+            + ("" if config.images is None else f"-n{config.images}"))
 
 
 def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig(), *,
@@ -112,12 +133,10 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
     else:
         log(f"training the {dataset.name} model ({config}) in a process pinned to one core; "
             f"weights go to {weights}")
-        # The log lines come back when training ends; a child that dies raises
+        # The child prints its progress on stderr as it goes; a child that dies raises
         # BrokenProcessPool here rather than hanging.
-        test_accuracy, seconds, cores, lines = pool.pinned_call(
+        test_accuracy, seconds, cores = pool.pinned_call(
             _train_and_save, dataset, config, str(weights))
-        for line in lines:
-            log(line)
         digest = common.sha256(weights)
         common.write_json(meta_path, {
             "sha256": digest, "dataset": dataset.name, "source": dataset.source,
@@ -128,26 +147,31 @@ def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig()
             "load_average": run_record.load_average()})
         log(f"test accuracy {test_accuracy:.4f} on {len(dataset.test_labels)} images "
             f"({seconds:.0f} s)")
+    if PUBLISHED.get(key, digest) != digest:
+        log(f"warning: these weights (SHA-256 {digest[:12]}…) are not the published model's "
+            f"({PUBLISHED[key][:12]}…): attack results will differ from "
+            "docs/results/attack.md, whose paper-protocol ranking depends on the model")
     load_weights(model, weights)
     model.eval()
     return TrainedModel(model, test_accuracy, weights, digest)
 
 
 def _train_and_save(dataset: data_lib.Dataset, config: TrainConfig,
-                    weights: str) -> tuple[float, float, int, list[str]]:
-    """Trains and saves the model in the pinned process.
+                    weights: str) -> tuple[float, float, int]:
+    """Trains and saves the model in the pinned process, its progress on stderr.
 
     Returns:
-      ``(test accuracy, seconds, cores the process could use, log lines)``.
+      ``(test accuracy, seconds, cores the process could use)``.
     """
-    lines: list[str] = []
+    from tqdm.auto import tqdm
+
     model = models.create(dataset.name, config.seed)
     with common.Stopwatch() as watch:
-        train(model, dataset, config, log=lines.append)
+        train(model, dataset, config, log=lambda line: tqdm.write(line, file=sys.stderr))
     predicted = predict(models.log_prob_fn(model), dataset.test_images)
     test_accuracy = float(np.mean(predicted == dataset.test_labels))
     save_weights(model, Path(weights))
-    return test_accuracy, watch.seconds, len(run_record.available_cores()), lines
+    return test_accuracy, watch.seconds, len(run_record.available_cores())
 
 
 def _flat_params(model: nnx.Module) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Forward-only LoRA fine-tuning (MeZO protocol): FE saved against fixed K=4.
 
-Presets (described in benchmarks/llm/config.py): smoke (tiny model, seconds), cpu
+Presets (described in benchmarks/llm/config.py): smoke (tiny model, under a minute), cpu
 (SmolLM2-135M, 3 seeds x 5 methods at 6,000 FE each, baselines; about 45 min on 2 CPU
 cores), mezo_cpu (MeZO's prompt, 100 steps), paper (the paper's protocol; for a GPU),
 anytime (144 FE per method; query regret against the fixed-K envelope). Every option
@@ -44,7 +44,16 @@ from benchmarks.llm.config import PRESETS
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from benchmarks.llm.methods import REGISTRY
 
-    parser.add_argument("--preset", choices=list(PRESETS), default="smoke")
+    flags.add_preset(parser, {
+        "smoke": "a tiny random LLaMA on synthetic data, radazo and zoaq, 12 steps "
+                 "(41 s of CPU time; 427 s wall at load 15-20)",
+        "paper": "the paper's protocol: 5,000 steps, 3 seeds, every method; meant for a GPU",
+        "cpu": "SmolLM2-135M, LoRA on the top layer, 3 seeds x 5 methods at 6,000 FE each, "
+               "then the baselines (46.7 min on 2 shared cores, docs/results/llm.md)",
+        "mezo_cpu": "the earlier cpu preset: MeZO's prompt, LoRA on every layer, 100 steps, "
+                    "one seed (56.9 min, docs/results/llm_mezo_cpu.md)",
+        "anytime": "mezo_cpu's model and data, 144 FE per method, query regret (28.5 min, "
+                   "docs/results/llm_anytime.md)"}, default="smoke")
     parser.add_argument("--model", help="smollm2 | gguf:PATH | opt:PATH | hf:PATH | "
                         "tiny-llama | tiny-opt (default: the preset's)")
     parser.add_argument("--task", choices=["sst2", "copa"])

@@ -1,7 +1,7 @@
 """The LLM benchmark's configuration: one frozen dataclass and its presets.
 
 Presets:
-  smoke    tiny random LLaMA on synthetic data, seconds (CI).
+  smoke    tiny random LLaMA on synthetic data, R-AdaZO and ZoAQ: under a minute (CI).
   cpu      SmolLM2-135M-Instruct on the movie-review snippets (snippets that fit in 32
            tokens with MeZO's prompt), the prompt chosen on dev accuracy from
            tasks.PROMPTS (``review``: "Review: <s>\nSentiment:" negative/positive), LoRA
@@ -102,7 +102,8 @@ def default_eval_every_fe(budget: int) -> int:
 
 
 SMOKE = Config(model="tiny-llama", steps=12, eval_every=6, batch_size=4, n_train=32, n_dev=8,
-               n_test=8, eval_batch_size=8, probe_every=3, timing_reps=1, data="synthetic")
+               n_test=8, eval_batch_size=8, probe_every=3, timing_reps=1, data="synthetic",
+               methods=("radazo", "zoaq"))
 MEZO_CPU = Config(model="smollm2", steps=100, eval_every=20, batch_size=16, n_train=1000,
                   n_dev=200, n_test=400, max_length=32,
                   methods=("radazo", "statzo", "zoaq", "zoaq:k_max=2"))

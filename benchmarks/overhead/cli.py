@@ -17,7 +17,7 @@ each also as ``SPEC+eager`` / ``SPEC+vectorized`` (see :mod:`benchmarks.overhead
 
 Examples:
   python -m benchmarks overhead --out docs/results              # the committed page
-  python -m benchmarks overhead --preset gpu --out docs/results \
+  python -m benchmarks overhead --preset gpu --out docs/results \\
       --report docs/results/overhead_gpu.md
   python -m benchmarks overhead --render docs/results/overhead.json.xz   # re-render only
 """
@@ -37,8 +37,12 @@ from benchmarks.overhead import methods as methods_mod
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=sorted(config.PRESETS), default="cpu",
-                        help="sizes of the sections (default cpu; gpu: the full sweep)")
+    flags.add_preset(parser, {
+        "smoke": "small sizes of every section, for tests",
+        "cpu": "the committed page, one pinned core (13.5 min at load 4-7, "
+               "docs/results/overhead.md)",
+        "gpu": "the full sweep, up to d = 10^7 and 10^4 vmapped seeds; meant for a GPU"},
+        default="cpu")
     parser.add_argument("--sections", nargs="+", choices=config.SECTIONS, default=None)
     flags.add_methods(parser, [*REGISTRY.bases, *EXTERNAL])
     parser.add_argument("--dims", type=flags.positive_int, nargs="+", default=None,

@@ -46,9 +46,11 @@ PRESETS = {"cpu": Preset((1, 2, 4, 8), (1000, 100_000), 8, (400, 40), 3),
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu",
-                        help="sizes (default cpu, the committed page; smoke: seconds); "
-                             "the flags below override them")
+    flags.add_preset(parser, {
+        "smoke": "1 and 2 devices at d = 8, one repeat (8 s of CPU time; 86 s wall at "
+                 "load 20)",
+        "cpu": "1 to 8 devices at d = 1,000 and 100,000, 3 repeats (the committed page)"},
+        default="cpu")
     parser.add_argument("--devices", type=flags.positive_int, nargs="+")
     parser.add_argument("--dims", type=flags.positive_int, nargs="+")
     parser.add_argument("--k", type=flags.positive_int, help="directions a step")

@@ -36,8 +36,13 @@ from benchmarks.synthetic.methods import REGISTRY, parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=("smoke", "quick", "paper"), default="quick",
-                        help="quick: ~1 min on 2 cores; paper: the paper's protocol")
+    flags.add_preset(parser, {
+        "smoke": "d = 10, 40 steps, 2 seeds, zoaq and radazo (35 s of CPU time; 231 s wall "
+                 "at load 14)",
+        "quick": "d = 100, 4,000 steps, 3 seeds (about a minute on 2 cores)",
+        "paper": "the paper's protocol: d = 100, 60,000 steps, 5 seeds (84 s on 2 cores "
+                 "for the main comparison, 3.3 min "
+                 "for --ablation all; --mode budget: 16.7 min on one core)"}, default="quick")
     parser.add_argument("--mode", choices=("steps", "budget"), default="steps",
                         help="steps: equal steps (the paper's protocol); budget: equal calls")
     parser.add_argument("--ablation", choices=(*protocols.ABLATIONS, "auto_k", "all"),

@@ -23,7 +23,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
     out = tiny_mnist / "out"
     argv = ["attack", "--dataset", "mnist", "--data", str(tiny_mnist / "mnist"),
             "--protocol", "paper", "--goal", "targeted", "--methods", "zoaq",
-            "--seeds", "1", "2", "--max-steps", "15", "--epochs", "1", "--workers", "1",
+            "--seeds", "1", "2", "--steps", "15", "--epochs", "1", "--workers", "1",
             "--trace-len", "10", "--out", str(out)]
     assert benchmarks_main(argv) == 0
 
@@ -45,7 +45,7 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
         png = out / f"{name}_mnist_paper_targeted.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "attack.md").read_text()
-    assert "| ZoAQ K∈[1,2] | `zoaq` |" in report and "--max-steps 15" in report
+    assert "| ZoAQ K∈[1,2] | `zoaq` |" in report and "--steps 15" in report
     assert "![Query distributions](queries_mnist_paper_targeted.png)" in report
 
     # A fixed K outside the main list (the anytime comparison) adds the regret tables,
@@ -110,6 +110,29 @@ def test_cli_end_to_end_writes_json_png_markdown(tiny_mnist):
         train.load_or_train(dataset, train.TrainConfig(epochs=1), log=lambda m: None)
 
 
+def test_training_shows_its_progress_as_it_goes_and_checks_published_digests(
+        tiny_mnist, capfd, monkeypatch):
+    dataset = data.load("mnist", tiny_mnist / "mnist")
+    config = train.TrainConfig(epochs=2, batch_size=16, images=32)
+    assert train.cache_key(dataset, config).endswith("-n32")  # the subset is in the key
+    monkeypatch.setitem(train.PUBLISHED, train.cache_key(dataset, config), "0" * 64)
+    logged = []
+    trained = train.load_or_train(dataset, config, log=logged.append)
+    # The pinned child writes its epoch lines and bar on stderr itself, while it trains
+    # (they used to be collected and handed back at the end).
+    err = capfd.readouterr().err
+    assert "epoch 1/2: train loss" in err and "epoch 2/2: train loss" in err
+    assert "training (2 steps an epoch)" in err
+    assert not any(line.startswith("epoch") for line in logged)
+    assert logged[-1] == (f"warning: these weights (SHA-256 {trained.sha256[:12]}…) are not the "
+                          "published model's (000000000000…): attack results will differ from "
+                          "docs/results/attack.md, whose paper-protocol ranking depends on the "
+                          "model")
+    monkeypatch.setitem(train.PUBLISHED, train.cache_key(dataset, config), trained.sha256)
+    logged.clear()
+    assert train.load_or_train(dataset, config, log=logged.append).sha256 == trained.sha256
+    assert len(logged) == 1 and logged[0].startswith("loaded ")  # cached, and no warning
+
 @pytest.mark.parametrize("args, message", [
     (["--methods", "zoaq", "adam"], "error: unknown method 'adam'"),
     (["--methods", "zoaq:n_hits=4"], "error: bad override 'n_hits=4'"),
@@ -145,7 +168,9 @@ def test_presets_are_dataclasses_with_overrides():
 
     parser = argparse.ArgumentParser()
     attack_cli.add_arguments(parser)
-    paper = attack_cli.config_of(parser.parse_args([]))
+    assert parser.parse_args([]).preset == "smoke"  # the default: seconds, no download
+    paper = attack_cli.config_of(parser.parse_args(["--protocol", "paper"]))  # --preset's alias
+    assert paper.goals == ("targeted", "untargeted") and paper.attack_config.max_steps == 20_000
     assert (paper.width, paper.trace_len, paper.seeds) == (32, 2000, protocol.SEEDS)
     assert paper.methods[-1] == "auto_k" and len(paper.methods) == 8
     extended = attack_cli.config_of(parser.parse_args(
@@ -154,9 +179,15 @@ def test_presets_are_dataclasses_with_overrides():
     assert (extended.width, extended.trace_len, extended.images) == (8, 0, 100)
     assert extended.seeds == (1, 2, 3) and extended.methods == ("zoaq", "radazo")
     assert extended.attack_config.width == 8
-    smoke = attack_cli.config_of(parser.parse_args(["--preset", "smoke"]))  # --protocol's alias
+    smoke = attack_cli.config_of(parser.parse_args(["--preset", "smoke"]))
     assert (smoke.protocol, smoke.methods, smoke.seeds) == ("smoke", ("zoaq", "radazo"), (101,))
-    assert (smoke.width, smoke.attack_config.max_steps) == (2, 200)
+    assert (smoke.width, smoke.attack_config.max_steps, smoke.goals) == (2, 200, ("targeted",))
+    assert (smoke.epochs, smoke.train_images) == (1, 1000)  # a smoke-size target model
+    # --max-steps is --steps' older name; --goal and the training options override
+    custom = attack_cli.config_of(parser.parse_args(
+        ["--max-steps", "7", "--goal", "untargeted", "--epochs", "2", "--train-images", "50"]))
+    assert (custom.attack_config.max_steps, custom.goals, custom.epochs,
+            custom.train_images) == (7, ("untargeted",), 2, 50)
 
 
 def test_the_shares_of_a_method_merge_back_into_attack_order():

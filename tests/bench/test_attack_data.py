@@ -1,6 +1,7 @@
 """Loaders of the attack benchmark on small files written in the real formats."""
 
 import gzip
+import os
 import pickle
 import struct
 
@@ -36,7 +37,7 @@ def write_mnist_idx(folder, n_train=12, n_test=5, compress=False, seed=0):
     return arrays
 
 
-def write_cifar(folder, per_batch=3):
+def write_cifar(folder, per_batch=3, protocol=pickle.DEFAULT_PROTOCOL):
     folder.mkdir(parents=True, exist_ok=True)
     labels_seen = []
     for i, name in enumerate((*data.CIFAR_TRAIN, data.CIFAR_TEST)):
@@ -46,7 +47,8 @@ def write_cifar(folder, per_batch=3):
         labels = [(i + j) % 10 for j in range(per_batch)]
         labels_seen.append(labels)
         with open(folder / name, "wb") as f:
-            pickle.dump({b"data": rows, b"labels": labels, b"batch_label": name.encode()}, f)
+            pickle.dump({b"data": rows, b"labels": labels, b"batch_label": name.encode()}, f,
+                        protocol)
     return labels_seen
 
 
@@ -89,6 +91,56 @@ def test_cifar10_pickles_are_read_as_nhwc(tmp_path):
         np.testing.assert_allclose(ds.test_images[0, 5, 5] * 255, [10, 20, 35], atol=1e-3)
         assert ds.train_images[0, 0, 1, 0] == 1.0 and ds.train_images[0, 0, 1, 1] < 0.1
 
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_cifar10_pickles_of_every_protocol_load(tmp_path, protocol):
+    labels = write_cifar(tmp_path, per_batch=2, protocol=protocol)
+    np.testing.assert_array_equal(data.load("cifar10", tmp_path).test_labels, labels[-1])
+
+
+def test_cifar10_pickle_with_python2_numpy_names_loads(tmp_path):
+    # The published batches were written by Python 2, whose NumPy lived in numpy.core.
+    batch = {b"data": np.full((2, 3072), 7, np.uint8), b"labels": [3, 4]}
+    raw = pickle.dumps(batch, protocol=2)
+    assert b"numpy._core.multiarray\n" in raw
+    path = tmp_path / "batch"
+    path.write_bytes(raw.replace(b"numpy._core.multiarray\n", b"numpy.core.multiarray\n"))
+    images, loaded = data._cifar_batch(path)
+    np.testing.assert_array_equal(loaded, [3, 4])
+    assert images.shape == (2, 32, 32, 3) and np.all(images == np.float32(7 / 255))
+
+
+class _RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("payload", ["os.system", "builtins.eval", "numpy.load"])
+def test_cifar10_pickle_that_would_run_code_is_refused(tmp_path, payload):
+    marker = tmp_path / "ran"
+    bomb = {"os.system": _RunsCode(marker), "builtins.eval": _Eval(marker),
+            "numpy.load": _NumpyLoad(marker)}[payload]
+    write_cifar(tmp_path)
+    with open(tmp_path / data.CIFAR_TEST, "wb") as f:
+        pickle.dump({b"data": np.zeros((1, 3072), np.uint8), b"labels": [bomb]}, f)
+    name = {"os.system": os.system.__module__ + ".system"}.get(payload, payload)
+    with pytest.raises(pickle.UnpicklingError, match=rf"test_batch: refusing the global {name}"):
+        data.load("cifar10", tmp_path)
+    assert not marker.exists()
+
+
+class _Eval(_RunsCode):
+    def __reduce__(self):
+        return eval, (f"open({str(self.marker)!r}, 'w')",)
+
+
+class _NumpyLoad(_RunsCode):
+    def __reduce__(self):
+        return np.load, (str(self.marker),)
 
 def test_bad_inputs_have_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="Unknown dataset"):

@@ -54,13 +54,50 @@ def test_overhead_rejects_counts_below_one(args, tmp_path, capsys):
     assert "expected an integer >= 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["synthetic", "attack", "llm", "overhead"])
-def test_every_command_takes_smoke_preset_and_quiet(command, capsys):
+PRESETS = {  # command: where its presets are defined
+    "synthetic": "benchmarks.synthetic.protocol:_SCALE",
+    "attack": "benchmarks.attack.protocol:PRESETS",
+    "generalization": "benchmarks.generalization.experiment:PRESETS",
+    "llm": "benchmarks.llm.config:PRESETS", "overhead": "benchmarks.overhead.config:PRESETS",
+    "devices": "benchmarks.overhead.devices:PRESETS"}
+
+
+def _help(argv, capsys) -> str:
     with pytest.raises(SystemExit):
-        cli([command, "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    assert "--quiet" in text and "no progress bars" in text
-    assert "--preset" in text and "smoke" in text
+        cli(argv)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", sorted(PRESETS))
+def test_every_command_has_plain_help_with_its_presets_timed_and_the_default(command, capsys):
+    import importlib
+
+    from benchmarks.__main__ import COMMANDS
+
+    assert set(PRESETS) == set(COMMANDS)
+    text = _help([command, "--help"], capsys)
+    assert "``" not in text and ":mod:`" not in text and ":func:`" not in text  # plain text
+    flat = " ".join(text.split())
+    assert "--quiet" in flat and "no progress bars" in flat
+    module, name = PRESETS[command].split(":")
+    names = list(getattr(importlib.import_module(module), name))
+    assert "smoke" in names  # one vocabulary: smoke everywhere, paper where the paper has it
+    for preset in names:
+        assert f"{preset}: " in flat, preset  # every preset is described
+    parser = argparse.ArgumentParser()
+    importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+    [action] = [a for a in parser._actions if a.dest == "preset"]
+    assert sorted(action.choices) == sorted(names)
+    assert f"(default: {action.default})" in flat
+
+
+def test_top_level_help_is_plain_text_naming_the_vocabulary(capsys):
+    text = _help(["--help"], capsys)
+    assert "``" not in text and "add_arguments" not in text  # no markup, no internals
+    flat = " ".join(text.split())
+    for words in ("--preset how much to run: smoke (every command, under a minute on 2 cores)",
+                  "paper (the paper's protocol", "--steps iterations per run"):
+        assert words in flat
 
 
 def test_quiet_bars_silence_progress_and_restore_the_environment(capsys, monkeypatch):
@@ -95,3 +132,24 @@ def test_results_files_read_back_every_float_exactly(tmp_path):
     assert path.stat().st_size < plain.stat().st_size / 3
     with pytest.raises(ValueError, match="__float32__"):
         common.write_json(tmp_path / "bad.json.xz", {"__float32__": [1.0, 2.0]})
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_downloads_show_pip_progress_unless_quiet(quiet, tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    calls = []
+
+    def run(command, **kwargs):
+        calls.append((command, kwargs))
+        (tmp_path / "pkg-1.0-py3-none-any.whl").write_bytes(b"")
+        return subprocess.CompletedProcess(command, 0, stderr="")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    with common.quiet_bars(quiet):
+        assert common.pip_download("pkg==1.0", tmp_path, binary=True).name.startswith("pkg")
+    [(command, kwargs)] = calls
+    bar = command[command.index("--progress-bar") + 1]
+    assert (bar, kwargs["stdout"]) == (("off", subprocess.DEVNULL) if quiet else ("on", 2))
+    assert "downloading pkg==1.0 from the package registry" in capsys.readouterr().err
