@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SECTIONS = ("compare", "dims", "seeds")
+SECTIONS = ("compare", "dims", "seeds", "compile")
+DEFAULT_SECTIONS = SECTIONS[:3]  # compile has its own page (overhead_compile.md)
+
+
+COMPILE_METHODS = ("zoaq", "zoar", "auto_k", "radazo", "zo_adamm", "zo_sgd", "mezo", "statzo",
+                   "run", "adam", "open_es")
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,11 @@ class Preset:
     seeds_calls: int = 4_000  # calls per seed in the seed sweep
     repeats: int = 3  # timings per configuration, interleaved; the median is reported
     pin: bool = True  # pin the process to one core (CPU runs)
-    sections: tuple[str, ...] = SECTIONS
+    sections: tuple[str, ...] = DEFAULT_SECTIONS
+    # the compile section (benchmarks.overhead.compile): programs and dimensions, measured
+    # in `repeats` interleaved rounds
+    compile_methods: tuple[str, ...] = COMPILE_METHODS
+    compile_dims: tuple[int, ...] = (10, 10_000)
 
     def calls_for_dim(self, d: int) -> int:
         """The per-seed budget of the ``dims`` section at ``d`` (the nearest listed dim's)."""
