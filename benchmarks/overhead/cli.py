@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interleaved timings per configuration (median reported)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin to one core (default: the preset's; on for cpu)")
+    parser.add_argument("--compile-methods", nargs="+", default=None, metavar="NAME",
+                        choices=config.COMPILE_METHODS,
+                        help="programs of the compile section (default: the preset's)")
     parser.add_argument("--previous", type=Path, default=None, metavar="JSON",
                         help="an earlier record of the same command: the compile section's "
                              "page shows both runs and how far their ratios differ")
@@ -91,8 +94,8 @@ def _preset(args: argparse.Namespace) -> config.Preset:
     return presets.override(
         preset, methods=methods, dims=dims, dims_calls=dims_calls, seeds=lanes,
         compare_seeds=tuple(flags.seeds(args.seeds)) if args.seeds else None,
-        compile_dims=dims, compare_calls=args.compare_calls, seeds_calls=args.seeds_calls,
-        repeats=args.repeats,
+        compile_dims=dims, compile_methods=args.compile_methods,
+        compare_calls=args.compare_calls, seeds_calls=args.seeds_calls, repeats=args.repeats,
         pin=args.pin, sections=args.sections)
 
 
