@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds-calls", type=flags.positive_int, default=None,
                         help="oracle calls per seed in the seed sweep")
     parser.add_argument("--repeats", type=flags.positive_int, default=None,
-                        help="interleaved timings per configuration (median reported)")
+                        help="interleaved timing rounds per configuration (minimum reported)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin to one core (default: the preset's; on for cpu)")
     parser.add_argument("--compile-methods", nargs="+", default=None, metavar="NAME",
@@ -144,7 +144,8 @@ def run(preset: config.Preset, command: str = "") -> dict:
     record = {"command": command, "preset": presets.as_dict(preset), "machine": machine,
               "versions": run_record.versions(),
               "pinned_cores": len(run_record.available_cores()),
-              "load_before": run_record.load_average(), "sections": {}}
+              "load_before": run_record.load_average(), "statistic": "minimum",
+              "sections": {}}
     p = preset
     sections = {  # timed (method, d, seeds, budget), timing rounds, parts (d, lanes, steps)
         "compare": ([(m, p.compare_dim, p.compare_seeds, p.compare_calls) for m in p.methods],
@@ -158,7 +159,8 @@ def run(preset: config.Preset, command: str = "") -> dict:
     }
     for name, (configs, repeats, parts) in sections.items():
         if name in p.sections:
-            record["sections"][name] = measure.measure(configs, repeats, name)
+            loads = record.setdefault("round_loads", {}).setdefault(name, [])
+            record["sections"][name] = measure.measure(configs, repeats, name, loads)
             for key, rows in parts.items():
                 record["sections"][key] = [{"d": d, "seeds": n, **measure.parts(d, n, steps)}
                                            for d, n, steps in common.progress(rows, desc="parts")]

@@ -31,7 +31,7 @@ class Preset:
     seeds: tuple[int, ...] = (5, 10, 100, 1000)  # lane counts of the seed sweep (--lanes)
     seeds_dim: int = 100
     seeds_calls: int = 4_000  # calls per seed in the seed sweep
-    repeats: int = 3  # timings per configuration, interleaved; the median is reported
+    repeats: int = 3  # timing rounds, interleaved (order rotated); the minimum is reported
     pin: bool = True  # pin the process to one core (CPU runs)
     sections: tuple[str, ...] = DEFAULT_SECTIONS
     # the compile section (benchmarks.overhead.compile): programs and dimensions, measured

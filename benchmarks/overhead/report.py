@@ -21,6 +21,12 @@ def _mib(n: float | None) -> str:
     return pages.num(None if n is None else n / 2**20, "{:,.2f}", "–")
 
 
+def _round_loads(record: dict) -> str:
+    loads = record.get("round_loads", {})
+    return "".join(f"; load before each {name} round: {', '.join(map(str, x))}"
+                   for name, x in loads.items() if x)
+
+
 def _verdict(text: str, met: bool) -> str:
     return f"{text}: {'met' if met else 'not met'}."
 
@@ -122,7 +128,7 @@ def seeds(s: dict, p: dict) -> list[str]:
         "state bytes/seed": "one seed's optimizer state",
         "XLA temp MiB, XLA arguments MiB": "the compiled run's temporary and argument "
                                            "buffers (XLA's memory analysis)",
-        "run s": "median run time, compilation excluded"}), pages.table(
+        "run s": "run time (the statistic of the header line), compilation excluded"}), pages.table(
         ["seeds", "method", "useful calls/s", "µs/call", "lane use", "wasted evaluations",
          "state bytes/seed", "XLA temp MiB", "XLA arguments MiB", "run s"], rows),
         f"Parts of a step at d = {records[0]['d']:,}, per seed:", pages.table(
@@ -215,8 +221,9 @@ def render(record: dict, path: Path, folder: Path, previous: dict | None = None)
     parts.append(
         f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} "
-        f"MiB. Run time excludes compilation; median of {p['repeats']} interleaved timings "
-        f"(compare, dims), {max(1, p['repeats'] // 3)} (seeds).")
+        f"MiB. Run time excludes compilation; {record.get('statistic', 'median')} of "
+        f"{p['repeats']} interleaved timings (compare, dims), {max(1, p['repeats'] // 3)} "
+        f"(seeds){_round_loads(record)}.")
     for name, section in SECTIONS.items():
         if s.get(name):
             parts += section(s, p)
