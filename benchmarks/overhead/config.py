@@ -58,9 +58,10 @@ PRESETS = {
         dims_calls=(400_000, 40_000, 2_000, 200), seeds=(5, 10, 100, 1000, 10_000),
         seeds_calls=200_000, repeats=3, pin=False),
     # Every section's code path with few programs to compile (compilation is most of its
-    # time): one fixed method, ZoAQ and Open_ES, one dimension, one lane count.
+    # time): a fixed method, an adaptive one (StatZO: about half of ZoAQ's compile time)
+    # and Open_ES, one dimension, one lane count.
     "smoke": Preset(
-        "smoke", ("radazo", "zoaq", "open_es"), compare_dim=8, compare_seeds=2,
+        "smoke", ("radazo", "statzo", "open_es"), compare_dim=8, compare_seeds=2,
         compare_calls=400, dims=(8,), dims_calls=(200,), seeds=(2,), seeds_dim=8,
         seeds_calls=200, repeats=1, pin=False, compile_methods=("radazo", "adam", "open_es"),
         compile_dims=(8,)),
