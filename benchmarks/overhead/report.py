@@ -218,12 +218,14 @@ def render(record: dict, path: Path, folder: Path, previous: dict | None = None)
     parts = [f"Command: `{record['command']}`"]
     if record.get("record"):  # the harness's run record (start, wall time, versions)
         parts.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
+    timed = "" if not any(s.get(n) for n in SECTIONS) else (
+        f" Run time excludes compilation; {record.get('statistic', 'median')} of "
+        f"{p['repeats']} interleaved timings (compare, dims), {max(1, p['repeats'] // 3)} "
+        f"(seeds){_round_loads(record)}.")
     parts.append(
         f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} "
-        f"MiB. Run time excludes compilation; {record.get('statistic', 'median')} of "
-        f"{p['repeats']} interleaved timings (compare, dims), {max(1, p['repeats'] // 3)} "
-        f"(seeds){_round_loads(record)}.")
+        f"MiB.{timed}")
     for name, section in SECTIONS.items():
         if s.get(name):
             parts += section(s, p)
