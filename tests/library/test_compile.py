@@ -74,25 +74,28 @@ def test_run_with_injected_hyperparameters_compiles_once():
 
 
 # Digests (sha256 of every leaf's bytes, first 16 hex digits) of (params, state) after
-# STEPS jitted steps from linspace(-1, 1, d); ("zoaq", 20_000) is ZoAQ where its
-# directions do not fit one batch (regenerated in loops), with refresh=2.
+# STEPS jitted steps from linspace(-1, 1, d) (3 steps at d = 20,000), keyed by (alias, d,
+# refresh): refresh=2 recomputes the retained sums exactly at every other step, from the
+# step's batch of directions (d = D) or from the keys (d = 20,000, where the directions
+# do not fit one batch).
 STEPS = 6
 GOLDEN = {
-    ("zoaq", D): "a38da52e87ec3ded",
-    ("zoar", D): "f756d6338ce0f8c6",
-    ("auto_k", D): "2dacd367d8ec6026",
-    ("radazo", D): "fd68eca392c0213e",
-    ("zo_adamm", D): "ccd16f37079d723b",
-    ("zo_sgd", D): "9c61fce45554cf9c",
-    ("mezo", D): "fba865916d17d12e",
-    ("statzo", D): "5f9f1dd1c4b0a83b",
-    ("zoaq", 20_000): "c134eb49ec4c3c3d",
+    ("zoaq", D, None): "a38da52e87ec3ded",
+    ("zoar", D, None): "f756d6338ce0f8c6",
+    ("auto_k", D, None): "2dacd367d8ec6026",
+    ("radazo", D, None): "fd68eca392c0213e",
+    ("zo_adamm", D, None): "ccd16f37079d723b",
+    ("zo_sgd", D, None): "9c61fce45554cf9c",
+    ("mezo", D, None): "fba865916d17d12e",
+    ("statzo", D, None): "5f9f1dd1c4b0a83b",
+    ("zoaq", D, 2): "f409f9c749b15edb",
+    ("zoar", D, 2): "ee866bcc097e0e83",
+    ("zoaq", 20_000, 2): "c134eb49ec4c3c3d",
 }
 
 
-def _digest(name, d):
-    kwargs = {"refresh": 2} if d > D else {}
-    opt = getattr(zoaq_jax, name)(1e-2, **kwargs)
+def _digest(name, d, refresh):
+    opt = getattr(zoaq_jax, name)(1e-2, **({} if refresh is None else {"refresh": refresh}))
     f = _counting([])
     x = jnp.linspace(-1.0, 1.0, d)
     state = opt.init(x)
@@ -112,6 +115,6 @@ def _digest(name, d):
 
 @pytest.mark.skipif(not version("jaxlib").startswith("0.10.") or jax.default_backend() != "cpu",
                     reason="digests recorded with jaxlib 0.10 on CPU")
-@pytest.mark.parametrize("name, d", list(GOLDEN))
-def test_golden_snapshot(name, d):
-    assert _digest(name, d) == GOLDEN[name, d]
+@pytest.mark.parametrize("name, d, refresh", list(GOLDEN))
+def test_golden_snapshot(name, d, refresh):
+    assert _digest(name, d, refresh) == GOLDEN[name, d, refresh]
