@@ -1,6 +1,7 @@
 """Speed benchmark: oracle calls per second of every method, against evosax's Open_ES.
 
-Three sections, in one process (one core pinned on CPU), compilation excluded:
+Four sections, in one process (one core pinned on CPU), compilation excluded but in the
+last:
 
 * compare: every method and evosax ``Open_ES`` (antithetic, population 20, raw fitness,
   ZO-AdaMM moments: ZO-AdaMM K=10's algorithm) on the quadratic, d = 100, 5 vmapped
@@ -8,7 +9,10 @@ Three sections, in one process (one core pinned on CPU), compilation excluded:
 * dims: per-call cost against the dimension (one seed), against R-AdaZO K=10, with the
   cost of the parts of a step (drawing directions, evaluating, the loop);
 * seeds: the vmapped seed sweep (``--lanes 5 10 100 1000``): calls/s, lane use (the share
-  of executed objective evaluations that were counted queries) and memory.
+  of executed objective evaluations that were counted queries) and memory;
+* compile (not in the presets' default sections; its own page): the first-call compile
+  time of every alias's jitted step and of ``run``, against ``optax.adam`` and
+  ``Open_ES`` (:mod:`benchmarks.overhead.compile`).
 
 Methods: ``open_es``, ``torch_loop`` (a hand-written PyTorch loop of ZO-AdaMM K=10, when
 PyTorch is installed: :mod:`benchmarks.overhead.torch_loop`) and the specs of
@@ -20,6 +24,8 @@ Examples:
   python -m benchmarks overhead --preset gpu --out docs/results \\
       --report docs/results/overhead_gpu.md
   python -m benchmarks overhead --render docs/results/overhead.json.xz   # re-render only
+  python -m benchmarks overhead --sections compile --out docs/results \
+      --report docs/results/overhead_compile.md          # compile latency
 """
 
 from __future__ import annotations
@@ -59,9 +65,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds-calls", type=flags.positive_int, default=None,
                         help="oracle calls per seed in the seed sweep")
     parser.add_argument("--repeats", type=flags.positive_int, default=None,
-                        help="interleaved timings per configuration (median reported)")
+                        help="interleaved timing rounds per configuration (minimum reported)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin to one core (default: the preset's; on for cpu)")
+    parser.add_argument("--compile-methods", nargs="+", default=None, metavar="NAME",
+                        choices=config.COMPILE_METHODS,
+                        help="programs of the compile section (default: the preset's)")
+    parser.add_argument("--previous", type=Path, default=None, metavar="JSON",
+                        help="an earlier record of the same command: the compile section's "
+                             "page shows both runs and how far their ratios differ")
     flags.add_outputs(parser, Path("out"), "OUT/overhead.md")
     flags.add_workers(parser, single="its timings are interleaved in one process")
 
@@ -86,8 +98,13 @@ def _preset(args: argparse.Namespace) -> config.Preset:
     return presets.override(
         preset, methods=methods, dims=dims, dims_calls=dims_calls, seeds=lanes,
         compare_seeds=tuple(flags.seeds(args.seeds)) if args.seeds else None,
+        compile_dims=dims, compile_methods=args.compile_methods,
         compare_calls=args.compare_calls, seeds_calls=args.seeds_calls, repeats=args.repeats,
         pin=args.pin, sections=args.sections)
+
+
+def _previous(args: argparse.Namespace) -> dict | None:
+    return None if args.previous is None else flags.read_results(args.previous)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -95,11 +112,11 @@ def main(args: argparse.Namespace) -> int:
         record = flags.read_results(args.render)
         stem = args.render.name.removesuffix(common.RESULTS).removesuffix(".json")
         target = args.report or args.render.parent / f"{stem}.md"
-        report.render(record, target, target.parent)
+        report.render(record, target, target.parent, _previous(args))
         print(f"rendered {target}")
         return 0
     preset = _preset(args)
-    if "open_es" in preset.methods:  # the compare and dims sections both run it
+    if "open_es" in preset.methods + preset.compile_methods:  # every section runs it
         try:
             import evosax  # noqa: F401
         except ImportError:
@@ -116,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
     report_path = args.report or args.out / "overhead.md"
     json_path = args.out / f"{report_path.stem}{common.RESULTS}"
     common.write_json(json_path, record)
-    report.render(record, report_path, args.out)
+    report.render(record, report_path, args.out, _previous(args))
     print(f"wrote {json_path} and {report_path}")
     return 0
 
@@ -131,7 +148,8 @@ def run(preset: config.Preset, command: str = "") -> dict:
     record = {"command": command, "preset": presets.as_dict(preset), "machine": machine,
               "versions": run_record.versions(),
               "pinned_cores": len(run_record.available_cores()),
-              "load_before": run_record.load_average(), "sections": {}}
+              "load_before": run_record.load_average(), "statistic": "minimum",
+              "sections": {}}
     p = preset
     sections = {  # timed (method, d, seeds, budget), timing rounds, parts (d, lanes, steps)
         "compare": ([(m, p.compare_dim, p.compare_seeds, p.compare_calls) for m in p.methods],
@@ -145,10 +163,17 @@ def run(preset: config.Preset, command: str = "") -> dict:
     }
     for name, (configs, repeats, parts) in sections.items():
         if name in p.sections:
-            record["sections"][name] = measure.measure(configs, repeats, name)
+            loads = record.setdefault("round_loads", {}).setdefault(name, [])
+            record["sections"][name] = measure.measure(configs, repeats, name, loads)
             for key, rows in parts.items():
                 record["sections"][key] = [{"d": d, "seeds": n, **measure.parts(d, n, steps)}
                                            for d, n, steps in common.progress(rows, desc="parts")]
             record[f"load_after_{name}"] = run_record.load_average()
+    if "compile" in p.sections:
+        from benchmarks.overhead import compile as compile_latency
+
+        record["sections"]["compile"] = compile_latency.measure(
+            p.compile_methods, p.compile_dims, p.repeats)
+        record["load_after_compile"] = run_record.load_average()
     record["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return record

@@ -3,15 +3,20 @@
 
 ``cpu`` is what the committed page was measured with (7 to 14 minutes on 2 shared cores,
 depending on the load); ``gpu`` is the full sweep for a lent accelerator; ``smoke``
-exercises every code path in seconds (the tests run the ``gpu`` preset's code path at the
-``smoke`` sizes).
+exercises every code path in well under a minute on an idle core, compiling few programs
+(the tests run the ``gpu`` preset's code path at the ``smoke`` sizes).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SECTIONS = ("compare", "dims", "seeds")
+SECTIONS = ("compare", "dims", "seeds", "compile")
+DEFAULT_SECTIONS = SECTIONS[:3]  # compile has its own page (overhead_compile.md)
+
+
+COMPILE_METHODS = ("zoaq", "zoar", "auto_k", "radazo", "zo_adamm", "zo_sgd", "mezo", "statzo",
+                   "run", "adam", "open_es")
 
 
 @dataclass(frozen=True)
@@ -26,9 +31,13 @@ class Preset:
     seeds: tuple[int, ...] = (5, 10, 100, 1000)  # lane counts of the seed sweep (--lanes)
     seeds_dim: int = 100
     seeds_calls: int = 4_000  # calls per seed in the seed sweep
-    repeats: int = 3  # timings per configuration, interleaved; the median is reported
+    repeats: int = 3  # timing rounds, interleaved (order rotated); the minimum is reported
     pin: bool = True  # pin the process to one core (CPU runs)
-    sections: tuple[str, ...] = SECTIONS
+    sections: tuple[str, ...] = DEFAULT_SECTIONS
+    # the compile section (benchmarks.overhead.compile): programs and dimensions, measured
+    # in `repeats` interleaved rounds
+    compile_methods: tuple[str, ...] = COMPILE_METHODS
+    compile_dims: tuple[int, ...] = (10, 10_000)
 
     def calls_for_dim(self, d: int) -> int:
         """The per-seed budget of the ``dims`` section at ``d`` (the nearest listed dim's)."""
@@ -48,8 +57,12 @@ PRESETS = {
         "gpu", ALL_METHODS, compare_calls=1_200_000, dims=(100, 10_000, 1_000_000, 10_000_000),
         dims_calls=(400_000, 40_000, 2_000, 200), seeds=(5, 10, 100, 1000, 10_000),
         seeds_calls=200_000, repeats=3, pin=False),
+    # Every section's code path with few programs to compile (compilation is most of its
+    # time): a fixed method, an adaptive one (StatZO: about half of ZoAQ's compile time)
+    # and Open_ES, one dimension, one lane count.
     "smoke": Preset(
-        "smoke", ALL_METHODS, compare_dim=8, compare_seeds=2, compare_calls=400, dims=(8, 64),
-        dims_calls=(200, 200), seeds=(2, 5), seeds_dim=8, seeds_calls=200, repeats=1,
-        pin=False),
+        "smoke", ("radazo", "statzo", "open_es"), compare_dim=8, compare_seeds=2,
+        compare_calls=400, dims=(8,), dims_calls=(200,), seeds=(2,), seeds_dim=8,
+        seeds_calls=200, repeats=1, pin=False, compile_methods=("radazo", "adam", "open_es"),
+        compile_dims=(8,)),
 }

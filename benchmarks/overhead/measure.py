@@ -176,14 +176,17 @@ class Case:
 
 def record(case, steps: int, useful_calls: int, lane_use: float, final_gap: list[float]) -> dict:
     """The result record of a timed ``case`` (a :class:`Case` or ``torch_loop.Case``) whose
-    last run made ``steps`` and ``useful_calls``, with the timings of the median time."""
-    seconds = float(np.median(case.times))
+    last run made ``steps`` and ``useful_calls``, with the timings of the minimum time over
+    the interleaved rounds (the round least disturbed by other processes; the median is
+    kept as ``run_seconds_median``)."""
+    seconds = float(np.min(case.times))
     method = methods_mod.timed(case.name)
     return {
         "method": case.name, "label": method.label, "kind": method.kind,
         "d": case.d, "seeds": case.lanes, "budget_per_seed": case.budget,
         "steps": steps, "compile_seconds": case.compile_seconds,
         "run_seconds": seconds, "run_seconds_all": case.times,
+        "run_seconds_median": float(np.median(case.times)),
         "useful_calls": useful_calls, "calls_per_second": useful_calls / seconds,
         "us_per_call": 1e6 * seconds / useful_calls,
         "lane_use": lane_use, "wasted_fraction": 1.0 - lane_use,
@@ -192,15 +195,22 @@ def record(case, steps: int, useful_calls: int, lane_use: float, final_gap: list
     }
 
 
-def measure(configs: list[tuple], repeats: int, section: str) -> list[dict]:
-    """Compiles every ``(method, d, seeds, budget)``, then times them round-robin."""
+def measure(configs: list[tuple], repeats: int, section: str,
+            loads: list | None = None) -> list[dict]:
+    """Compiles every ``(method, d, seeds, budget)``, then times them round-robin, the
+    order rotated from round to round; appends the 1-minute load before each round to
+    ``loads``."""
+    from benchmarks import record as run_record
     from benchmarks.common import progress
     from benchmarks.overhead import torch_loop
 
     cases = [(torch_loop.Case if c[0] == torch_loop.NAME else Case)(*c)
              for c in progress(configs, desc=f"{section}: compile")]
-    for _ in progress(range(repeats), desc=f"{section}: timing rounds"):
-        for case in cases:
+    for r in progress(range(repeats), desc=f"{section}: timing rounds"):
+        if loads is not None:
+            loads.append(run_record.load_average())
+        shift = r % len(cases)
+        for case in cases[shift:] + cases[:shift]:
             case.time_once()
     return [case.record() for case in cases]
 

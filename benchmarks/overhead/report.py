@@ -21,6 +21,12 @@ def _mib(n: float | None) -> str:
     return pages.num(None if n is None else n / 2**20, "{:,.2f}", "–")
 
 
+def _round_loads(record: dict) -> str:
+    loads = record.get("round_loads", {})
+    return "".join(f"; load before each {name} round: {', '.join(map(str, x))}"
+                   for name, x in loads.items() if x)
+
+
 def _verdict(text: str, met: bool) -> str:
     return f"{text}: {'met' if met else 'not met'}."
 
@@ -122,13 +128,58 @@ def seeds(s: dict, p: dict) -> list[str]:
         "state bytes/seed": "one seed's optimizer state",
         "XLA temp MiB, XLA arguments MiB": "the compiled run's temporary and argument "
                                            "buffers (XLA's memory analysis)",
-        "run s": "median run time, compilation excluded"}), pages.table(
+        "run s": "run time (the statistic of the header line), compilation excluded"}), pages.table(
         ["seeds", "method", "useful calls/s", "µs/call", "lane use", "wasted evaluations",
          "state bytes/seed", "XLA temp MiB", "XLA arguments MiB", "run s"], rows),
         f"Parts of a step at d = {records[0]['d']:,}, per seed:", pages.table(
             ["seeds", "µs per direction drawn", "µs per objective call", "µs per empty step"],
             [[f"{q['seeds']:,}", f"{q['draw'] / 10 / q['seeds']:,.4f}",
               f"{q['evaluate'] / 20 / q['seeds']:,.4f}", f"{q['empty']:,.2f}"] for q in parts])]
+
+
+def compile_latency(s: dict, p: dict, previous: dict | None = None) -> list[str]:
+    """The compile section: minimum seconds per program, ratios to the references, the
+    targets, and (with ``previous``, an earlier run's section) both runs' ratios."""
+    from benchmarks.overhead import compile as c
+
+    section, now = s["compile"], c.ratios(s["compile"])
+    before = c.ratios(previous) if previous else {}
+    refs = [r for r in c.REFERENCES if any(r in x for x in now.values())]
+    rows, verdicts, spread = [], [], []
+    for r in section["rows"]:
+        key, target = (r["method"], r["d"]), c.TARGETS.get(r["method"], c.TARGET)
+        ratio = [pages.num(now[key].get(ref), "{:.1f}", "–") for ref in refs]
+        if key in before:
+            ratio += [pages.num(before[key].get(ref), "{:.1f}", "–") for ref in refs]
+            spread += [abs(now[key][ref] / before[key][ref] - 1) for ref in refs
+                       if ref in now[key] and ref in before[key]]
+        rows.append([f"{r['d']:,}", r["method"], f"{r['seconds']:.2f}", f"{r['cpu_seconds']:.2f}",
+                     *ratio, pages.num(r.get("fusions"), "{:,}", "–"),
+                     pages.num(r.get("whiles"), "{:,}", "–"),
+                     " ".join(f"{x:.2f}" for x in r["seconds_all"])])
+        if r["method"] in c.ALIASES:
+            verdicts.append(_verdict(f"{r['method']}, d = {r['d']:,}: {r['cpu_seconds']:.2f} "
+                                     f"CPU s (target ≤ {target} s on an idle core)",
+                                     r["cpu_seconds"] <= target))
+    heads = [f"÷ {ref}" for ref in refs] + [f"÷ {ref} (previous run)" for ref in refs
+                                            if before]
+    loads = ", ".join(str(x) for x in section["loads"])
+    out = [f"## Compile latency: first call of each jitted step, {section['rounds']} "
+           "interleaved rounds, minimum", pages.columns({
+        "s, CPU s": "tracing, lowering and XLA compilation (wall, and the process's CPU "
+                    "time), the minimum over rounds, caches cleared before each",
+        "÷ adam, ÷ open_es": "CPU s over optax.adam's step (exact gradient) and evosax "
+                             "Open_ES's step, measured in the same process",
+        "fusions, whiles": "kernels and while loops of the compiled program",
+        "all rounds": "wall seconds of every round"}), pages.table(
+        ["d", "program", "s", "CPU s", *heads, "fusions", "whiles", "all rounds"], rows),
+        f"XLA_FLAGS: `{section['xla_flags'] or '(none: defaults)'}`; persistent cache: "
+        f"{section['persistent_cache'] or 'off'}; load average before each round: {loads}."]
+    if spread:
+        out.append(f"Repeatability: the ratios of this run and the previous one differ by at "
+                   f"most {100 * max(spread):.1f}% (goal ≤ 10%: "
+                   f"{'met' if max(spread) <= 0.1 else 'not met'}).")
+    return out + [pages.bullets(verdicts)]
 
 
 SECTIONS = {"compare": compare, "dims": dims, "seeds": seeds}  # the page's, in order
@@ -157,8 +208,9 @@ def figures(s: dict, folder: Path) -> list[Path]:
     return out
 
 
-def render(record: dict, path: Path, folder: Path) -> Path:
-    """Writes the generated block of the report ``path`` and the figures under ``folder``."""
+def render(record: dict, path: Path, folder: Path, previous: dict | None = None) -> Path:
+    """Writes the generated block of the report ``path`` and the figures under ``folder``
+    (``previous``: an earlier record of the same command, for the compile section)."""
     path, s = Path(path), record["sections"]
     m, p = record["machine"], record["preset"]
     loads = ", ".join(f"{k.removeprefix('load_').replace('_', ' ')} {record[k]}"
@@ -166,13 +218,18 @@ def render(record: dict, path: Path, folder: Path) -> Path:
     parts = [f"Command: `{record['command']}`"]
     if record.get("record"):  # the harness's run record (start, wall time, versions)
         parts.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
+    timed = "" if not any(s.get(n) for n in SECTIONS) else (
+        f" Run time excludes compilation; {record.get('statistic', 'median')} of "
+        f"{p['repeats']} interleaved timings (compare, dims), {max(1, p['repeats'] // 3)} "
+        f"(seeds){_round_loads(record)}.")
     parts.append(
         f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} "
-        f"MiB. Run time excludes compilation; median of {p['repeats']} interleaved timings "
-        f"(compare, dims), {max(1, p['repeats'] // 3)} (seeds).")
+        f"MiB.{timed}")
     for name, section in SECTIONS.items():
         if s.get(name):
             parts += section(s, p)
+    if s.get("compile"):
+        parts += compile_latency(s, p, previous and previous["sections"].get("compile"))
     parts += [f"![{x.stem}]({pages.link(x, path)})" for x in figures(s, Path(folder) / path.stem)]
     return pages.page(path, "Speed: oracle calls per second", parts, "overhead")

@@ -213,3 +213,26 @@ def test_devices_command_runs_and_renders(tmp_path):
     assert "| 8 | 2 | psum |" in (tmp_path / "devices.md").read_text()
     with pytest.raises(SystemExit):
         bench_main(["devices", "--devices", "3", "--k", "2", "--out", str(tmp_path)])
+
+
+def test_compile_section_measures_ratios_and_checks_a_previous_run(tmp_path):
+    """The compile section at one cheap program and the two references: minimum over
+    interleaved rounds, ratios to both references, the default XLA flags recorded; a
+    re-render against the same record reports a 0% spread between the runs."""
+    out = tmp_path / "res"
+    argv = ["overhead", "--preset", "smoke", "--sections", "compile", "--compile-methods",
+            "zo_sgd", "adam", "open_es", "--dims", "8", "--repeats", "2", "--out", str(out),
+            "--report", str(out / "compile.md")]
+    assert bench_main(argv) == 0
+    section = read_json(out / "compile.json.xz")["sections"]["compile"]
+    rows = {r["method"]: r for r in section["rows"]}
+    assert set(rows) == {"zo_sgd", "adam", "open_es"} and len(section["loads"]) == 2
+    for r in rows.values():
+        assert len(r["seconds_all"]) == 2 and r["seconds"] == min(r["seconds_all"]) > 0
+        assert r["cpu_seconds"] > 0 and r["fusions"] > 0
+    assert rows["zo_sgd"]["whiles"] > 0  # threefry's rolled loops
+    assert bench_main(["overhead", "--render", str(out / "compile.json.xz"), "--report",
+                       str(out / "compile.md"), "--previous", str(out / "compile.json.xz")]) == 0
+    page = (out / "compile.md").read_text()
+    assert "÷ adam (previous run)" in page and "differ by at most 0.0% (goal ≤ 10%: met)" in page
+    assert "zo_sgd, d = 8: " in page
