@@ -50,7 +50,8 @@ def quiet_bars(quiet: bool):
 def cache_dir(*parts: str) -> Path:
     """A folder under the project cache, ``$ZOAQ_JAX_CACHE`` (default ``~/.cache/zoaq_jax``).
 
-    Downloaded data and trained weights live here, never in the repository.
+    Downloaded data and trained weights live here, never in the repository (only the
+    published attack model's weights are committed, in ``benchmarks/attack/weights``).
     """
     root = Path(os.environ.get("ZOAQ_JAX_CACHE") or Path.home() / ".cache" / "zoaq_jax")
     path = root.joinpath(*parts)

@@ -81,7 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-images", type=flags.positive_int,
                         help="train the target model on the first N training images "
                              "(default: the preset's, all; smoke 1,000)")
-    parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
+    parser.add_argument("--retrain", action="store_true",
+                        help="train the target model again (into the cache), ignoring cached "
+                             "weights and the published model's committed ones")
     flags.add_outputs(parser, DEFAULT_OUT,
                       "OUT/attack.md; the figures it draws go to OUT if the report is in OUT, "
                       "else to a folder named like the report next to it")

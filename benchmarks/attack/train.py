@@ -6,6 +6,12 @@ settings, test accuracy). The key names the dataset, its contents
 reused; a checksum mismatch is an error, never a silent retrain. To (re)train:
 ``python -m benchmarks.attack.train --dataset mnist``.
 
+The published models' weights (:data:`PUBLISHED`) are committed in
+``benchmarks/attack/weights/`` (``<key>.npz`` and its ``<key>.json``) and loaded by default,
+after checking the file's SHA-256 against the published digest (a mismatch is an error):
+every machine attacks the same model. ``--retrain`` trains again into the cache instead and
+warns when the result is not the published model.
+
 Training runs in a spawned process pinned to one core (on Linux), with a progress bar and
 a line per epoch on stderr as it goes: XLA's CPU kernels round differently with the number
 of threads (one epoch on 512 images gives other weights on 2 threads than pinned to one,
@@ -13,8 +19,8 @@ and ``--xla_cpu_multi_thread_eigen=false`` does not remove the difference), so a
 on all cores depends on the machine's core count. Pinned, the published MNIST model
 (:data:`PUBLISHED`, used on an AMD EPYC 2-core machine) was trained again bit for bit on
 an Intel Xeon one, but one more machine of that kind gave other weights (issue 33); that
-cause was not found. A model whose cache key has a published digest is therefore checked
-against it, with a warning when they differ.
+cause was not found: hence the committed weights. A model trained for a published key is
+checked against its digest, with a warning when they differ.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ class TrainConfig(NamedTuple):
 # The published models (docs/results/attack.md): cache key -> SHA-256 of the weights.
 PUBLISHED = {"mnist-MnistCNN-mnist-5k-11bf9eda5320ca96-seed0-e15-b128-lr0.001":
              "61a03ea885a09c02007a3aa2b1da9b6f3f9aa5e2b26e14e59600f6c6bac1fc2c"}
+# The folder of their committed weights (in a checkout; not part of the library's wheel).
+COMMITTED = Path(__file__).resolve().parent / "weights"
 
 
 class TrainedModel(NamedTuple):
@@ -113,23 +121,33 @@ def cache_key(dataset: data_lib.Dataset, config: TrainConfig) -> str:
 
 def load_or_train(dataset: data_lib.Dataset, config: TrainConfig = TrainConfig(), *,
                   cache: Path | None = None, retrain: bool = False, log=print) -> TrainedModel:
-    """The target model for ``dataset``: cached weights if present, else trained and cached.
+    """The target model for ``dataset``: the committed weights of a published model, else
+    cached weights if present, else trained and cached (``retrain``: trained either way).
 
     Raises:
-      ValueError: the cached weights do not match their recorded checksum or shapes.
+      ValueError: the committed weights do not have the published digest, or the cached
+        ones their recorded checksum, or the shapes do not match.
     """
-    cache = cache or common.cache_dir("models")
     key = cache_key(dataset, config)
-    weights, meta_path = cache / f"{key}.npz", cache / f"{key}.json"
+    committed = COMMITTED / f"{key}.npz"
+    use_committed = key in PUBLISHED and committed.exists() and not retrain
+    weights = committed if use_committed else (cache or common.cache_dir("models")) / f"{key}.npz"
+    meta_path = weights.with_suffix(".json")
     model = models.create(dataset.name, config.seed)
-    if weights.exists() and meta_path.exists() and not retrain:
+    if use_committed or (weights.exists() and meta_path.exists() and not retrain):
         meta = json.loads(meta_path.read_text())
         digest, test_accuracy = common.sha256(weights), float(meta["test_accuracy"])
+        if use_committed and digest != PUBLISHED[key]:
+            raise ValueError(
+                f"Committed weights {weights} have SHA-256 {digest}, not the published "
+                f"{PUBLISHED[key]}. Restore it (git checkout -- benchmarks/attack/weights) or "
+                "pass --retrain to train again.")
         if digest != meta["sha256"]:
             raise ValueError(
                 f"Cached weights {weights} have SHA-256 {digest}, but {meta_path.name} records "
                 f"{meta['sha256']}. Delete both files (or pass --retrain) to train again.")
-        log(f"loaded {weights.name} (test accuracy {test_accuracy:.4f})")
+        log(f"loaded {'committed' if use_committed else 'cached'} {weights.name} "
+            f"(SHA-256 {digest[:12]}…, test accuracy {test_accuracy:.4f})")
     else:
         log(f"training the {dataset.name} model ({config}) in a process pinned to one core; "
             f"weights go to {weights}")
@@ -213,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     defaults = TrainConfig()
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
-    parser.add_argument("--retrain", action="store_true", help="ignore cached weights")
+    parser.add_argument("--retrain", action="store_true",
+                        help="train again (into the cache), ignoring cached and committed weights")
     args = parser.parse_args(argv)
     dataset = data_lib.load(args.dataset, args.data)
     trained = load_or_train(dataset, TrainConfig(seed=args.seed, epochs=args.epochs),

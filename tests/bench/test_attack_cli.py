@@ -9,7 +9,7 @@ from test_attack_data import write_mnist_idx
 
 from benchmarks.__main__ import main as benchmarks_main
 from benchmarks.attack import data, protocol, train
-from benchmarks.common import read_json, write_json
+from benchmarks.common import read_json, sha256, write_json
 
 
 @pytest.fixture
@@ -132,6 +132,45 @@ def test_training_shows_its_progress_as_it_goes_and_checks_published_digests(
     logged.clear()
     assert train.load_or_train(dataset, config, log=logged.append).sha256 == trained.sha256
     assert len(logged) == 1 and logged[0].startswith("loaded ")  # cached, and no warning
+
+def test_the_published_model_is_committed_and_loaded_without_training(tiny_mnist, monkeypatch):
+    [(key, published)] = train.PUBLISHED.items()
+    committed = train.COMMITTED / f"{key}.npz"
+    assert sha256(committed) == published
+    assert json.loads(committed.with_suffix(".json").read_text())["sha256"] == published
+
+    class Trained(Exception):
+        pass
+
+    def pinned_call(*args):
+        raise Trained
+    # The tiny dataset under the published key: the same model, so the committed file loads.
+    monkeypatch.setattr(train, "cache_key", lambda *args: key)
+    monkeypatch.setattr(train.pool, "pinned_call", pinned_call)
+    dataset = data.load("mnist", tiny_mnist / "mnist")
+    logged = []
+    trained = train.load_or_train(dataset, log=logged.append)
+    assert (trained.weights, trained.sha256, trained.test_accuracy) == (committed, published, 0.977)
+    assert logged == [f"loaded committed {committed.name} (SHA-256 {published[:12]}…, "
+                      "test accuracy 0.9770)"]
+    with np.load(committed) as stored:
+        params = train._flat_params(trained.model)
+        assert all(np.array_equal(stored[k], params[k]) for k in stored.files)
+    with pytest.raises(Trained):  # --retrain trains again, whatever is committed
+        train.load_or_train(dataset, retrain=True, log=logged.append)
+
+    # A damaged committed file is an error naming the published digest, never retrained.
+    damaged = tiny_mnist / "weights"
+    damaged.mkdir()
+    monkeypatch.setattr(train, "COMMITTED", damaged)
+    data_bytes = bytearray(committed.read_bytes())
+    data_bytes[-1] ^= 0xFF
+    (damaged / committed.name).write_bytes(bytes(data_bytes))
+    meta = committed.with_suffix(".json")
+    (damaged / meta.name).write_bytes(meta.read_bytes())
+    with pytest.raises(ValueError, match=f"Committed weights .* not the published {published}"):
+        train.load_or_train(dataset, log=logged.append)
+
 
 @pytest.mark.parametrize("args, message", [
     (["--methods", "zoaq", "adam"], "error: unknown method 'adam'"),
