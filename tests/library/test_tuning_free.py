@@ -138,25 +138,27 @@ def scripted(values):
     for v in values:
         u, state = step(params, state, jnp.float32(v))
         params = zoaq_jax.apply_updates(params, u)
-    return {n: int(optax.tree.get(state, n)) for n in ("num_lr_down", "num_k_up", "next_k")}
+    names = ("num_lr_down", "num_data_noise", "num_k_up", "next_k")
+    return {n: int(optax.tree.get(state, n)) for n in names}
 
 
 def test_data_noise_lowers_the_step_and_direction_noise_raises_k():
     """Scripted value sequences: 5 windows of 16 steps falling, then 20 windows of 16
     steps at a plateau. Values that jump independently
     from step to step (data noise: a fresh minibatch each step) with nothing to gain: the
-    step halves at every stall and K stays 1. Values that wander smoothly (the iterate's
+    step halves at its stalls and K stays 1. Values that wander smoothly (the iterate's
     own jitter) with no net fall: K doubles to K_max = 16 (4 doublings), and only then
     do stalls halve the step."""
     rng = np.random.default_rng(0)
     fall = np.linspace(100.0, 5.0, 80)  # 5 windows of progress first: the unit of precision
     white = scripted(np.concatenate([fall, 5.0 + rng.normal(size=320)]))
     assert white["num_k_up"] == 0 and white["next_k"] == 1
-    assert white["num_lr_down"] >= 10
+    # each halving for data noise makes the next windows 1.5 times longer: 16, 24, 36, ...
+    assert white["num_lr_down"] == white["num_data_noise"] >= 4
     cycle = np.sin(2 * np.pi * np.arange(320) / 16)  # one period a window: no net fall
     wander = scripted(np.concatenate([fall, 5.0 + 0.01 * cycle + 1e-4 * rng.normal(size=320)]))
     assert wander["num_k_up"] == 4 and wander["next_k"] == 16
-    assert wander["num_lr_down"] >= 10
+    assert wander["num_lr_down"] >= 10 and wander["num_data_noise"] == 0
 
 
 def test_every_call_is_counted_and_the_budget_holds():
