@@ -153,7 +153,7 @@ def test_data_noise_lowers_the_step_and_direction_noise_raises_k():
     fall = np.linspace(100.0, 5.0, 80)  # 5 windows of progress first: the unit of precision
     white = scripted(np.concatenate([fall, 5.0 + rng.normal(size=320)]))
     assert white["num_k_up"] == 0 and white["next_k"] == 1
-    # each halving for data noise makes the next windows 1.5 times longer: 16, 24, 36, ...
+    # each halving for data noise makes the next windows 1.25 times longer: 16, 20, 25, ...
     assert white["num_lr_down"] == white["num_data_noise"] >= 4
     cycle = np.sin(2 * np.pi * np.arange(320) / 16)  # one period a window: no net fall
     wander = scripted(np.concatenate([fall, 5.0 + 0.01 * cycle + 1e-4 * rng.normal(size=320)]))

@@ -20,6 +20,11 @@ from zoaq_jax._src.policies import BudgetRule, Grid, Outcome
 from zoaq_jax._src.radazo import ScaleByRAdaZOState
 
 
+PATIENCE = 1.25
+"""How much longer the windows get after each stall blamed on data noise (chosen on the
+tuning set: ``docs/design.md``, tuning_free)."""
+
+
 class StepControl(NamedTuple):
     """The step-size and budget controller of :func:`tuning_free` (diagnostics included).
 
@@ -167,7 +172,7 @@ def tuning_free(
       :math:`K_{\max}`, :math:`\eta \leftarrow \eta / 2`);
     * otherwise (a significant fall) nothing changes.
 
-    After a stall blamed on data noise the windows grow 1.5 times longer (the halved step
+    After a stall blamed on data noise the windows grow 1.25 times longer (the halved step
     gains half as much a window against the same noise).
 
     The step size only ever falls: it starts above the step that suits most objectives
@@ -330,10 +335,9 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
     lr_down = (stalled | rose) & ~grow_k
     lr = c.learning_rate * jnp.where(lr_down, 0.5, 1.0)
     # After a halving for data noise the run gains half as much a step against the same
-    # noise; windows 1.5 times as long (about 2^(2/3): the gain grows as n, its standard
-    # error falls as 1 / sqrt(n)) keep the test's power.
+    # noise: the next windows are PATIENCE times as long (docs/design.md).
     blamed = stalled & data_noise
-    patience = 1.5 ** (c.num_data_noise + blamed).astype(jnp.float32)
+    patience = PATIENCE ** (c.num_data_noise + blamed).astype(jnp.float32)
     length = window_length(elapsed, window, growth).astype(jnp.float32) * patience
     closed = c._replace(
         learning_rate=lr, elapsed=elapsed,
