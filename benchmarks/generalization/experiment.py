@@ -40,8 +40,8 @@ FIXED = tuple(f"radazo:k={k}" for k in KS)
 # Baselines run without tuning (issue 32): a cosine decay over the budget, Optax's
 # parameter-free optimizers after the R-AdaZO estimator, reduce-on-plateau on the free
 # value estimate, auto_k; and the library's tuning-free optimizer once it exists.
-BASELINES = ("radazo:k=1,schedule=cosine", "radazo:k=1,backbone=prodigy",
-             "radazo:k=1,backbone=dog", "radazo:k=1,backbone=dowg",
+BASELINES = ("radazo:k=1,schedule=cosine", "radazo:backbone=prodigy,k=1",
+             "radazo:backbone=dog,k=1", "radazo:backbone=dowg,k=1",
              "radazo:k=1,schedule=plateau", "auto_k")
 TUNING_FREE = tuple(COMPLETE) if hasattr(zoaq_jax, "tuning_free") else ()
 ADAPTIVE = BASELINES + TUNING_FREE
