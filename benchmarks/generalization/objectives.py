@@ -150,12 +150,13 @@ def _mlp_size(inputs: int, hidden: int) -> int:
     return inputs * hidden + 2 * hidden + 1
 
 
-def _mlp(x, a):
-    """Logits of the tanh MLP with flat parameters ``x`` on the rows ``a``."""
+def _mlp(x, a, xp=jnp):
+    """Logits of the tanh MLP with flat parameters ``x`` on the rows ``a`` (``xp``: the
+    array module, NumPy for the data, which may be built inside a trace)."""
     n, h = MLP_SHAPE
     w1, b1 = x[:n * h].reshape(n, h), x[n * h:n * h + h]
     w2, b2 = x[n * h + h:n * h + 2 * h], x[-1]
-    return jnp.tanh(a @ w1 + b1) @ w2 + b2
+    return xp.tanh(a @ w1 + b1) @ w2 + b2
 
 
 @functools.lru_cache(maxsize=None)
@@ -163,7 +164,7 @@ def _mlp_data(rows: int = 2000, flip: float = 0.1):
     rng = np.random.default_rng(22)
     a = rng.standard_normal((rows, MLP_SHAPE[0])).astype(np.float32)
     teacher = rng.standard_normal(_mlp_size(*MLP_SHAPE)).astype(np.float32)
-    y = np.sign(np.asarray(_mlp(jnp.asarray(teacher), jnp.asarray(a))))
+    y = np.sign(_mlp(teacher, a, np))
     y[rng.uniform(size=rows) < flip] *= -1
     return a, y.astype(np.float32)
 

@@ -32,7 +32,9 @@ def header(config: experiment.Config, record: run_record.RunRecord) -> str:
     rows = [[p.label, p.dim, _calls(p.budget), f"U[-{p.box:g}, {p.box:g}]" if p.box else "N(0, 1)",
              f"{experiment.settings_of(p).lr:.3g}", f"{experiment.settings_of(p).mu:.3g}"]
             for p in map(config.problem, config.problems)]
-    scored = [experiment.variant(m) for m in config.methods if not experiment.variant(m).fixed_k]
+    variants = [experiment.variant(m) for m in config.methods]
+    scored = [v for v in variants if not v.fixed_k]
+    ks = ", ".join(str(v.fixed_k) for v in variants if v.fixed_k)
     scales = ", ".join(f"x{s:g}" for s in config.lr_scales) or "x1 only"
     return "\n".join([
         *pages.record_lines(record),
@@ -41,9 +43,7 @@ def header(config: experiment.Config, record: run_record.RunRecord) -> str:
         "at its problem's largest budget and its anytime curve gives the smaller ones, except "
         "the methods told the budget (a cosine decay over the budget, `tuning_free:budget`): "
         "each budget of the table is its own run, told that budget.",
-        f"- The (learning rate, K) grid: the rule's lr {scales}, times K in "
-        f"{{{', '.join(str(experiment.variant(m).fixed_k) for m in config.methods if experiment.variant(m).fixed_k)}}} "
-        "(R-AdaZO); its envelope at budget B is the best mean gap any grid point reached "
+        f"- The (learning rate, K) grid: the rule's lr {scales}, times K in {{{ks}}} (R-AdaZO); its envelope at budget B is the best mean gap any grid point reached "
         "within B calls. The fixed-K envelope: the same at the rule's lr only.",
         f"- Scored methods, each run without tuning: {', '.join(v.display for v in scored)}. "
         "Parameter-free optimizers (optax.contrib at their defaults) replace the R-AdaZO "
