@@ -69,6 +69,7 @@ def config_of(args: argparse.Namespace) -> experiment.Config:
 
 
 def write(config, results, record: RunRecord, args) -> Path:
+    results = experiment.compact(results)
     rows = experiment.regret_rows(results)
     summary = experiment.overall(rows)
     stem = f"generalization_{config.set}"

@@ -172,6 +172,20 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
     return out
 
 
+def compact(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records as stored: a grid point off the rule's lr keeps only its mean curve over
+    the seeds (all the envelope and the figures read), a fixed K one seed's K curve (K is
+    constant); docs/results stays small with 25 grid points a problem."""
+    out = []
+    for r in results:
+        if r.get("grid_k") and r.get("lr_scale", 1.0) != 1.0:
+            r = {**r, "curves": [np.mean(r["curves"], axis=0).tolist()]}
+        if r.get("grid_k"):
+            r = {**r, "k_curves": r["k_curves"][:1]}
+        out.append(r)
+    return out
+
+
 def cost(config: Config, spec: str) -> float:
     """Rough relative cost of :func:`run`, to start the slowest first."""
     v = variant(spec)

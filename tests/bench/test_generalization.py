@@ -75,8 +75,8 @@ def _record(method, curve, budget=10_000, **fields):
     base = {"problem": "p", "method": method, "label": method, "fixed_k": None, "grid_k": None,
             "lr_scale": 1.0, "told_budget": None, "budget": budget, "k_changes": [0]}
     grid = experiment.grid_of(budget)
-    return {**base, **fields, "curves": [curve(grid).tolist()],
-            "k_curves": [np.ones_like(grid).tolist()]}
+    return {**base, **fields, "curves": [curve(grid).tolist(), (curve(grid) * 0.5).tolist()],
+            "k_curves": [np.ones_like(grid).tolist()] * 2}
 
 
 def test_the_grid_envelope_and_both_regrets_on_step_curves():
@@ -90,6 +90,8 @@ def test_the_grid_envelope_and_both_regrets_on_step_curves():
           for b in (1000, 3162, 10_000)),
     ]
     rows = {r["method"]: r for r in experiment.regret_rows(results)}
+    stored = experiment.compact(results)  # a grid point off the rule's lr: its mean curve
+    assert experiment.regret_rows(stored) == list(rows.values()) and len(stored[1]["curves"]) == 1
     # fixed-K envelope 2, 1, 1 at 1000, 3162, 10^4 calls; the grid's 1, 1, 1 (x2 K=1 is 1
     # from 1000 calls on)
     assert rows["scored"]["best_fixed"] == ["K=1"] * 3
