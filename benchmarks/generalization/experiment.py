@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 import zoaq_jax
-from benchmarks import anytime
+from benchmarks import anytime, pages
 from benchmarks.generalization.objectives import SETS, Problem
 from benchmarks.methods import COMPLETE, SYNTHETIC_HYPER, Hyper
 from benchmarks.synthetic import budget as budget_mode
@@ -173,17 +173,22 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
 
 
 def compact(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records as stored: a grid point off the rule's lr keeps only its mean curve over
-    the seeds (all the envelope and the figures read), a fixed K one seed's K curve (K is
-    constant); docs/results stays small with 25 grid points a problem."""
-    out = []
-    for r in results:
-        if r.get("grid_k") and r.get("lr_scale", 1.0) != 1.0:
-            r = {**r, "curves": [np.mean(r["curves"], axis=0).tolist()]}
-        if r.get("grid_k"):
-            r = {**r, "k_curves": r["k_curves"][:1]}
-        out.append(r)
-    return out
+    """The records as stored: each curve as its mean over the seeds (all the regrets and
+    the figures read; per-seed final gaps and calls stay), no K curve for a grid point (its
+    K is fixed), and no curve for a grid point off the rule's lr that is nowhere the grid's
+    envelope (it changes no envelope): docs/results stays small with 25 grid points a
+    problem."""
+    on_envelope = {name: set(envelopes(rs).get("grid", ((), ()))[1])
+                   for name, rs in pages.grouped(results, "problem").items()}
+    return [{**r, "curves": [] if _off_lr(r) and _grid_label(r) not in on_envelope[r["problem"]]
+             else [np.mean(r["curves"], axis=0).tolist()],
+             "k_curves": [] if r.get("grid_k") else [np.mean(r["k_curves"], axis=0).tolist()]}
+            for r in results]
+
+
+def _off_lr(r: dict[str, Any]) -> bool:
+    """A grid point off the rule's learning rate."""
+    return bool(r.get("grid_k")) and r.get("lr_scale", 1.0) != 1.0
 
 
 def cost(config: Config, spec: str) -> float:
@@ -206,7 +211,7 @@ def envelopes(rs: list[dict[str, Any]]) -> dict[str, tuple[np.ndarray, list[str]
     ``grid``, the best (learning rate, K) point (present when the grid was run)."""
     fixed = {_grid_label(r): np.mean(r["curves"], axis=0) for r in rs if r["fixed_k"]}
     grid = {_grid_label(r): np.mean(r["curves"], axis=0) for r in rs
-            if r.get("grid_k") and r.get("lr_scale", 1.0) != 1.0}
+            if _off_lr(r) and r["curves"]}  # stored without a curve: never the envelope
     out = {"fixed": anytime.envelope(fixed)}
     if grid:
         out["grid"] = anytime.envelope({**fixed, **grid})

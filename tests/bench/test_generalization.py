@@ -85,13 +85,16 @@ def test_the_grid_envelope_and_both_regrets_on_step_curves():
     results = [
         _record("radazo:k=1", steps((0, 2.0), (3162, 1.0)), fixed_k=1, grid_k=1),
         _record("radazo:k=1,lr_scale=2.0", steps((0, 2.0), (1000, 1.0)), grid_k=1, lr_scale=2.0),
+        _record("radazo:k=1,lr_scale=4.0", steps((0, 3.0)), grid_k=1, lr_scale=4.0),  # never best
         _record("scored", steps((0, 2.0), (3162, 1.0), (10_000, 0.5))),
         *(_record("told", steps((0, 2.0), (b, 1.0 if b < 10_000 else 0.9)), told_budget=b)
           for b in (1000, 3162, 10_000)),
     ]
     rows = {r["method"]: r for r in experiment.regret_rows(results)}
-    stored = experiment.compact(results)  # a grid point off the rule's lr: its mean curve
-    assert experiment.regret_rows(stored) == list(rows.values()) and len(stored[1]["curves"]) == 1
+    stored = experiment.compact(results)  # mean curves; none for a point never the envelope
+    assert experiment.regret_rows(stored) == list(rows.values())
+    assert [len(r["curves"]) for r in stored] == [1, 1, 0, 1, 1, 1, 1]
+    assert stored[1]["k_curves"] == [] and len(stored[3]["k_curves"]) == 1
     # fixed-K envelope 2, 1, 1 at 1000, 3162, 10^4 calls; the grid's 1, 1, 1 (x2 K=1 is 1
     # from 1000 calls on)
     assert rows["scored"]["best_fixed"] == ["K=1"] * 3
