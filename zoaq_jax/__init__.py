@@ -41,6 +41,7 @@ from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
 from zoaq_jax._src.sequential import sequential
 from zoaq_jax._src.sharded import replicate
 from zoaq_jax._src.statzo import statzo_estimator
+from zoaq_jax._src.tuning_free import StepControl, TuningFreeState, tuning_free
 from zoaq_jax._src.zo_adamm import ScaleByZOAdaMMState, scale_by_zo_adamm
 from zoaq_jax._src.zoaq import zoaq_estimator
 from zoaq_jax._src.zoar import ZoARState, zoar_estimator
@@ -61,9 +62,11 @@ __all__ = [
     "Records",
     "Retention",
     "STATUSES",
+    "StepControl",
     "ScaleByRAdaZOState",
     "ScaleByZOAdaMMState",
     "Trace",
+    "TuningFreeState",
     "ZoARState",
     "adaptive_estimator",
     "apply_updates",
@@ -87,6 +90,7 @@ __all__ = [
     "sequential",
     "statzo",
     "statzo_estimator",
+    "tuning_free",
     "zo_adamm",
     "zo_sgd",
     "zoaq",

@@ -1,0 +1,199 @@
+"""tuning_free: scale invariance, the noise diagnosis, exact accounting, budgets, vmap."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import zoaq_jax
+from zoaq_jax._src.budgets import window_statistics
+from zoaq_jax._src.tuning_free import noise_diagnosis
+
+D = 8
+WEIGHTS = jnp.linspace(1.0, 30.0, D)
+
+
+def bowl(x):
+    """An ill-conditioned quadratic (condition 30) with its minimum at 1."""
+    return jnp.sum(WEIGHTS * (x - 1.0) ** 2)
+
+
+def path(opt, f, x0, steps, **kw):
+    """Parameters after each of ``steps`` jitted updates, and the last state."""
+    step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=f, **kw))
+    params, state, out = x0, opt.init(x0), []
+    for _ in range(steps):
+        u, state = step(params, state)
+        params = zoaq_jax.apply_updates(params, u)
+        out.append(params)
+    return jnp.stack(out), state
+
+
+def scaled_paths(objective, factor, scale_params):
+    """Paths of one compiled program on ``objective(x, c)`` with c = 1 and c = ``factor``
+    (the start point times c where ``scale_params``)."""
+    x0 = jnp.linspace(-2.0, 3.0, D)
+    opt = zoaq_jax.tuning_free(key=1, window=8, learning_rate=0.2)  # large: it must halve
+    step = jax.jit(lambda p, s, c: opt.update(None, s, p, value_fn=objective, c=c))
+    out = []
+    for c in (1.0, factor):
+        params = x0 * c if scale_params else x0
+        state, steps = opt.init(params), []
+        for _ in range(300):
+            u, state = step(params, state, jnp.float32(c))
+            params = zoaq_jax.apply_updates(params, u)
+            steps.append(params)
+        out.append((jnp.stack(steps), state))
+    return out
+
+
+def assert_same_decisions(sa, sb):
+    for name in ("learning_rate", "next_k", "num_queries", "num_lr_down", "num_k_up"):
+        np.testing.assert_array_equal(optax.tree.get(sa, name), optax.tree.get(sb, name))
+    assert int(optax.tree.get(sa, "num_lr_down")) + int(optax.tree.get(sa, "num_k_up")) > 0
+
+
+@pytest.mark.parametrize("factor", [128.0, 100.0])
+def test_objective_times_a_constant_changes_nothing(factor):
+    """Every decision is a ratio of values and the moments' eps is relative: times 128
+    (exact in floating point) the path is bit for bit the same; times 100, the same
+    decisions and the path to float32 rounding (5e-3 over 300 steps here; another key
+    moves it by ~1)."""
+    (a, sa), (b, sb) = scaled_paths(lambda x, c: c * bowl(x), factor, False)
+    if factor == 128.0:
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, b, rtol=0, atol=5e-3)
+    assert_same_decisions(sa, sb)
+
+
+@pytest.mark.parametrize("factor", [128.0, 100.0])
+def test_parameters_times_a_constant_scale_the_path(factor):
+    """The unit is the start point's RMS: x0 * c on f(x / c) gives the path * c (bit for
+    bit with c = 128, to rounding with c = 100)."""
+    (a, sa), (b, sb) = scaled_paths(lambda x, c: bowl(x / c), factor, True)
+    if factor == 128.0:
+        np.testing.assert_array_equal(a, b / factor)
+    np.testing.assert_allclose(a, b / factor, rtol=0, atol=5e-3)
+    assert_same_decisions(sa, sb)
+
+
+def _window(values):
+    """Window sums of a value sequence as the controller keeps them (shifted by v_0)."""
+    v = np.asarray(values, np.float64)
+    shifted = v - v[0]
+    return (jnp.float32(shifted.sum()), jnp.float32((shifted**2).sum()),
+            jnp.float32((np.diff(v) ** 2).sum()), jnp.int32(v.size), v[0])
+
+
+def _diagnose(previous, current):
+    """``noise_diagnosis`` of two scripted windows."""
+    p_total, _, p_sqd, p_n, p_ref = _window(previous)
+    total, sq, sqd, n, ref = _window(current)
+    p_mean, p_se2 = window_statistics(p_total, p_sqd, p_n)
+    mean, se2 = window_statistics(total, sqd, n)
+    return [bool(b) for b in noise_diagnosis(mean, se2, p_mean + p_ref - ref, p_se2, sq, sqd,
+                                             n, z=1.0, q_data=0.5)]
+
+
+def test_white_values_at_a_stall_are_data_noise():
+    rng = np.random.default_rng(0)
+    previous, current = 5.0 + rng.normal(size=64), 5.0 + rng.normal(size=64)
+    assert _diagnose(previous, current) == [True, True, False]
+
+
+def test_wandering_values_at_a_stall_are_direction_noise():
+    """A random walk of the iterate (smooth values) with no net fall."""
+    rng = np.random.default_rng(1)
+    walk = 5.0 + 0.05 * np.cumsum(rng.normal(size=128))
+    walk[64:] += walk[:64].mean() - walk[64:].mean()  # no net fall
+    assert _diagnose(walk[:64], walk[64:]) == [True, False, False]
+
+
+def test_a_significant_fall_is_no_stall_and_a_rise_is_flagged():
+    rng = np.random.default_rng(2)
+    noise = 0.1 * rng.normal(size=128)
+    falling = np.linspace(10.0, 5.0, 128) + noise
+    assert _diagnose(falling[:64], falling[64:])[0] is False
+    stalled, _, rose = _diagnose(falling[64:], falling[:64])
+    assert stalled and rose
+
+
+def scripted(values):
+    """The controller's diagnostics after a run whose free value estimates are ``values``
+    (the objective returns the step's scripted value wherever it is evaluated)."""
+    opt = zoaq_jax.tuning_free(key=0, window=16, growth=0.0)
+    step = jax.jit(lambda p, s, v: opt.update(None, s, p, value_fn=lambda x, v: v + 0 * x[0],
+                                              v=v))
+    params, state = jnp.ones(D), opt.init(jnp.ones(D))
+    for v in values:
+        u, state = step(params, state, jnp.float32(v))
+        params = zoaq_jax.apply_updates(params, u)
+    return {n: int(optax.tree.get(state, n)) for n in ("num_lr_down", "num_k_up", "next_k")}
+
+
+def test_data_noise_lowers_the_step_and_direction_noise_raises_k():
+    """Scripted value sequences, 20 windows of 16 steps. Values that jump independently
+    from step to step (data noise: a fresh minibatch each step) with nothing to gain: the
+    step halves at every stall and K stays 1. Values that wander smoothly (the iterate's
+    own jitter) with no net fall: K doubles to K_max = 16 (4 doublings), and only then
+    do stalls halve the step."""
+    rng = np.random.default_rng(0)
+    white = scripted(5.0 + rng.normal(size=320))
+    assert white["num_k_up"] == 0 and white["next_k"] == 1
+    assert white["num_lr_down"] >= 10
+    cycle = np.sin(2 * np.pi * np.arange(320) / 16)  # one period a window: no net fall
+    wander = scripted(5.0 + 0.01 * cycle + 1e-4 * rng.normal(size=320))
+    assert wander["num_k_up"] == 4 and wander["next_k"] == 16
+    assert wander["num_lr_down"] >= 10
+
+
+def test_every_call_is_counted_and_the_budget_holds():
+    calls = []
+
+    def counted(x):  # one host call per oracle call, an independent count
+        calls.append(1)
+        return float(np.sum(np.linspace(1.0, 30.0, x.size) * (x - 1.0) ** 2))
+
+    budget = 333  # not a multiple of a step's cost
+    opt = zoaq_jax.tuning_free(budget, key=0, window=4, growth=0.0)
+    _, state = path(opt, zoaq_jax.host_oracle(counted), jnp.zeros(D), 400)
+    assert int(optax.tree.get(state, "num_queries")) == len(calls) <= budget
+    assert len(calls) >= budget - 2 * 16  # spent up to the last affordable step
+
+
+def test_one_trace_and_vmap_equals_per_seed_runs():
+    opt = zoaq_jax.tuning_free(1000, key=0, window=8)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def run(seed, x0):
+        trace = zoaq_jax.run(opt, bowl, x0, 200, seed=seed)
+        return trace[0], optax.tree.get(trace[1], "num_queries")
+
+    x0 = jnp.linspace(-2.0, 3.0, D)
+    many = jax.vmap(run, in_axes=(0, None))(jnp.arange(3), x0)
+    for i in range(3):
+        one = run(jnp.int32(i), x0)
+        chex.assert_trees_all_close(one[0], many[0][i], rtol=1e-5, atol=1e-6)
+        assert int(one[1]) == int(many[1][i]) <= 1000
+
+
+def test_budget_decay_reaches_the_minimum():
+    """Told its budget, the step decays to 0 over it: 4,000 calls bring the bowl from
+    above 1e2 to below 1e-3 (K=1 at the default step without decay ends near 1)."""
+    x0 = jnp.full(D, 3.0)
+    trace = zoaq_jax.run(zoaq_jax.tuning_free(4000, key=0), bowl, x0, 4000)
+    assert float(bowl(x0)) > 100.0
+    assert float(bowl(trace[0])) < 1e-3
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"budget": 0}, "budget"), ({"learning_rate": 0.0}, "learning_rate"),
+    ({"mu": -1.0}, "mu"), ({"k_max": 0}, "k_max"), ({"window": 1}, "window"),
+    ({"growth": 2.0}, "growth"), ({"q_data": -0.1}, "q_data"), ({"straight": 1.5}, "straight"),
+    ({"scale": 0.0}, "scale"), ({"z": -1.0}, "z")])
+def test_bad_options_name_the_argument(kwargs, name):
+    with pytest.raises((ValueError, TypeError), match=name):
+        zoaq_jax.tuning_free(**kwargs)

@@ -1,0 +1,317 @@
+"""tuning_free: step size, K and smoothing radius chosen from the run itself."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from zoaq_jax._src import checks, gates, ledger
+from zoaq_jax._src import directions as dirs
+from zoaq_jax._src.budgets import ResetState, window_length, window_statistics
+from zoaq_jax._src.chain import Estimator
+from zoaq_jax._src.controller import AdaptiveState, adaptive_estimator
+from zoaq_jax._src.policies import BudgetRule, Grid, Outcome
+from zoaq_jax._src.radazo import ScaleByRAdaZOState
+
+
+class StepControl(NamedTuple):
+    """The step-size and budget controller of :func:`tuning_free` (diagnostics included).
+
+    The current window accumulates the steps' free value estimates ``v_t`` (shifted by
+    the window's first value, so that float32 sums keep the spread of values far from
+    0) and the path of the steps in the scaled coordinates ``z = x / s``.
+    """
+
+    scale: jax.Array  # float32, s: the RMS of the start point (the unit of every step)
+    learning_rate: jax.Array  # float32, eta_t in units of s
+    elapsed: jax.Array  # int32, usable steps
+    window_len: jax.Array  # int32, steps the current window closes at
+    window_n: jax.Array  # int32, steps in the current window
+    window_ref: jax.Array  # float32, the window's first value (the shift)
+    window_sum: jax.Array  # float32, sum of v - ref
+    window_sq: jax.Array  # float32, sum of (v - ref)^2
+    window_sq_diff: jax.Array  # float32, sum of squared successive differences
+    last_value: jax.Array  # float32, the last value estimate
+    prev_mean: jax.Array  # float32, mean of the previous window
+    prev_se2: jax.Array  # float32, squared standard error of that mean
+    have_prev: jax.Array  # bool
+    num_lr_down: jax.Array  # int32, step-size halvings so far
+    num_k_up: jax.Array  # int32, K doublings so far (stalls blamed on direction noise)
+
+
+class TuningFreeState(NamedTuple):
+    """State of :func:`tuning_free`: the estimator's, the moments' and the controller's."""
+
+    estimator: AdaptiveState
+    moments: ScaleByRAdaZOState
+    control: StepControl
+
+
+def _external_budget(k_min: int) -> BudgetRule:
+    """A budget the controller sets (``ResetState.next_k``); the estimator never moves it."""
+    return BudgetRule(
+        init=lambda params, grid: ResetState(jnp.asarray(k_min, jnp.int32)),
+        start=lambda state: state.next_k,
+        update=lambda state, outcome: state,
+    )
+
+
+def _start_scale(params: chex.ArrayTree) -> jax.Array:
+    """RMS of the optimised leaves of ``params`` (1 where that is 0 or not finite)."""
+    leaves = [jnp.asarray(x, jnp.float32) for x in jax.tree.leaves(params) if dirs.optimised(x)]
+    sq = sum(jnp.sum(jnp.square(x)) for x in leaves)
+    rms = jnp.sqrt(sq / max(sum(x.size for x in leaves), 1))
+    return jnp.where(jnp.isfinite(rms) & (rms > 0), rms, 1.0).astype(jnp.float32)
+
+
+def _scaled(tree: chex.ArrayTree, factor: jax.Array) -> chex.ArrayTree:
+    """``tree`` times ``factor`` on optimised leaves (carried leaves unchanged)."""
+    return jax.tree.map(
+        lambda x: (x * factor).astype(x.dtype) if dirs.optimised(x) else x, tree)
+
+
+def noise_diagnosis(mean, se2, prev_mean, prev_se2, sq, sq_diff, n, *, z: float,
+                    q_data: float):
+    r"""What a closed window says: a stall, its cause, or a fall that asks for larger steps.
+
+    With :math:`\Delta = \bar v_{prev} - \bar v` and :math:`SE = \sqrt{SE_{prev}^2 +
+    SE^2}` (successive-difference standard errors, :func:`budgets.window_statistics`):
+
+    * **stall**: :math:`\Delta \le z\, SE` (no significant fall: a rise included);
+    * its cause, from the von Neumann ratio of the window's values
+      :math:`q = \frac{\sum (v_t - v_{t-1})^2 / (n - 1)}{2 \hat\sigma^2_v}`: values that
+      jump independently from step to step (:math:`q \ge q_{data}`; white noise gives
+      :math:`q = 1`) come from **data noise** (a fresh minibatch or noisy calls each
+      step), which only a smaller step lowers; values that wander smoothly
+      (:math:`q < q_{data}`; a random walk of the iterate gives :math:`q \ll 1`) come
+      from the iterate's own jitter, which more directions a step calm (**direction
+      noise**).
+
+    Everything is a ratio of value differences, so the diagnosis does not change when
+    the objective is multiplied by a constant or shifted.
+
+    Returns:
+      ``(stalled, data_noise, rose)``: booleans; ``rose`` is a significant rise
+      (:math:`\Delta < -z\, SE`).
+    """
+    gain = prev_mean - mean
+    se = jnp.sqrt(prev_se2 + se2)
+    nf = jnp.maximum(n, 2).astype(jnp.float32)
+    var = jnp.maximum(sq - nf * jnp.square(mean), 0.0) / (nf - 1.0)
+    msd = sq_diff / (nf - 1.0)
+    q = msd / jnp.maximum(2.0 * var, jnp.finfo(jnp.float32).tiny)
+    return gain <= z * se, q >= q_data, gain < -z * se
+
+
+def tuning_free(
+    budget: int | None = None,
+    *,
+    key: int | jax.Array = 0,
+    learning_rate: float = 2e-3,
+    k_max: int = 16,
+    mu: float = 5e-3,
+    window: int = 32,
+    growth: float = 0.125,
+    z: float = 1.0,
+    q_data: float = 0.5,
+    scale: float | None = None,
+) -> optax.GradientTransformationExtraArgs:
+    r"""A complete zeroth-order optimizer with no learning rate, K or smoothing to choose.
+
+    Units. Every length is measured in the start point's scale
+    :math:`s = \mathrm{RMS}(x_0)` (``scale`` overrides it; 1 when :math:`x_0 = 0`): the
+    optimizer works on :math:`z = x / s`, with smoothing radius :math:`\mu s` and steps
+    :math:`s \eta_t`, so multiplying the parameters (and the start point) by a constant
+    multiplies the path by it. Steps are R-AdaZO's refined moments of the K-direction
+    central-difference estimate :math:`g_t` (in :math:`z`),
+
+    .. math::
+
+      m_t = \beta_1 m_{t-1} + (1 - \beta_1) g_t,\quad
+      v_t = \beta_2 v_{t-1} + (1 - \beta_2) m_t^2,\quad
+      z_{t+1} = z_t - \eta_t\, c_t\, \frac{m_t}{\sqrt{v_t} + 10^{-8} \max_i \sqrt{v_{t,i}}},
+
+    whose :math:`\epsilon` is relative, so multiplying the objective by a constant changes
+    nothing. :math:`c_t = 1` without ``budget``; told the budget :math:`B`, :math:`c_t =
+    \tfrac12 (1 + \cos(\pi\, n_t / B))` decays over the calls :math:`n_t` spent (and
+    the run never makes more than :math:`B` calls).
+
+    Control. The steps' free value estimates (the midpoints of the central pairs) are
+    averaged over windows that grow with the run (:math:`\max(w, \lfloor g t\rfloor)`
+    steps, decisions evenly spaced in :math:`\log t`). At the end of a window,
+    :func:`noise_diagnosis` against the previous window decides:
+
+    * a significant rise, or a stall from **data noise**: :math:`\eta \leftarrow \eta/2`;
+    * a stall from **direction noise**: :math:`K \leftarrow \min(2K, K_{\max})` (at
+      :math:`K_{\max}`, :math:`\eta \leftarrow \eta / 2`);
+    * a significant fall along a straight path, :math:`\lVert\sum_{win} \Delta z\rVert \ge`
+      ``straight`` :math:`\sum_{win} \lVert \Delta z \rVert` (the steps agree, as in
+      CMA-ES's cumulative step-size adaptation, so they are too short):
+      :math:`\eta \leftarrow 2\eta`.
+
+    The starting :math:`\eta`, :math:`\mu` and window rule were chosen on the tuning set
+    of ``benchmarks/generalization`` and scored on its held-out set
+    (``docs/results/generalization_heldout.md``).
+
+    Args:
+      budget: the run's call budget :math:`B` (None: an anytime run without decay).
+      key: integer seed or typed key. Every lane of a ``vmap`` over starting points with
+        one optimizer shares it (give each lane its own key for independent directions).
+      learning_rate: the first step size :math:`\eta_0`, in units of :math:`s`.
+      k_max: the largest number of directions a step, :math:`K_{\max}`.
+      mu: smoothing radius in units of :math:`s`.
+      window: steps of the first (shortest) window, :math:`w \ge 2`.
+      growth: window length as a fraction of the steps elapsed, :math:`0 \le g \le 1`.
+      z: standard errors a window's fall must exceed not to be a stall.
+      q_data: von Neumann ratio at or above which a stall is blamed on data noise.
+      scale: the unit :math:`s` (> 0); None: the RMS of the start point.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs` (an :class:`Estimator`): its
+      ``update(updates, state, params, *, value_fn, value=None, **fn_kwargs)`` ignores
+      ``updates`` and returns the step to add to ``params`` (apply it with
+      :func:`zoaq_jax.apply_updates`; chain nothing after it). Diagnostics:
+      ``num_queries``, ``num_nonfinite``, ``last_k``, ``next_k``, ``value_estimate``,
+      ``learning_rate``, ``scale``, ``num_lr_down``, ``num_lr_up``, ``num_k_up``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, optax, zoaq_jax
+      >>> f = lambda x: jnp.sum(jnp.arange(1.0, 11.0) * (x - 1.0) ** 2)
+      >>> opt = zoaq_jax.tuning_free(budget=4000, key=0)
+      >>> params = jnp.full(10, 3.0)
+      >>> state = opt.init(params)
+      >>> step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=f))
+      >>> for _ in range(2000):
+      ...     u, state = step(params, state)
+      ...     params = zoaq_jax.apply_updates(params, u)
+      >>> int(optax.tree.get(state, "num_queries")) <= 4000, bool(f(params) < 1e-2 * f(jnp.full(10, 3.0)))
+      (True, True)
+
+    References:
+      Ivgi, Hinder and Carmon, DoG is SGD's best friend, ICML 2023 (a step size from the
+      run's own distances); Mishchenko and Defazio, Prodigy, ICML 2024; Defazio and
+      Mishchenko, D-Adaptation, ICML 2023; Hansen and Ostermeier, Completely
+      derandomized self-adaptation in evolution strategies, ECJ 2001 (cumulative
+      step-size adaptation); Byrd, Chin, Nocedal and Wu, Sample size selection in
+      optimization methods for machine learning, Math. Program. 2012 (dynamic sample
+      sizes); von Neumann, Distribution of the ratio of the mean square successive
+      difference to the variance, Ann. Math. Stat. 1941; Shu et al., Refining Adaptive
+      Zeroth-Order Optimization at Ease, ICML 2025 (the moments).
+    """
+    if budget is not None:
+        budget = checks.static_int("budget", budget, 1)
+        if budget > ledger.COUNT_MAX:
+            raise ValueError(f"budget ({budget}) must be at most 2**31 - 1.")
+    for name, value in (("learning_rate", learning_rate), ("mu", mu)):
+        checks.positive(name, value)
+    k_max = checks.static_int("k_max", k_max, 1)
+    checks.count("window", window, 2)
+    checks.in_closed_interval("growth", growth, 0.0, 1.0)
+    checks.non_negative("z", z)
+    checks.in_closed_interval("q_data", q_data, 0.0, 2.0)
+    if scale is not None:
+        checks.positive("scale", scale)
+    b1, b2, eps = 0.9, 0.99, 1e-8  # R-AdaZO's moments (the benchmarks' betas)
+    estimator = adaptive_estimator(
+        gates.accept(), _external_budget(1), k_min=1, k_max=k_max, mu=mu, predraw=False,
+        key=key)
+    f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
+
+    def init_fn(params):
+        s = _start_scale(params) if scale is None else f32(scale)
+        z0 = _scaled(params, 1.0 / s)
+        est = estimator.init(z0)
+        if budget is not None:
+            est = ledger.limit_queries(est, budget)
+
+        def zero_f():  # one buffer each, so that the state can be donated to jit
+            return jnp.zeros((), jnp.float32)
+
+        def zero_i():
+            return jnp.zeros((), jnp.int32)
+
+        control = StepControl(
+            scale=s, learning_rate=f32(learning_rate), elapsed=zero_i(),
+            window_len=jnp.asarray(window, jnp.int32), window_n=zero_i(),
+            window_ref=zero_f(), window_sum=zero_f(), window_sq=zero_f(),
+            window_sq_diff=zero_f(), last_value=zero_f(), prev_mean=zero_f(),
+            prev_se2=zero_f(), have_prev=jnp.zeros((), bool), num_lr_down=zero_i(),
+            num_k_up=zero_i())
+        return TuningFreeState(est, ScaleByRAdaZOState(m=dirs.zeros(z0), v=dirs.zeros(z0)),
+                               control)
+
+    def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
+        del updates
+        c = state.control
+        s = c.scale
+
+        @functools.wraps(value_fn)
+        def value_fn_z(point, *args, **kwargs):
+            return value_fn(_scaled(point, s), *args, **kwargs)
+
+        unit = _scaled(params, 1.0 / s)
+        g, est = estimator.update(None, state.estimator, unit, value_fn=value_fn_z, value=value,
+                                  **extra_args)
+        m = optax.tree.update_moment(g, state.moments.m, b1, 1)
+        v = optax.tree.update_moment_per_elem_norm(m, state.moments.v, b2, 2)
+        root = jax.tree.map(jnp.sqrt, v)
+        top = jnp.max(jnp.stack([jnp.max(r) for r in jax.tree.leaves(root)]))
+        floor = eps * top + jnp.finfo(jnp.float32).tiny
+        direction = jax.tree.map(lambda mi, ri: mi / (ri + floor), m, root)
+        lr = c.learning_rate
+        if budget is not None:
+            spent = est.ledger.num_queries.astype(jnp.float32) / budget
+            lr = lr * 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(spent, 1.0)))
+        dz = jax.tree.map(lambda d: -lr * d, direction)
+        took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
+        dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
+        control = _control(c, est, took, k_max=k_max, window=window, growth=growth, z=z,
+                           q_data=q_data)
+        new_est = est._replace(budget=ResetState(control[1]))
+        moments = jax.tree.map(lambda new, old: jnp.where(took, new, old),
+                               ScaleByRAdaZOState(m, v), state.moments)
+        return (dirs.cast_like(_scaled(dz, s), params),
+                TuningFreeState(new_est, moments, control[0]))
+
+    return Estimator(init_fn, update_fn)
+
+
+def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth, z, q_data):
+    """The controller after one step: ``(StepControl, next_k)``."""
+    value = est.ledger.value_estimate
+    k = est.budget.next_k
+    ok = took & (est.ledger.last_k > 0) & jnp.isfinite(value)
+    first = c.window_n == 0
+    ref = jnp.where(first, value, c.window_ref)
+    shifted = value - ref
+    step_diff = jnp.where(first, 0.0, value - c.last_value)
+    n, elapsed = c.window_n + 1, c.elapsed + 1
+    total, sq = c.window_sum + shifted, c.window_sq + shifted**2
+    sq_diff = c.window_sq_diff + step_diff**2
+    mean_shifted, se2 = window_statistics(total, sq_diff, n)
+    mean = mean_shifted + ref
+    stalled, data_noise, rose = noise_diagnosis(
+        mean_shifted, se2, c.prev_mean - ref, c.prev_se2, sq, sq_diff, n, z=z, q_data=q_data)
+    stalled, rose = stalled & c.have_prev, rose & c.have_prev
+    grow_k = stalled & ~rose & ~data_noise & (k < k_max)
+    lr_down = (stalled | rose) & ~grow_k
+    lr = c.learning_rate * jnp.where(lr_down, 0.5, 1.0)
+    closed = c._replace(
+        learning_rate=lr, elapsed=elapsed, window_len=window_length(elapsed, window, growth),
+        window_n=jnp.zeros((), jnp.int32), window_sum=jnp.zeros((), jnp.float32),
+        window_sq=jnp.zeros((), jnp.float32), window_sq_diff=jnp.zeros((), jnp.float32),
+        last_value=value, prev_mean=mean, prev_se2=se2, have_prev=jnp.ones((), bool),
+        num_lr_down=c.num_lr_down + lr_down, num_k_up=c.num_k_up + grow_k)
+    running = c._replace(elapsed=elapsed, window_n=n, window_ref=ref, window_sum=total,
+                         window_sq=sq, window_sq_diff=sq_diff, last_value=value)
+    close = n >= c.window_len
+    new = jax.tree.map(lambda a, b: jnp.where(close, a, b), closed, running)
+    new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, c)
+    new_k = jnp.where(ok & close & grow_k, jnp.minimum(2 * k, k_max), k)
+    return new, jnp.asarray(new_k, jnp.int32)
