@@ -5,7 +5,13 @@ A method is named by a spec ``BASE`` or ``BASE:key=value,key=value``: ``zoaq``,
 ``statzo:backbone=zo_adamm``. The bases are the library's estimators; a key is any number-
 or string-valued argument of the base's estimator (read from its signature), one of ZoAQ's
 ablation keys (:data:`ZOAQ_ABLATIONS`, translated to the library's policy objects by
-:func:`zoaq_policies`) or ``backbone`` (``radazo``, ``zo_adamm`` or ``sgd``). Each
+:func:`zoaq_policies`), ``backbone`` (``radazo``, ``zo_adamm``, ``sgd``, or one of Optax's
+parameter-free optimizers :data:`PARAMETER_FREE`: ``prodigy``, ``dog``, ``dowg``, which set
+their own step size) or one of the keys every base takes (:data:`COMMON`): ``lr_scale``
+(a multiplier of the benchmark's learning rate: ``radazo:k=4,lr_scale=2``) and
+``schedule`` (``constant``; ``cosine``: a cosine decay of the learning rate to 0 over the
+run's call budget; ``plateau``: ``optax.contrib.reduce_on_plateau`` driven by the
+estimator's free value estimate). Each
 benchmark keeps only its own defaults (a :class:`Registry`: the paper's settings for that
 experiment); the spec's canonical text lists the keys that differ from them, sorted, so
 one method has one name in every record.
@@ -19,8 +25,10 @@ name one method (canonical ``zoaq:reset=half``).
 Every method is built the same way (:meth:`Method.build`)::
 
     optax.chain(estimator, monitor_consistency(b1), backbone, [add_decayed_weights],
-                scale_by_learning_rate(lr))
+                scale_by_learning_rate(lr x lr_scale, or its schedule), [reduce_on_plateau])
 
+(a parameter-free backbone ends the chain: ``learning_rate=lr_scale`` is its own
+multiplier);
 the consistency monitor records ``cos(g_t, m_{t-1})`` for any estimator and leaves the
 updates unchanged.
 
@@ -48,6 +56,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jax.numpy as jnp
 import optax
 
 import zoaq_jax
@@ -59,6 +68,10 @@ from benchmarks import flags
 ZOAQ_ABLATIONS = {"reset": "min", "trigger": "cosine", "c_norm": None, "tau_band": None,
                   "controller": "adaptive"}
 POLICIES = ("gate", "budget", "retention")  # zoaq_estimator's policy arguments
+COMMON = {"lr_scale": 1.0, "schedule": "constant"}  # keys of every base (module docstring)
+SCHEDULES = ("constant", "cosine", "plateau")
+# Optax's parameter-free optimizers (complete: they scale their own steps), at their defaults.
+PARAMETER_FREE = {"prodigy": "Prodigy", "dog": "DoG", "dowg": "DoWG"}
 POLICY_MODULES = {"gates": zoaq_jax.gates, "budgets": zoaq_jax.budgets,
                   "retention": zoaq_jax.retention}
 
@@ -221,9 +234,18 @@ class Method:
         return dict(self.params)[key]
 
     @property
+    def grid_k(self) -> int | None:
+        """K of a fixed-budget method on a moment backbone at a constant learning rate
+        (any ``lr_scale``): a point of the (learning rate, K) grid; else ``None``."""
+        p = dict(self.params)
+        plain = p["schedule"] == "constant" and p["backbone"] not in PARAMETER_FREE
+        return p["k"] if "k" in p and plain else None
+
+    @property
     def fixed_k(self) -> int | None:
-        """The budget of a fixed-budget method (``None`` for adaptive ones)."""
-        return self.get("k") if "k" in dict(self.params) else None
+        """The budget of a fixed-budget method at the benchmark's learning rate (``None``
+        for adaptive ones, and for a scaled, scheduled or parameter-free step)."""
+        return self.grid_k if self.get("lr_scale") == 1.0 else None
 
     @property
     def label(self) -> str:
@@ -233,27 +255,68 @@ class Method:
         extras = [f"{k}={p[k]}" for k in self.changed if k not in ("k", "k_min", "k_max")]
         return " ".join([BASES[self.base].name, budget]) + "".join(f", {e}" for e in extras)
 
-    def build(self, hyper: Hyper, key: Any, *,
-              monitor: bool = True) -> optax.GradientTransformationExtraArgs:
+    def build(self, hyper: Hyper, key: Any, *, monitor: bool = True,
+              budget: int | None = None) -> optax.GradientTransformationExtraArgs:
         """The optimizer chain of this method (see the module docstring).
 
         ``monitor=False`` leaves out the consistency monitor (the speed benchmark times
-        the optimizer a user runs, the library alias's chain).
+        the optimizer a user runs, the library alias's chain). ``budget``: the run's calls,
+        which ``schedule=cosine`` decays over (required there).
         """
         base = BASES[self.base]
         p = dict(self.params)
-        backbone = p.pop("backbone")
+        backbone, lr_scale, schedule = (p.pop(k) for k in ("backbone", *COMMON))
         kwargs = {**p, **dict(base.fixed), "mu": hyper.mu, "key": key}
         if "b1" in inspect.signature(base.estimator).parameters:
             kwargs["b1"] = hyper.b1
         if base.ablations:
             kwargs = zoaq_policies(kwargs)
         parts = [base.estimator(**kwargs),
-                 *([zoaq_jax.monitor_consistency(b1=hyper.b1)] if monitor else []),
-                 _backbone(backbone, hyper)]
+                 *([zoaq_jax.monitor_consistency(b1=hyper.b1)] if monitor else [])]
+        if backbone in PARAMETER_FREE:
+            if schedule != "constant":
+                raise ValueError(f"schedule={schedule} needs a backbone with a learning rate, "
+                                 f"not {backbone}")
+            return optax.chain(*parts, getattr(optax.contrib, backbone)(learning_rate=lr_scale))
+        parts.append(_backbone(backbone, hyper))
         if hyper.weight_decay:
             parts.append(optax.add_decayed_weights(hyper.weight_decay))
-        return optax.chain(*parts, optax.scale_by_learning_rate(hyper.lr))
+        lr = hyper.lr * lr_scale
+        if schedule == "cosine":
+            if budget is None or "k" not in p:
+                raise ValueError("schedule=cosine decays over the run's budget: it needs a "
+                                 "fixed K (k=) and the budget")
+            steps = budget // (2 * p["k"] if p["difference"] == "central" else p["k"] + 1)
+            lr = cosine_decay(lr, steps)
+        chain = optax.chain(*parts, optax.scale_by_learning_rate(lr))
+        return plateau_on_value(chain) if schedule == "plateau" else chain
+
+
+def cosine_decay(lr, steps) -> Callable:
+    """``optax.cosine_decay_schedule(lr, steps)`` (to 0) for a ``steps`` that may be traced
+    (vmapped over several budgets): ``lr (1 + cos(pi min(t / steps, 1))) / 2``."""
+    steps = jnp.maximum(steps, 1)
+    return lambda count: lr * 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(count / steps, 1.0)))
+
+
+def plateau_on_value(inner: optax.GradientTransformation,
+                     ) -> optax.GradientTransformationExtraArgs:
+    """``inner``, its updates scaled by ``optax.contrib.reduce_on_plateau`` (defaults) fed
+    the free value estimate ``inner`` recorded (``optax.tree.get(state, "value_estimate")``:
+    the estimate of ``f(x_t)`` at the step's point, no extra query)."""
+    plateau = optax.contrib.reduce_on_plateau()
+    inner = optax.with_extra_args_support(inner)
+
+    def init(params):
+        return inner.init(params), plateau.init(params)
+
+    def update(updates, state, params=None, **extra):
+        updates, inner_state = inner.update(updates, state[0], params, **extra)
+        value = optax.tree.get(inner_state, "value_estimate")
+        updates, plateau_state = plateau.update(updates, state[1], params, value=value)
+        return updates, (inner_state, plateau_state)
+
+    return optax.GradientTransformationExtraArgs(init, update)
 
 
 def _backbone(name: str, hyper: Hyper) -> optax.GradientTransformation:
@@ -261,7 +324,8 @@ def _backbone(name: str, hyper: Hyper) -> optax.GradientTransformation:
         return optax.identity()
     scale = {"radazo": zoaq_jax.scale_by_radazo, "zo_adamm": zoaq_jax.scale_by_zo_adamm}
     if name not in scale:
-        raise ValueError(f"backbone must be radazo, zo_adamm or sgd, got {name!r}")
+        raise ValueError(f"backbone must be radazo, zo_adamm, sgd or one of "
+                         f"{', '.join(PARAMETER_FREE)}, got {name!r}")
     return scale[name](b1=hyper.b1, b2=hyper.b2, eps=hyper.eps)
 
 
@@ -279,7 +343,7 @@ class Registry:
             raise ValueError(f"unknown base(s) {unknown}; the bases are {sorted(BASES)}")
         self.defaults = {}
         for name, values in defaults.items():
-            full = {**BASES[name].arguments(), "backbone": BASES[name].backbone}
+            full = {**BASES[name].arguments(), "backbone": BASES[name].backbone, **COMMON}
             bad = sorted(set(values) - set(full))
             if bad:
                 raise ValueError(f"{name} has no argument(s) {bad}")
@@ -313,6 +377,9 @@ class Registry:
                 if written.setdefault(key, value) != value:
                     raise ValueError(f"{key} is given twice in {spec!r}")
                 params[key] = _coerce(value, defaults[key], item)
+        if params["schedule"] not in SCHEDULES or not params["lr_scale"] > 0:
+            raise ValueError(f"bad schedule or lr_scale in {spec!r}: schedule is one of "
+                             f"{', '.join(SCHEDULES)}, lr_scale > 0")
         changed = tuple(k for k in sorted(params) if params[k] != defaults[k])
         text = base + (":" + ",".join(f"{k}={_text(params[k])}" for k in changed)
                        if changed else "")
@@ -343,6 +410,46 @@ def _coerce(text: str, default: Any, item: str) -> Any:
         return type(default)(text)
     except ValueError:
         raise ValueError(f"bad value in {item!r}: expected {type(default).__name__}") from None
+
+
+@dataclass(frozen=True)
+class Complete:
+    """A complete optimizer of the library (it sets its own step size; nothing is chained
+    after it), built from the library function ``library``, the benchmark's settings, a key
+    and the run's call budget (passed on only when ``told_budget``)."""
+
+    spec: str
+    label: str
+    library: str  # the zoaq_jax attribute
+    make: Callable[[Callable, Hyper, Any, int | None], optax.GradientTransformationExtraArgs]
+    told_budget: bool = False
+
+    def build(self, hyper: Hyper, key: Any, *,
+              budget: int | None = None) -> optax.GradientTransformationExtraArgs:
+        return self.make(getattr(zoaq_jax, self.library), hyper, key,
+                         budget if self.told_budget else None)
+
+
+# One line a method: (settings, key, budget) -> the optimizer.
+COMPLETE = {c.spec: c for c in (
+    Complete("tuning_free", "tuning_free", "tuning_free",
+             lambda opt, hyper, key, budget: opt(key=key)),
+    Complete("tuning_free:budget", "tuning_free, told the budget", "tuning_free",
+             lambda opt, hyper, key, budget: opt(budget, key=key), told_budget=True),
+)}
+
+
+def complete(spec: str) -> Complete | None:
+    """The complete method ``spec`` (``None`` if it is not one).
+
+    Raises:
+      ValueError: ``spec`` names one the installed zoaq_jax does not have.
+    """
+    method = COMPLETE.get(spec.strip())
+    if method is not None and not hasattr(zoaq_jax, method.library):
+        raise ValueError(f"{spec}: this zoaq_jax has no {method.library} (issue 32's optimizer "
+                         "is not in this checkout)")
+    return method
 
 
 @dataclass(frozen=True)

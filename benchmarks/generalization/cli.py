@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_seeds(parser)
     parser.add_argument("--budget", type=flags.positive_int,
                         help="cap on every problem's largest budget, in calls")
+    parser.add_argument("--lr-scales", type=float, nargs="+", metavar="S",
+                        help="each fixed K also runs at these multiples of the rule's lr, "
+                             "the (lr, K) grid (default: the preset's)")
     flags.add_outputs(parser, Path("out"), "OUT/generalization_<set>.md")
     flags.add_workers(parser)
 
@@ -60,12 +63,16 @@ def config_of(args: argparse.Namespace) -> experiment.Config:
         flags.fail("--methods needs at least one fixed-K method (radazo:k=K), the envelope")
     if args.budget and args.budget < experiment.FIRST_BUDGET:
         flags.fail(f"--budget must be >= {experiment.FIRST_BUDGET} (the smallest budget scored)")
+    if args.lr_scales and (1.0 not in args.lr_scales or min(args.lr_scales) <= 0):
+        flags.fail("--lr-scales must be positive and include 1 (the rule's lr)")
     fields = argparse.Namespace(problems=args.problems, methods=methods,
-                                seeds=flags.seeds(args.seeds), budget=args.budget)
+                                seeds=flags.seeds(args.seeds), budget=args.budget,
+                                lr_scales=tuple(args.lr_scales) if args.lr_scales else None)
     return presets.from_args(config, fields)
 
 
 def write(config, results, record: RunRecord, args) -> Path:
+    results = experiment.compact(results)
     rows = experiment.regret_rows(results)
     summary = experiment.overall(rows)
     stem = f"generalization_{config.set}"

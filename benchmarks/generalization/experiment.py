@@ -3,9 +3,14 @@
 Each (problem, method) is compiled once and run for every seed (``vmap``) until the
 problem's largest budget; the anytime curve of that one run gives every smaller budget.
 The budgets are half-decades from 10^3 calls up to the problem's largest
-(:func:`budgets_of`). The fixed-K comparators (R-AdaZO, K in {1, 2, 4, 8, 16}) define the
-envelope of the best fixed K in hindsight, and every other method is scored by its query
-regret against it (:mod:`benchmarks.anytime`).
+(:func:`budgets_of`). A method told its budget (a cosine decay over the run,
+``tuning_free:budget``) is instead run once per budget of the table, and scored at each
+budget by the run told that budget. Every other method is scored by its query regret
+(:mod:`benchmarks.anytime`) against two envelopes: the best fixed K in hindsight at the
+rule's learning rate (R-AdaZO, K in {1, 2, 4, 8, 16}: :data:`FIXED`), and the best point
+in hindsight of the (learning rate, K) grid (the rule's learning rate times the config's
+``lr_scales``, :data:`LR_SCALES` in the full presets, times the same K; each K runs its
+learning rates as lanes of one vmapped program).
 
 One rule gives every problem its learning rate and smoothing radius (:func:`settings_of`),
 chosen on the tuning set: the tuning set starts at ``x0 ~ N(0, I)`` with the synthetic
@@ -21,16 +26,29 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime
+import zoaq_jax
+from benchmarks import anytime, pages
 from benchmarks.generalization.objectives import SETS, Problem
-from benchmarks.methods import SYNTHETIC_HYPER, Hyper
+from benchmarks.methods import COMPLETE, SYNTHETIC_HYPER, Hyper
 from benchmarks.synthetic import budget as budget_mode
 from benchmarks.synthetic import runner
 from benchmarks.synthetic.methods import variant
 
-FIXED = tuple(f"radazo:k={k}" for k in (1, 2, 4, 8, 16))
-ADAPTIVE = ("auto_k",)
+KS = (1, 2, 4, 8, 16)
+LR_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # multipliers of the rule's learning rate
+FIXED = tuple(f"radazo:k={k}" for k in KS)
+# Baselines run without tuning (issue 32): a cosine decay over the budget, Optax's
+# parameter-free optimizers after the R-AdaZO estimator, reduce-on-plateau on the free
+# value estimate, auto_k; and the library's tuning-free optimizer once it exists.
+BASELINES = ("radazo:k=1,schedule=cosine", "radazo:backbone=prodigy,k=1",
+             "radazo:backbone=dog,k=1", "radazo:backbone=dowg,k=1",
+             "radazo:k=1,schedule=plateau", "auto_k")
+TUNING_FREE = tuple(COMPLETE) if hasattr(zoaq_jax, "tuning_free") else ()
+ADAPTIVE = BASELINES + TUNING_FREE
 FIRST_BUDGET = 1000  # calls: the smallest budget scored
+# Design rounds that scored the held-out set (round 1: b422e1f, round 2: 72a29a3, round 3:
+# issue 32); the coordinator sets it.
+HELDOUT_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -44,6 +62,8 @@ class Config:
     seeds: tuple[int, ...]
     budget: int  # cap on every problem's largest budget (calls)
     log_every: int = 4  # steps between log rows
+    heldout_rounds: int = HELDOUT_ROUNDS  # design rounds that scored the held-out set
+    lr_scales: tuple[float, ...] = ()  # each fixed K also runs at these x the rule's lr
 
     def problem(self, name: str) -> Problem:
         p = SETS[self.set][name]
@@ -57,9 +77,9 @@ PRESETS = {
                                          "noisy_ellipsoid"),
                     ("radazo:k=1", "radazo:k=4", "radazo:k=16", "auto_k"), (0, 1), 10_000),
     "full": Config("full", "heldout", tuple(SETS["heldout"]), FIXED + ADAPTIVE, (0, 1, 2),
-                   1_000_000),
+                   1_000_000, lr_scales=LR_SCALES),
     "tuning": Config("tuning", "tuning", tuple(SETS["tuning"]), FIXED + ADAPTIVE, (0, 1, 2),
-                     1_000_000),
+                     1_000_000, lr_scales=LR_SCALES),
 }
 
 
@@ -98,77 +118,197 @@ def _start(p: Problem):
     return lambda key: jax.random.uniform(key, (p.dim,), minval=-p.box, maxval=p.box)
 
 
+def _lanes(config: Config, v, settings: Hyper, budgets) -> tuple[Any, Any, list[dict]]:
+    """What one program runs in its vmapped lanes: ``(build(key, lane), lane values, each
+    lane's record fields)``. A fixed K runs every learning rate of the grid; a cosine decay
+    every budget (its steps traced; lanes past their budget take zero steps); any other
+    method one lane."""
+    if v.fixed_k and config.lr_scales:
+        return (lambda key, s: v.build(replace(settings, lr=settings.lr * s), key),
+                config.lr_scales, [scaled(v, s) for s in config.lr_scales])
+    if v.told_budget and not v.told_by_rebuild:
+        return (lambda key, b: v.build(settings, key, b), budgets,
+                [{"told_budget": b} for b in budgets])
+    return (lambda key, _: v.build(settings, key), (0.0,), [{}])
+
+
+def scaled(v, scale: float) -> dict[str, Any]:
+    """The record fields of the fixed-K method ``v`` at ``scale`` x the rule's lr."""
+    spec = v.name if scale == 1.0 else v.name + (
+        "," if ":" in v.name else ":") + f"lr_scale={scale}"
+    w = variant(spec)
+    return {"method": w.name, "label": w.display, "fixed_k": w.fixed_k, "lr_scale": scale}
+
+
 def run(config: Config, spec: str) -> list[dict[str, Any]]:
-    """One method on every problem of ``config``: compiled once a problem, run for every
-    seed."""
+    """One method on every problem of ``config``: compiled once a problem (once a budget
+    for a complete optimizer told its budget), run for every seed and lane (:func:`_lanes`)."""
     v = variant(spec)
     out = []
     for name in config.problems:
         p = config.problem(name)
-        settings = settings_of(p)
-        program = budget_mode.anytime_program(
-            lambda key: v.build(settings, key), lambda x, batch, fid: p.fn(x, batch),
-            lambda x, fid: p.gap(x), _start(p), p.budget, config.log_every)
-        compile_seconds, [((calls, gaps, ks), seconds)] = runner.compiled_runs(
-            program, config.seeds, [[0, 0]])
-        used = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
-        out.append({
-            "problem": name, "method": v.name, "label": v.display, "fixed_k": v.fixed_k,
-            "seeds": list(config.seeds), "budget": p.budget, "lr": settings.lr,
-            "mu": settings.mu, **budget_mode.logged_curves(calls, gaps, ks, grid_of(p.budget)),
-            "k_changes": [int(np.count_nonzero(np.diff(k[r][1:]))) for k, r in zip(ks, used)],
-            "compile_seconds": compile_seconds, "run_seconds": seconds,
-        })
+        settings, budgets = settings_of(p), budgets_of(p.budget)
+        for told in budgets if v.told_by_rebuild else (None,):
+            build, values, fields = _lanes(config, v, settings, budgets)
+            program = budget_mode.anytime_program(
+                (lambda key, lane: v.build(settings, key, told)) if told else build,
+                lambda x, batch, fid: p.fn(x, batch), lambda x, fid: p.gap(x), _start(p),
+                told or p.budget, config.log_every, lanes=values)
+            compile_seconds, [(log, seconds)] = runner.compiled_runs(
+                program, config.seeds, [[0, 0]])
+            for lane, extra in enumerate(fields):
+                calls, gaps, ks = (a[lane] for a in log)
+                used = [np.flatnonzero(c < np.iinfo(np.int32).max) for c in calls]
+                record = {
+                    "problem": name, "method": v.name, "label": v.display, "fixed_k": v.fixed_k,
+                    "grid_k": v.grid_k, "lr_scale": v.lr_scale, "told_budget": told,
+                    "seeds": list(config.seeds), "budget": p.budget, **extra,
+                    **budget_mode.logged_curves(calls, gaps, ks, grid_of(p.budget)),
+                    "k_changes": [int(np.count_nonzero(np.diff(k[r][1:])))
+                                  for k, r in zip(ks, used)],
+                    "lanes": len(fields), "compile_seconds": compile_seconds,
+                    "run_seconds": seconds}  # both shared by the program's lanes
+                out.append({**record, "lr": settings.lr * record["lr_scale"], "mu": settings.mu})
     return out
+
+
+def compact(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records as stored: each curve as its mean over the seeds (all the regrets and
+    the figures read; per-seed final gaps and calls stay), no K curve for a grid point (its
+    K is fixed), and no curve for a grid point off the rule's lr that is nowhere the grid's
+    envelope (it changes no envelope); mean gaps at :data:`DIGITS` significant digits (the
+    1% near-tie tolerance is far coarser): docs/results stays small with 25 grid points a
+    problem. Regrets are computed from the records as stored."""
+    on_envelope = {name: set(envelopes(rs).get("grid", ((), ()))[1])
+                   for name, rs in pages.grouped(results, "problem").items()}
+    return [{**r, "curves": [] if _off_lr(r) and _grid_label(r) not in on_envelope[r["problem"]]
+             else [_digits(np.mean(r["curves"], axis=0))],
+             "k_curves": [] if r.get("grid_k") else [np.mean(r["k_curves"], axis=0).tolist()]}
+            for r in results]
+
+
+DIGITS = 4  # significant digits of a stored mean gap
+
+
+def _digits(curve: np.ndarray) -> list[float]:
+    return [float(f"{x:.{DIGITS}g}") for x in curve]
+
+
+def _off_lr(r: dict[str, Any]) -> bool:
+    """A grid point off the rule's learning rate."""
+    return bool(r.get("grid_k")) and r.get("lr_scale", 1.0) != 1.0
 
 
 def cost(config: Config, spec: str) -> float:
     """Rough relative cost of :func:`run`, to start the slowest first."""
-    k = variant(spec).fixed_k or 2
+    v = variant(spec)
+    k = (v.grid_k or 2) / (1.5 if v.told_budget else 1.0)  # told: 1.46 runs' calls
+    k /= len(config.lr_scales) if v.fixed_k and config.lr_scales else 1
     return sum(config.problem(n).budget * SETS[config.set][n].dim ** 0.5 / k
                for n in config.problems)
 
 
+def _grid_label(r: dict[str, Any]) -> str:
+    """A grid point's name in the tables: ``x2 K=4`` (``K=4`` at the rule's lr)."""
+    scale = r.get("lr_scale", 1.0)
+    return (f"x{scale:g} " if scale != 1.0 else "") + f"K={r['grid_k'] or r['fixed_k']}"
+
+
+def envelopes(rs: list[dict[str, Any]]) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """A problem's envelopes: ``fixed``, the best fixed K at the rule's learning rate, and
+    ``grid``, the best (learning rate, K) point (present when the grid was run)."""
+    fixed = {_grid_label(r): np.mean(r["curves"], axis=0) for r in rs if r["fixed_k"]}
+    grid = {_grid_label(r): np.mean(r["curves"], axis=0) for r in rs
+            if _off_lr(r) and r["curves"]}  # stored without a curve: never the envelope
+    out = {"fixed": anytime.envelope(fixed)}
+    if grid:
+        out["grid"] = anytime.envelope({**fixed, **grid})
+    return out
+
+
+def scored_curves(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per scored method (neither a fixed K nor a grid point), its mean curve for each
+    budget: one curve, or for a method told its budget the run told each budget."""
+    out: dict[str, Any] = {}
+    for r in rs:
+        if r["fixed_k"] or r.get("grid_k"):
+            continue
+        entry = out.setdefault(r["method"], {"curves": {}})
+        entry["record"] = r  # told: the last (longest) run, for its K
+        entry["curves"][r.get("told_budget")] = np.mean(r["curves"], axis=0)
+    return out
+
+
 def regret_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per problem and adaptive method: the query regret at each budget, the envelope's
-    K there, and the method's mean K at each budget."""
+    """Per problem and scored method: the query regret at each budget against the fixed-K
+    envelope (``regret``) and the (learning rate, K) envelope (``regret_grid``), which
+    point makes each envelope there, and the method's mean K at each budget. The fixed-K
+    envelope itself is scored against the grid's envelope too (method ``best_fixed_k``)."""
     out = []
     for name in dict.fromkeys(r["problem"] for r in results):
         rs = [r for r in results if r["problem"] == name]
         budget = rs[0]["budget"]
         grid, budgets = grid_of(budget), budgets_of(budget)
-        fixed = {r["label"]: np.mean(r["curves"], axis=0) for r in rs if r["fixed_k"]}
-        if not fixed:
+        if not any(r["fixed_k"] for r in rs):
             continue
-        env, best = anytime.envelope(fixed)
+        envs = envelopes(rs)
         at = [int(np.searchsorted(grid, b)) for b in budgets]
-        for r in rs:
-            if r["fixed_k"]:
-                continue
-            regrets = anytime.regret(grid, np.mean(r["curves"], axis=0), env, budgets)
-            k_mean = np.mean(r["k_curves"], axis=0)
-            out.append({"problem": name, "method": r["method"], "label": r["label"],
-                        "budgets": list(budgets), "regret": regrets,
-                        "best_fixed": [best[i] for i in at],
-                        "k_at": [float(k_mean[i]) for i in at],
-                        "k_changes": r["k_changes"], **anytime.summarize(regrets)})
+        best = {kind: [labels[i] for i in at] for kind, (_, labels) in envs.items()}
+
+        def score(curve_of, kind):
+            env = envs[kind][0]
+            return [anytime.regret(grid, curve_of(b), env, [b])[0] for b in budgets]
+
+        if "grid" in envs:
+            env_fixed = envs["fixed"][0]
+            regrets = score(lambda b: env_fixed, "grid")
+            out.append({"problem": name, "method": "best_fixed_k",
+                        "label": "best fixed K in hindsight (rule's lr)", "budgets": list(budgets),
+                        "regret": [1.0] * len(budgets), "regret_grid": regrets,
+                        "best_fixed": best["fixed"], "best_grid": best["grid"],
+                        "k_at": [float(best["fixed"][j].split("=")[-1]) for j in range(len(at))],
+                        "k_changes": [], **anytime.summarize([1.0] * len(budgets)),
+                        **{f"{k}_grid": v for k, v in anytime.summarize(regrets).items()}})
+        for method, entry in scored_curves(rs).items():
+            curves, r = entry["curves"], entry["record"]
+            curve_of = (lambda b, c=curves: c[b]) if None not in curves else (
+                lambda b, c=curves: c[None])
+            row = {"problem": name, "method": method, "label": r["label"],
+                   "budgets": list(budgets), "best_fixed": best["fixed"],
+                   "told_budget": None not in curves}
+            for kind, key in (("fixed", "regret"), ("grid", "regret_grid")):
+                if kind in envs:
+                    regrets = score(curve_of, kind)
+                    row[key] = regrets
+                    row[f"best_{kind}"] = best[kind]
+                    row.update({(k if kind == "fixed" else f"{k}_grid"): v
+                                for k, v in anytime.summarize(regrets).items()})
+            k_mean = np.mean(r["k_curves"], axis=0)  # told: the longest run's K
+            row.update({"k_at": [float(k_mean[i]) for i in at], "k_changes": r["k_changes"]})
+            out.append(row)
     return out
 
 
 def overall(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per adaptive method, over every (problem, budget): median and worst regret, the
-    problems whose worst regret exceeds 1, and the median over the cells where a fixed K
-    above ``k_min = 1`` is the best (where a budget rule can beat every fixed K; where
-    K = 1 is best, a rule that starts there scores about 1 at best)."""
+    """Per scored method, over every (problem, budget): median and worst regret against
+    each envelope, the problems whose worst regret exceeds 1, and the median over the
+    cells where a fixed K above ``k_min = 1`` is the best (where a budget rule can beat
+    every fixed K; where K = 1 is best, a rule that starts there scores about 1 at best)."""
     out = {}
     for method in dict.fromkeys(r["method"] for r in rows):
         mine = [r for r in rows if r["method"] == method]
         cells = np.concatenate([r["regret"] for r in mine])
         larger = np.asarray([x for r in mine for x, best in zip(r["regret"], r["best_fixed"])
                              if not best.endswith("K=1")], np.float64)
-        out[method] = {"median": float(np.median(cells)), "max": float(np.max(cells)),
-                       "cells": int(cells.size),
+        out[method] = {"label": mine[0]["label"], "median": float(np.median(cells)),
+                       "max": float(np.max(cells)), "cells": int(cells.size),
                        "above_1": [r["problem"] for r in mine if r["max"] > 1.0],
                        "larger_k_cells": int(larger.size),
                        "larger_k_median": float(np.median(larger)) if larger.size else None}
+        if all("regret_grid" in r for r in mine):
+            grid = np.concatenate([r["regret_grid"] for r in mine])
+            out[method].update({"median_grid": float(np.median(grid)),
+                                "max_grid": float(np.max(grid)),
+                                "above_1_grid": [r["problem"] for r in mine
+                                                 if r["max_grid"] > 1.0]})
     return out

@@ -23,6 +23,19 @@ Held-out (ill-conditioning 1e2-1e6, multimodal, plateaus, noise, d = 10 to 10^4)
 * ``noisy_ellipsoid`` (d = 50, noisy): ``0.5 sum 10^(2 i/(d-1)) x_i^2`` plus independent
   Gaussian noise (sigma 0.01) on every call.
 * ``ellipsoid_1e2_d10k`` (d = 10^4): condition 1e2, budget capped at 10^5 calls.
+
+Added for issue 32 (round 3), committed before any tuning of that round:
+
+* ``mlp_minibatch`` (d = 81, noisy): a 8-8-1 tanh MLP classifier (logistic loss) on
+  2,000 fixed rows labelled by a random teacher MLP with 10% flipped labels, a fresh
+  minibatch of 32 rows a step. Its minimum is unknown: the gap is the full-data loss
+  (``f* = 0``, the loss's lower bound).
+* ``lasso`` (d = 50, non-smooth): ``|A x - b|^2 / (2 n) + 0.1 |x|_1`` on ``n = 200``
+  fixed rows, built so that a sparse ``x*`` (10 non-zeros) is its unique minimiser.
+* ``scaled_ellipsoid`` (d = 30, badly scaled): ``1e4 E(x / 1e-3)`` with ``E`` the
+  ellipsoid of condition 1e3, started in ``U[-1e-3, 1e-3]``.
+* ``shifted_ellipsoid_d100k`` (d = 10^5): ``0.5 sum 10^(i/(d-1)) (x_i - c_i)^2``
+  (condition 10, ``c ~ U[-0.5, 0.5]`` fixed), budget capped at 3 x 10^4 calls.
 """
 
 from __future__ import annotations
@@ -130,6 +143,92 @@ def noisy_ellipsoid(x, batch, sigma: float = 0.01):
     return ellipsoid(x, 2.0) + sigma * jax.random.normal(key, ())
 
 
+MLP_SHAPE = (8, 8)  # inputs, hidden units (one logit out)
+
+
+def _mlp_size(inputs: int, hidden: int) -> int:
+    return inputs * hidden + 2 * hidden + 1
+
+
+def _mlp(x, a, xp=jnp):
+    """Logits of the tanh MLP with flat parameters ``x`` on the rows ``a`` (``xp``: the
+    array module, NumPy for the data, which may be built inside a trace)."""
+    n, h = MLP_SHAPE
+    w1, b1 = x[:n * h].reshape(n, h), x[n * h:n * h + h]
+    w2, b2 = x[n * h + h:n * h + 2 * h], x[-1]
+    return xp.tanh(a @ w1 + b1) @ w2 + b2
+
+
+@functools.lru_cache(maxsize=None)
+def _mlp_data(rows: int = 2000, flip: float = 0.1):
+    rng = np.random.default_rng(22)
+    a = rng.standard_normal((rows, MLP_SHAPE[0])).astype(np.float32)
+    teacher = rng.standard_normal(_mlp_size(*MLP_SHAPE)).astype(np.float32)
+    y = np.sign(_mlp(teacher, a, np))
+    y[rng.uniform(size=rows) < flip] *= -1
+    return a, y.astype(np.float32)
+
+
+def _mlp_loss(x, rows):
+    a, y = (jnp.asarray(v) for v in _mlp_data())
+    if rows is not None:
+        a, y = a[rows], y[rows]
+    return jnp.mean(jnp.logaddexp(0.0, -y * _mlp(x, a)))
+
+
+def mlp_minibatch(x, batch, size: int = 32):
+    return _mlp_loss(x, jax.random.randint(batch, (size,), 0, _mlp_data()[0].shape[0]))
+
+
+def mlp_gap(x):
+    return _mlp_loss(x, None)
+
+
+@functools.lru_cache(maxsize=None)
+def _lasso_data(d: int, rows: int = 200, l1: float = 0.1):
+    """``(A, b, x*, f*, l1)``: ``b`` is chosen so that ``x*`` satisfies the optimality
+    condition ``A^T (A x* - b) / n + l1 s = 0``, ``s = sign(x*)`` on the support and
+    ``|s| <= 1/2`` off it; ``A`` has full column rank, so ``x*`` is the unique minimiser."""
+    rng = np.random.default_rng(23)
+    a = rng.standard_normal((rows, d))
+    x_star = np.zeros(d)
+    support = rng.choice(d, 10, replace=False)
+    x_star[support] = rng.choice([-1.0, 1.0], 10) * rng.uniform(0.3, 1.0, 10)
+    s = rng.uniform(-0.5, 0.5, d)
+    s[support] = np.sign(x_star[support])
+    residual = -l1 * rows * a @ np.linalg.solve(a.T @ a, s)  # A^T r = -l1 n s
+    b = a @ x_star - residual
+    f_star = residual @ residual / (2 * rows) + l1 * np.abs(x_star).sum()
+    return (a.astype(np.float32), b.astype(np.float32), x_star.astype(np.float32),
+            np.float32(f_star), l1)
+
+
+def lasso(x):
+    a, b, _, _, l1 = _lasso_data(x.shape[-1])
+    r = jnp.asarray(a) @ x - jnp.asarray(b)
+    return r @ r / (2 * a.shape[0]) + l1 * jnp.sum(jnp.abs(x))
+
+
+def lasso_gap(x):
+    return lasso(x) - _lasso_data(x.shape[-1])[3]
+
+
+SCALE_F, SCALE_X = 1e4, 1e-3  # the badly scaled problem: f x 1e4 at x x 1e-3
+
+
+def scaled_ellipsoid(x):
+    return SCALE_F * ellipsoid(x / SCALE_X, 3.0)
+
+
+@functools.lru_cache(maxsize=None)
+def _shift(d: int) -> np.ndarray:
+    return np.random.default_rng(24).uniform(-0.5, 0.5, d).astype(np.float32)
+
+
+def shifted_ellipsoid(x):
+    return ellipsoid(x - jnp.asarray(_shift(x.shape[-1])), 1.0)
+
+
 def _deterministic(name, label, dim, box, fn, budget=MAX_BUDGET) -> Problem:
     return Problem(name, label, dim, budget, box, lambda x, batch: fn(x), fn)
 
@@ -152,6 +251,14 @@ def _held_out() -> dict[str, Problem]:
                 noisy_ellipsoid, e2),
         _deterministic("ellipsoid_1e2_d10k", "Ellipsoid cond 1e2 (d=10^4)", 10_000, 1.0, e2,
                        budget=100_000),
+        Problem("mlp_minibatch", "MLP classifier 8-8-1, minibatch (d=81)",
+                _mlp_size(*MLP_SHAPE), MAX_BUDGET, 0.5, mlp_minibatch, mlp_gap),
+        Problem("lasso", "L1-regularised regression (d=50)", 50, MAX_BUDGET, 1.0,
+                lambda x, batch: lasso(x), lasso_gap),
+        _deterministic("scaled_ellipsoid", "Ellipsoid cond 1e3, f x 1e4, x x 1e-3 (d=30)", 30,
+                       SCALE_X, scaled_ellipsoid),
+        _deterministic("shifted_ellipsoid_d100k", "Shifted ellipsoid cond 10 (d=10^5)",
+                       100_000, 1.0, shifted_ellipsoid, budget=30_000),
     ]
     return {p.name: p for p in problems}
 

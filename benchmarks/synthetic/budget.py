@@ -49,19 +49,22 @@ def _program(p: Protocol, variant: Variant):
 
 
 def anytime_program(build, objective, gap, start, budget: int, log_every: int,
-                    switch_at: int | None = None):
+                    switch_at: int | None = None, lanes=None):
     """A jit-compiled run until ``budget`` calls, logged every ``log_every`` steps.
 
     Args:
-      build: key -> the optimizer.
+      build: key -> the optimizer; with ``lanes``, ``(key, lane) -> the optimizer``.
       objective: ``(x, batch, fid) -> f``, the objective ``fid`` on the data key ``batch``.
       gap: ``(x, fid) -> gap``.
       start: key -> ``x0``.
       switch_at: calls after which the objective id changes (``None``: never).
+      lanes: values (e.g. learning-rate multipliers) of a setting ``build`` takes, all run
+        in the one program (vmapped, one compilation); ``None``: no such setting.
 
     Returns:
       ``(seeds, fids) -> (calls, gaps, ks)`` log rows (``int32`` max where unused), vmapped
-      over the seeds; ``fids`` are the objective ids before and after the switch.
+      over the seeds (and first over the lanes, if any: ``[lane, seed, row]``); ``fids``
+      are the objective ids before and after the switch.
     """
     import jax
     import jax.numpy as jnp
@@ -70,8 +73,8 @@ def anytime_program(build, objective, gap, start, budget: int, log_every: int,
     rows = budget // (2 * log_every) + 2  # every method spends >= 2 calls a step
     switch_at = budget + 1 if switch_at is None else switch_at
 
-    def one(seed, fids):
-        opt = build(jax.random.fold_in(jax.random.key(seed), 1))
+    def one(seed, fids, *lane):
+        opt = build(jax.random.fold_in(jax.random.key(seed), 1), *lane)
         x0 = start(jax.random.fold_in(jax.random.key(seed), 0))
         data_key = jax.random.fold_in(jax.random.key(seed), 2)
 
@@ -90,7 +93,8 @@ def anytime_program(build, objective, gap, start, budget: int, log_every: int,
         def period(carry):
             x, state, t, row, log = carry
             (x, state, t), _ = jax.lax.scan(step, (x, state, t), None, length=log_every)
-            entry = (calls(state), gap(x, fid(state)), optax.tree.get(state, "last_k"))
+            entry = (calls(state), gap(x, fid(state)),
+                     optax.tree.get(state, "last_k", 0))  # 0: a method without K
             log = tuple(a.at[row].set(v) for a, v in zip(log, entry))
             return x, state, t, row + 1, log
 
@@ -102,7 +106,12 @@ def anytime_program(build, objective, gap, start, budget: int, log_every: int,
             lambda c: (calls(c[1]) < budget) & (c[3] < rows), period, carry)
         return log
 
-    return jax.jit(jax.vmap(one, in_axes=(0, None)))
+    if lanes is None:
+        return jax.jit(jax.vmap(one, in_axes=(0, None)))
+    per_lane = jax.vmap(one, in_axes=(0, None, None))
+    values = jnp.asarray(lanes)
+    return jax.jit(lambda seeds, fids: jax.vmap(per_lane, in_axes=(None, None, 0))(
+        seeds, fids, values))
 
 
 def logged_curves(calls, gaps, ks, grid) -> dict[str, Any]:

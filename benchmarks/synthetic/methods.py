@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import optax
 
 from benchmarks import flags
-from benchmarks.methods import SYNTHETIC, Hyper, Method
+from benchmarks.methods import PARAMETER_FREE, SYNTHETIC, Complete, Hyper, Method, complete
 
 REGISTRY = SYNTHETIC
 
@@ -23,14 +23,15 @@ REGISTRY = SYNTHETIC
 MAIN_METHODS = ("zoaq", "radazo:k=2", "radazo:k=4", "radazo:k=8", "radazo", "zo_adamm",
                 "statzo", "zoar")
 REFERENCE = "radazo"  # R-AdaZO K=10: the fixed baseline of savings and speed ratios
-_BACKBONES = {"radazo": "R-AdaZO", "zo_adamm": "ZO-AdaMM", "sgd": "SGD"}
+_BACKBONES = {"radazo": "R-AdaZO", "zo_adamm": "ZO-AdaMM", "sgd": "SGD", **PARAMETER_FREE}
 
 
 @dataclass(frozen=True)
 class Variant:
-    """A method of a protocol, with an optional display label (``"ZoAQ-Norm"``)."""
+    """A method of a protocol, with an optional display label (``"ZoAQ-Norm"``): a spec of
+    the registry or a complete optimizer (:data:`benchmarks.methods.COMPLETE`)."""
 
-    method: Method
+    method: Method | Complete
     label: str = ""
 
     @property
@@ -40,23 +41,50 @@ class Variant:
 
     @property
     def display(self) -> str:
+        if isinstance(self.method, Complete):
+            return self.label or self.method.label
         return self.label or display(self.method)
 
     @property
-    def fixed_k(self) -> int | None:
+    def grid_k(self) -> int | None:
         """K of a fixed-budget method on a moment backbone (R-AdaZO, ZO-AdaMM) with the
-        default Gaussian directions, else None: the fixed-K envelope is Gaussian, and
-        other direction families (``radazo:directions=rademacher``) are scored against it."""
-        if self.method.base not in ("radazo", "zo_adamm"):
+        default Gaussian directions at a constant learning rate (any ``lr_scale``), else
+        None: the envelopes are Gaussian, and other direction families
+        (``radazo:directions=rademacher``) are scored against them."""
+        m = self.method
+        if isinstance(m, Complete) or m.base not in ("radazo", "zo_adamm"):
             return None
-        return self.method.fixed_k if self.method.get("directions") == "gaussian" else None
+        return m.grid_k if m.get("directions") == "gaussian" else None
+
+    @property
+    def fixed_k(self) -> int | None:
+        """:attr:`grid_k` at the protocol's learning rate: the fixed-K envelope's methods."""
+        return self.grid_k if self.lr_scale == 1.0 else None
+
+    @property
+    def lr_scale(self) -> float:
+        return 1.0 if isinstance(self.method, Complete) else self.method.get("lr_scale")
+
+    @property
+    def told_budget(self) -> bool:
+        """Whether the method is built for the run's budget (one run a budget scored)."""
+        if isinstance(self.method, Complete):
+            return self.method.told_budget
+        return self.method.get("schedule") == "cosine"
+
+    @property
+    def told_by_rebuild(self) -> bool:
+        """Told its budget only by a build for that budget (a complete optimizer: one
+        compilation a budget), not through a traced value (a cosine decay's steps)."""
+        return isinstance(self.method, Complete) and self.method.told_budget
 
     @property
     def backbone(self) -> str:
-        return self.method.get("backbone")
+        return "" if isinstance(self.method, Complete) else self.method.get("backbone")
 
-    def build(self, hyper: Hyper, key) -> optax.GradientTransformationExtraArgs:
-        return self.method.build(hyper, key)
+    def build(self, hyper: Hyper, key,
+              budget: int | None = None) -> optax.GradientTransformationExtraArgs:
+        return self.method.build(hyper, key, budget=budget)
 
 
 def display(method: Method) -> str:
@@ -70,12 +98,12 @@ def display(method: Method) -> str:
 
 def variant(spec: str, label: str = "") -> Variant:
     """The variant of ``spec`` (``ValueError`` if it does not parse)."""
-    return Variant(REGISTRY.parse(spec), label)
+    return Variant(complete(spec) or REGISTRY.parse(spec), label)
 
 
 def parse_methods(specs: list[str]) -> list[Variant]:
     """The variants of ``--methods`` (each once); a bad spec ends the command."""
     try:
-        return [Variant(m) for m in REGISTRY.parse_all(flags.items(specs))]
+        return list({v.name: v for v in map(variant, flags.items(specs))}.values())
     except ValueError as err:
         flags.fail(str(err))
