@@ -23,6 +23,7 @@ POSITIONAL = {
     "budgets.progress": ("k_min", "k_max"),
     "retention.fifo": ("n_hist",), "retention.none": (),
     "run": ("opt", "value_fn", "params", "num_steps"), "host_oracle": ("fn",),
+    "tuning_free": ("budget",),
 }
 BUILDS = ("GradientTransformation", "Gate", "BudgetRule", "Retention")
 

@@ -25,6 +25,19 @@ PATIENCE = 1.25
 tuning set: ``docs/design.md``, tuning_free)."""
 
 
+DECAY = 0.25
+"""The fraction of a told budget over which the step decays to 0 (chosen on the tuning
+set: ``docs/design.md``, tuning_free)."""
+
+
+def final_decay(spent: jax.Array, budget: int) -> jax.Array:
+    r"""The step's factor after ``spent`` of ``budget`` calls: 1, then a cosine to 0 over
+    the budget's last fraction :data:`DECAY`,
+    :math:`c = \tfrac12 (1 + \cos(\pi \min(1, \max(0, (n / B - 1 + D) / D))))`."""
+    phase = (spent.astype(jnp.float32) / budget - (1.0 - DECAY)) / DECAY
+    return 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.clip(phase, 0.0, 1.0)))
+
+
 class StepControl(NamedTuple):
     """The step-size and budget controller of :func:`tuning_free` (diagnostics included).
 
@@ -158,9 +171,10 @@ def tuning_free(
       z_{t+1} = z_t - \eta_t\, c_t\, \frac{m_t}{\sqrt{v_t} + 10^{-8} \max_i \sqrt{v_{t,i}}},
 
     whose :math:`\epsilon` is relative, so multiplying the objective by a constant changes
-    nothing. :math:`c_t = 1` without ``budget``; told the budget :math:`B`, :math:`c_t =
-    \tfrac12 (1 + \cos(\pi\, n_t / B))` decays over the calls :math:`n_t` spent (and
-    the run never makes more than :math:`B` calls).
+    nothing. :math:`c_t = 1` without ``budget``; told the budget :math:`B`, :math:`c_t`
+    falls from 1 to 0 along a cosine over the last quarter of the budget
+    (:func:`final_decay` of the calls :math:`n_t` spent), and the run never makes more
+    than :math:`B` calls.
 
     Control. The steps' free value estimates (the midpoints of the central pairs) are
     averaged over windows that grow with the run (:math:`\max(w, \lfloor g t\rfloor)`
@@ -295,8 +309,7 @@ def tuning_free(
         direction = jax.tree.map(lambda mi, ri: mi / (ri + floor), m, root)
         lr = c.learning_rate
         if budget is not None:
-            spent = est.ledger.num_queries.astype(jnp.float32) / budget
-            lr = lr * 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(spent, 1.0)))
+            lr = lr * final_decay(est.ledger.num_queries, budget)
         dz = jax.tree.map(lambda d: -lr * d, direction)
         took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
         dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
