@@ -38,6 +38,21 @@ def final_decay(spent: jax.Array, budget: int) -> jax.Array:
     return 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.clip(phase, 0.0, 1.0)))
 
 
+TUNED_DIMENSION = 100
+"""The dimension of the tuning set, where ``learning_rate`` is the first step as given."""
+
+
+def _dimension_factor(params: chex.ArrayTree) -> float:
+    """:math:`\min(1, \sqrt{d_{tuned} / d})`: the first step at dimension :math:`d`.
+
+    R-AdaZO's steps have unit size per coordinate whatever :math:`d`, while the part of a
+    one-direction estimate along the gradient shrinks as :math:`1 / \sqrt d`; above the
+    tuning set's dimension the first step shrinks with it, so that a high-dimensional run
+    does not start with a random walk that climbs (the held-out d = 10^4 and 10^5
+    ellipsoids rose from their start with the d = 100 step)."""
+    return min(1.0, math.sqrt(TUNED_DIMENSION / max(dirs.dimension(params), 1)))
+
+
 class StepControl(NamedTuple):
     """The step-size and budget controller of :func:`tuning_free` (diagnostics included).
 
@@ -203,7 +218,8 @@ def tuning_free(
       budget: the run's call budget :math:`B` (None: an anytime run without decay).
       key: integer seed or typed key. Every lane of a ``vmap`` over starting points with
         one optimizer shares it (give each lane its own key for independent directions).
-      learning_rate: the first step size :math:`\eta_0`, in units of :math:`s`.
+      learning_rate: the first step size :math:`\eta_0`, in units of :math:`s`, at
+        dimension :math:`d \le 100` (the tuning set's); above, :math:`\eta_0 \sqrt{100 / d}`.
       k_max: the largest number of directions a step, :math:`K_{\max}`.
       mu: smoothing radius in units of :math:`s`.
       window: steps of the first (shortest) window, :math:`w \ge 2`.
@@ -279,7 +295,8 @@ def tuning_free(
             return jnp.zeros((), jnp.int32)
 
         control = StepControl(
-            scale=s, learning_rate=f32(learning_rate), elapsed=zero_i(),
+            scale=s, learning_rate=f32(learning_rate * _dimension_factor(z0)),
+            elapsed=zero_i(),
             window_len=jnp.asarray(window, jnp.int32), window_n=zero_i(),
             window_ref=zero_f(), window_sum=zero_f(), window_sq=zero_f(),
             window_sq_diff=zero_f(), last_value=zero_f(), prev_mean=zero_f(),

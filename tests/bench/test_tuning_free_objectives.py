@@ -1,0 +1,33 @@
+"""tuning_free never diverges on the generalization benchmark's objectives (both sets).
+
+Each objective runs as the benchmark runs it (its start box, a fresh data key a step for
+the noisy ones), for 2,000 calls told as the budget, 2 seeds: every logged gap is finite,
+the final gap is below the start's, and the budget holds.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zoaq_jax
+from benchmarks.generalization.experiment import _start
+from benchmarks.generalization.objectives import HELD_OUT, TUNING
+from benchmarks.synthetic import budget as budget_mode
+
+BUDGET = 2000
+PROBLEMS = [("heldout", n) for n in sorted(HELD_OUT)] + [("tuning", n) for n in sorted(TUNING)]
+
+
+@pytest.mark.parametrize("which, name", PROBLEMS)
+def test_tuning_free_does_not_diverge(which, name):
+    p = (HELD_OUT if which == "heldout" else TUNING)[name]
+    program = budget_mode.anytime_program(
+        lambda key: zoaq_jax.tuning_free(BUDGET, key=key), lambda x, batch, fid: p.fn(x, batch),
+        lambda x, fid: p.gap(x), _start(p), BUDGET, 8)
+    calls, gaps, _ = jax.device_get(program(jnp.arange(2), jnp.asarray([0, 0])))
+    for c, g in zip(calls, gaps):
+        used = c < np.iinfo(np.int32).max
+        assert np.all(np.isfinite(g[used])), name
+        assert g[used][-1] < g[0], name
+        assert c[used][-1] <= BUDGET
