@@ -199,8 +199,9 @@ def run(
     ``log_values=False`` to give the whole budget to the estimator.
 
     The function is pure: to run many seeds, ``jax.vmap`` over ``seed`` with one
-    optimizer object built outside (under ``vmap`` stopped lanes are computed and
-    discarded, uncounted).
+    optimizer object built outside, or build the optimizer inside the mapped function
+    from the mapped seed (no tracer is kept by the cache in either case; under ``vmap``
+    stopped lanes are computed and discarded, uncounted).
 
     Args:
       opt: an optimizer from :mod:`zoaq_jax` or any Optax transformation whose update
