@@ -80,6 +80,16 @@ def stability_term(name: str, value: Any) -> None:
         )
 
 
+def finite(name: str, value: Any) -> None:
+    """Raises unless ``value`` is a real scalar, finite when concrete (NaN and inf are
+    refused: a NaN compares false with everything, an infinite bound makes every
+    relative quantity 0 or NaN)."""
+    real_scalar(name, value)
+    v = concrete_value(value)
+    if v is not None and not np.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {value!r}.")
+
+
 def non_negative(name: str, value: Any) -> None:
     """Raises unless ``value`` is a real scalar, finite and >= 0 when concrete."""
     real_scalar(name, value)

@@ -6,9 +6,12 @@ chained state:
 
 * ``num_queries``: cumulative oracle calls made by the estimator, centre values included.
 * ``num_nonfinite``: cumulative responses discarded because they were NaN or inf.
-* ``num_zero_responses``: cumulative finite fresh responses that were exactly 0 (all of
-  them when ``mu`` is below the parameters' float resolution: ``x + mu u`` rounds back
-  to ``x``); :func:`zoaq_jax.check_responses` turns it into a host warning.
+* ``num_zero_responses``: cumulative finite fresh responses that were exactly 0 at steps
+  where a perturbation of size ``mu`` rounds away at some coordinate (all of them when
+  ``mu`` is below the parameters' float resolution: ``x + mu u`` rounds back to ``x``;
+  zeros of the objective itself, e.g. sparse directions whose support misses what it
+  reads, are not counted); :func:`zoaq_jax.check_responses` turns it into a host
+  warning.
 * ``last_k``: fresh directions acquired at the last step.
 * ``value_estimate``: the last step's free estimate of ``f(x_t)`` (no extra query).
 * ``first_value``, ``best_value``: the first finite and the lowest of these estimates

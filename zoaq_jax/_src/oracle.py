@@ -195,6 +195,19 @@ class FiniteDifference(NamedTuple):
             return _at_least_f32(jnp.reshape(jnp.asarray(value), ())), calls
         return _at_least_f32(self.fn(dirs.promote(params))), calls
 
+    def coarse(self, params: Any) -> jax.Array:
+        """Whether a perturbation of size ``mu`` rounds away at some coordinate of
+        ``params`` (``x + mu == x`` in the compute dtype): only then is an exactly-zero
+        response a sign of ``mu`` below the float resolution, which the
+        ``num_zero_responses`` diagnostic reports. Elsewhere a zero response is the
+        objective's (a flat direction, or a sparse direction whose support misses every
+        coordinate the objective reads)."""
+        lost = [jnp.any((x + jnp.asarray(self.mu, x.dtype) == x)
+                        | (x - jnp.asarray(self.mu, x.dtype) == x))
+                for x in jax.tree.leaves(dirs.promote(params))
+                if dirs.optimised(x) and jnp.size(x)]
+        return jnp.any(jnp.stack(lost)) if lost else jnp.asarray(False)
+
     def values(self, params: Any, directions: Any) -> jax.Array:
         """``f(x + mu u_i)`` for a batch of directions, in one vectorised call."""
         return _at_least_f32(jax.vmap(self.fn)(dirs.perturb(params, directions, self.mu)))
