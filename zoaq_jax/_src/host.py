@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -134,7 +133,7 @@ def _recorded(callback: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-class _HostErrors(contextlib.ContextDecorator):
+class _HostErrors:
     """:func:`host_errors`: a context manager, and a decorator that also waits for a
     concrete result computed with a host objective (so that its exception is raised by
     the decorated call even where JAX dispatches asynchronously)."""
@@ -142,12 +141,11 @@ class _HostErrors(contextlib.ContextDecorator):
     def __enter__(self) -> None:
         _ERRORS.error = None
 
-    def __exit__(self, kind, err, traceback) -> bool:
+    def __exit__(self, kind, err, traceback) -> None:
         if isinstance(err, jax.errors.JaxRuntimeError):
             pending, _ERRORS.error = _ERRORS.error, None
             if pending is not None:
                 raise pending from err
-        return False
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)

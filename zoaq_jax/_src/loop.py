@@ -34,8 +34,9 @@ class Trace(NamedTuple):
     evaluations are not oracle calls of the method and are not in ``num_queries``; they
     are counted in ``num_log_evaluations`` (0 with ``log_values=False``, ``value`` is
     then NaN). With ``max_queries`` they are paid from the budget (see :func:`run`): a
-    log point whose iterate has not moved since the last evaluation repeats its value. Diagnostics that the optimizer does not have are NaN (``last_score``,
-    ``tau``) or 0. Every field has one row per log point except ``best_params``.
+    log point whose iterate has not moved since the last evaluation repeats its value.
+    Diagnostics that the optimizer does not have are NaN (``last_score``, ``tau``) or 0.
+    Every field has one row per log point except ``best_params``.
     """
 
     step: jax.Array  # int32
@@ -284,11 +285,11 @@ def run(
                 jax.block_until_ready(out)
                 jax.effects_barrier()  # every progress callback has run
     finally:  # under an outer transformation the callback runs later: it stays registered
-        if not traced:
+        if token is not None and not traced:
             _LISTENERS.pop(token, None)
         elif token is not None:
             _DEFERRED.add(token)
-    error = _ERRORS.pop(token, None)
+    error = None if token is None else _ERRORS.pop(token, None)
     if error is not None:
         raise error
     if not traced:
