@@ -300,6 +300,13 @@ def test_a_progress_callback_that_raises_stops_the_run_with_its_exception():
                      log_every=2, progress=progress, log_values=False)
     assert seen == [0, 2]  # no later log point
     assert sum(calls) == 2 * 2 * 2  # the two steps before it, none after
+    # under an outer jit the run executes after run() returned: the callback raises, and
+    # host_errors re-raises the exception as itself
+    program = jax.jit(lambda x: zoaq_jax.run(zoaq_jax.zo_sgd(1e-2, k=2, key=0), quadratic, x,
+                                             4, log_every=2, progress=progress,
+                                             a=jnp.ones(D))[0])
+    with pytest.raises(BarError, match="the bar broke"), zoaq_jax.host_errors():
+        jax.block_until_ready(program(jnp.zeros(D)))
 
 
 def test_a_run_leaving_the_domain_ends_nonfinite_with_a_warning():
