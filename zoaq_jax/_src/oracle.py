@@ -195,13 +195,15 @@ class FiniteDifference(NamedTuple):
             return _at_least_f32(jnp.reshape(jnp.asarray(value), ())), calls
         return _at_least_f32(self.fn(dirs.promote(params))), calls
 
-    def coarse(self, params: Any) -> jax.Array:
-        """Whether a perturbation of size ``mu`` rounds away at some coordinate of
-        ``params`` (``x + mu == x`` in the compute dtype): only then is an exactly-zero
-        response a sign of ``mu`` below the float resolution, which the
-        ``num_zero_responses`` diagnostic reports. Elsewhere a zero response is the
-        objective's (a flat direction, or a sparse direction whose support misses every
-        coordinate the objective reads)."""
+    def coarse(self, params: Any, family: dirs.Family) -> jax.Array | bool:
+        """Whether an exactly-zero response may be blamed on ``mu`` (the
+        ``num_zero_responses`` diagnostic). Sparse directions give the objective's own
+        zeros (a support that misses every coordinate it reads): for them, only where a
+        perturbation of size ``mu`` rounds away at some coordinate of ``params``
+        (``x + mu == x`` in the compute dtype). Other families perturb every coordinate:
+        always (``True``, no computation)."""
+        if family.name != "sparse":
+            return True
         lost = [jnp.any((x + jnp.asarray(self.mu, x.dtype) == x)
                         | (x - jnp.asarray(self.mu, x.dtype) == x))
                 for x in jax.tree.leaves(dirs.promote(params))

@@ -183,7 +183,7 @@ def zoar_estimator(
         else:
             baseline = None
             zero = ok & (fresh == 0)
-        zero = zero & diff.coarse(params)  # else the objective's own zeros
+        zero = zero & diff.coarse(params, family)  # else the objective's own zeros
         g, _ = expansion.finish(sums[0], n, 1.0, n_ok)
         new_ledger = ledger.advance(
             state.ledger, k=k, calls=diff.step_calls(k, 0), nonfinite=k - n_ok,
