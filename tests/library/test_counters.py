@@ -1,6 +1,8 @@
 """The ledger's counters: saturation near 2**31 (no wrap) and exactly-zero responses, for
 the adaptive skeleton and ZoAR, under jit and vmap."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -103,3 +105,18 @@ def test_run_warns_on_the_host_naming_mu():
     _, state, _ = zoaq_jax.run(opt, f, jnp.ones(D), 3)
     zoaq_jax.check_responses(state)  # silent: no zero response
     assert int(optax.tree.get(state, "num_zero_responses")) == 0
+
+
+def test_sparse_directions_missing_the_objective_are_not_blamed_on_mu():
+    """sparse:0.1 at d = 10: about a third of the masks are empty and give exact zeros,
+    the objective's own; with mu far above the float resolution nothing is counted, no
+    warning; with mu below it every response is counted."""
+    x = jnp.zeros(10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, state, _ = zoaq_jax.run(zoaq_jax.mezo(1e-2, k=1, directions="sparse:0.1", key=0),
+                                   f, x, 40, log_every=40)
+    assert int(optax.tree.get(state, "num_zero_responses")) == 0
+    opt = zoaq_jax.mezo(1e-2, k=1, mu=1e-9, directions="sparse:0.1", key=0)
+    _, state = steps(opt, jnp.ones(10), opt.init(jnp.ones(10)), 3)
+    assert int(optax.tree.get(state, "num_zero_responses")) == 3

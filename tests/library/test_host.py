@@ -138,3 +138,65 @@ def test_a_host_function_returning_none_is_an_error_not_a_zero_update():
         g, _ = est.update(None, est.init(params), params,
                           value_fn=zoaq_jax.host_oracle(forgot_return))
         jax.block_until_ready(g)
+
+
+def test_string_keywords_reach_the_host_function_unchanged():
+    """``run`` keeps ``str`` keywords static; the host function receives them as given."""
+    def loss(x, scale, mode):
+        values = np.asarray(x) ** 2 * np.asarray(scale)
+        return float(values.mean() if mode == "mean" else values.sum())
+
+    f = zoaq_jax.host_oracle(loss)
+    for mode, expected in (("mean", 2.0), ("sum", 8.0)):
+        _, _, trace = zoaq_jax.run(zoaq_jax.zo_sgd(1e-2, k=1, key=0), f, jnp.ones(4), 1,
+                                   scale=jnp.float32(2.0), mode=mode)
+        assert float(trace.value[0]) == expected
+
+
+class SimulatorError(RuntimeError):
+    pass
+
+
+def _raising(x):
+    raise SimulatorError("simulator failed")
+
+
+@pytest.fixture
+def async_dispatch(monkeypatch):
+    """GPU-style dispatch on the CPU: a host function's exception does not stop the
+    computation; it surfaces as JAX's runtime error only when the result is waited for
+    (as an un-jitted GPU update returns before its callback runs)."""
+    pending, pure_callback, block = [], jax.pure_callback, jax.block_until_ready
+
+    def deferred_callback(callback, result, *args, **kwargs):
+        def later(*a, **kw):
+            try:
+                return callback(*a, **kw)
+            except Exception:  # noqa: BLE001 - surfaces at the wait, as on a GPU
+                pending.append(1)
+                return np.zeros(result.shape, result.dtype)
+        return pure_callback(later, result, *args, **kwargs)
+
+    def waiting(tree):
+        if pending:
+            pending.clear()
+            raise jax.errors.JaxRuntimeError("INTERNAL: CpuCallback error")
+        return block(tree)
+
+    monkeypatch.setattr(jax, "pure_callback", deferred_callback)
+    monkeypatch.setattr(jax, "block_until_ready", waiting)
+    return pending
+
+
+@pytest.mark.parametrize("make", [
+    lambda: zoaq_jax.zoaq(1e-2, k_max=3, n_hist=2, key=0),
+    lambda: zoaq_jax.zoar(1e-2, k=2, n_hist=1, key=0),
+])
+def test_an_unjitted_update_raises_the_host_exception_under_async_dispatch(
+        async_dispatch, make):
+    opt, x = make(), jnp.ones(3)
+    with pytest.raises(SimulatorError, match="simulator failed"):
+        opt.update(None, opt.init(x), x, value_fn=zoaq_jax.host_oracle(_raising))
+    assert not async_dispatch  # raised by update itself, nothing left to surface later
+    with pytest.raises(SimulatorError, match="simulator failed"):
+        zoaq_jax.run(make(), zoaq_jax.host_oracle(_raising), x, 2)

@@ -1,6 +1,8 @@
 """The property matrix: every registry entry (tests/library/registry.py) has every property.
 
-Properties: state dtypes and shapes stable across updates (leaves of float32,
+Properties: ``zoaq_jax.run`` on the aliases (budgets with logging counted on the host,
+key leaves with budgets, states of another configuration, domain exits, resumed runs);
+state dtypes and shapes stable across updates (leaves of float32,
 bfloat16, float16, Python float and PRNG keys; under x64 float64, float32, zero-size and
 key leaves; inside ``lax.scan``); complex, integer and bool leaves refused at ``init``
 by path; one compilation for many steps; exact query accounting against a host-side
@@ -391,6 +393,17 @@ def test_bad_arguments_fail_at_construction(name):
     entry = REGISTRY[name]
     with pytest.raises(ValueError, match="key must be an integer seed"):
         entry.make(key=2**70)
+    with pytest.raises(ValueError, match="key must be an integer seed"):
+        entry.make(key=2**32)  # JAX keeps 32 bits: this would repeat seed 0
+    for arg, param in inspect.signature(entry.factory).parameters.items():
+        if isinstance(param.default, float):  # every float option must be finite
+            for bad in (float("nan"), float("inf")):
+                with pytest.raises(ValueError, match=arg):
+                    entry.make(**{arg: bad})
+    if entry.factory in (zoaq_jax.zoar, zoaq_jax.zoar_estimator) and (
+            entry.kwargs.get("difference", "forward") == "forward"):
+        with pytest.raises(ValueError, match="n_hist.*its own baseline"):
+            entry.make(k=1, n_hist=0)
     with pytest.raises(TypeError, match="key"):
         entry.make(key=jnp.zeros(2, jnp.uint32))
     if _accepts(entry, "mu"):
@@ -470,6 +483,102 @@ def test_float16_estimates_saturate_instead_of_overflowing(name):
     if name == "zo_sgd":  # the raw estimate, cast: saturated somewhere, never inf
         assert np.max(np.abs(np.asarray(u, np.float32))) == 1e-2 * 65504.0 or \
             np.all(np.abs(np.asarray(u, np.float32)) < 1e-2 * 65504.0)
+
+
+# ----------------------------------------------------------------------------- runs
+
+# zoaq_jax.run over the aliases (each a program of its own, so one run per alias): a
+# host-counted objective with a key leaf, a budget that is no multiple of any step's
+# cost, logging every 2 steps and a progress callback.
+ALIASES = ("zoaq", "radazo", "zo_adamm_amsgrad", "zo_sgd", "mezo", "zoar",
+           "statzo_nondividing", "auto_k")
+BUDGET = 23
+
+
+@functools.cache
+def budgeted_run(name):
+    calls, seen = [], []
+    params = {**PARAMS, "s": jnp.float32(PARAMS["s"])}
+    out = zoaq_jax.run(REGISTRY[name].make(key=1), host_objective(calls), params, 12,
+                       log_every=2, max_queries=BUDGET, flag=False,
+                       progress=lambda step, n: seen.append(step))
+    return out, len(calls), seen
+
+
+@pytest.mark.parametrize("name", ALIASES)
+def test_a_budget_counts_every_call_logging_included(name):
+    (params, state, trace), calls, seen = budgeted_run(name)
+    used = int(trace.num_queries[-1]) + int(trace.num_log_evaluations[-1])
+    assert calls == used <= BUDGET  # the estimator's calls and the logging evaluations
+    assert zoaq_jax.STATUSES[int(trace.status[-1])] == "budget_spent"
+    assert np.isfinite(float(trace.value[-1]))  # a call was kept back for the last value
+    assert seen == list(range(0, 13, 2))
+
+
+@pytest.mark.parametrize("name", ALIASES)
+def test_a_budgeted_run_carries_key_leaves(name):
+    (params, _, trace), _, _ = budgeted_run(name)
+    same_key(params["k"], PARAMS["k"])
+    same_key(trace.best_params["k"], PARAMS["k"])
+
+
+def bowl(x):
+    """A separable quadratic in one array, for the runs on plain arrays."""
+    return jnp.sum(SCALE * (x - TARGET) ** 2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_state_of_another_configuration_is_refused_by_run(name):
+    """Another optimizer's state (another structure), and the state of larger sizes
+    where they fix the state's shapes (a fixed-budget state fits any ``k``)."""
+    entry, x = REGISTRY[name], jnp.zeros(6)
+    opt = entry.make(key=0)
+    stranger = REGISTRY["zoaq" if "zoar" in name else "zoar"].make(key=0).init(x)
+    with pytest.raises(ValueError, match=r"init_state\S*: the state's structure differs"):
+        zoaq_jax.run(opt, bowl, x, 1, init_state=stranger)
+    sizes = {arg: entry.kwargs.get(arg, 2) + 2 for arg in entry.static_args
+             if arg not in ("k_min", "k_step")}
+    larger = entry.make(key=0, **sizes).init(x)
+    if avals(larger) != avals(opt.init(x)):
+        with pytest.raises(ValueError, match=r"init_state\S*: .*(another configuration|"
+                                             r"structure differs)"):
+            zoaq_jax.run(opt, bowl, x, 1, init_state=larger)
+
+
+# Runs that leave the objective's domain (inf outside: central pairs give inf - inf,
+# forward centres inf): the skeleton's forward centre, ZoAR's forward values, the
+# fixed chain, auto_k's rule.
+DOMAIN = ("zoaq_norm_forward", "zoar", "mezo", "auto_k")
+
+
+def outside_is_infinite(x):
+    return jnp.where(jnp.sum(x) < 0.5, jnp.sum((x - 2.0) ** 2), jnp.inf)
+
+
+@pytest.mark.parametrize("name", DOMAIN)
+def test_a_run_leaving_the_domain_stops_nonfinite_and_warns(name):
+    with pytest.warns(RuntimeWarning, match="nonfinite"):
+        params, _, trace = zoaq_jax.run(REGISTRY[name].make(key=0),
+                                        outside_is_infinite, jnp.zeros(6), 60,
+                                        log_every=60)
+    assert zoaq_jax.STATUSES[int(trace.status[-1])] == "nonfinite"
+    assert float(outside_is_infinite(trace.best_params)) <= 24.0  # a finite best iterate
+
+
+@pytest.mark.parametrize("name", ("zoaq", "zoar"))
+def test_a_resumed_run_equals_the_uninterrupted_one(name):
+    """8 + 8 steps through the state equal 16 (one program for both halves; the two
+    programs may round the running sums differently in the last bit: counts exactly)."""
+    opt, x = REGISTRY[name].make(key=0), jnp.zeros(6)
+    whole = zoaq_jax.run(opt, bowl, x, 16, log_every=8, init_state=opt.init(x))
+    p, s, first = zoaq_jax.run(opt, bowl, x, 8, log_every=8, init_state=opt.init(x))
+    p, s, second = zoaq_jax.run(opt, bowl, p, 8, log_every=8, init_state=s)
+    for a, b in zip(jax.tree.leaves((p, s)), jax.tree.leaves(whole[:2])):
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            np.testing.assert_array_equal(a, b)
+    close((p, s), whole[:2])
+    assert first.status[-1] == second.status[-1] == whole[2].status[-1]
+    assert zoaq_jax.STATUSES[int(whole[2].status[-1])] == "finished"
 
 
 # ----------------------------------------------------------------------------- wrappers

@@ -1,7 +1,8 @@
 """zoaq_jax.run as a scheduler job: budgets, best iterate, compile counts, leaks, progress,
 static keywords, divergence."""
 
-import dataclasses
+import enum
+import functools
 import gc
 import warnings
 import weakref
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import zoaq_jax
+from zoaq_jax._src import loop
 
 D = 6
 
@@ -53,7 +55,7 @@ def test_last_adaptive_step_is_capped_to_the_calls_left():
     opt = zoaq_jax.adaptive_estimator(zoaq_jax.gates.accept(), zoaq_jax.budgets.constant(9),
                                       k_min=3, k_max=9, k_step=3, key=0)
     _, _, trace = zoaq_jax.run(opt, quadratic, jnp.zeros(D), 5, max_queries=48,
-                               a=jnp.ones(D))
+                               log_values=False, a=jnp.ones(D))
     # 2 steps of 18 = 36, then 12 left: a capped step of k=6 (12 calls) exactly
     assert trace.num_queries.tolist() == [0, 18, 36, 48, 48, 48]
     assert trace.last_k.tolist() == [0, 9, 9, 6, 6, 6]
@@ -64,12 +66,12 @@ def test_budgeted_run_equals_the_plain_run_until_the_budget():
     _, _, full = zoaq_jax.run(opt, quadratic, jnp.zeros(D), 30, a=jnp.ones(D))
     budget = int(full.num_queries[20])
     _, _, cut = zoaq_jax.run(opt, quadratic, jnp.zeros(D), 30, a=jnp.ones(D),
-                             max_queries=budget)
+                             max_queries=budget, log_values=False)
     # the same steps and budgets; the budgeted program (a lax.cond around each step)
     # may round differently in the last bits
     np.testing.assert_array_equal(cut.num_queries[:21], full.num_queries[:21])
     np.testing.assert_array_equal(cut.last_k[:21], full.last_k[:21])
-    np.testing.assert_allclose(cut.value[:21], full.value[:21], rtol=1e-5)
+    np.testing.assert_allclose(cut.best_value[:21], full.best_value[:21], rtol=1e-5)
     assert int(cut.num_queries[-1]) <= budget
 
 
@@ -84,35 +86,9 @@ def test_best_params_track_the_lowest_free_estimate():
     assert float(quadratic(trace.best_params, jnp.ones(D))) < float(trace.value[0])
 
 
-def test_fingerprint_describes_frozen_dataclasses_by_their_fields():
-    """Immutable settings objects (e.g. a parsed directions spec) must not defeat the
-    compile cache: equal fields give equal fingerprints; a mutable dataclass, whose fields
-    may change after the fact, stays compared by identity."""
-    from zoaq_jax._src.configs import fingerprint
-
-    @dataclasses.dataclass(frozen=True)
-    class Frozen:
-        name: str
-        rate: float = 0.5
-
-    @dataclasses.dataclass
-    class Mutable:
-        name: str
-
-    assert fingerprint(Frozen("a")) == fingerprint(Frozen("a"))
-    assert fingerprint(Frozen("a")) != fingerprint(Frozen("a", 0.25))
-    assert fingerprint(Frozen("a")) != fingerprint(Frozen("b"))
-    m = Mutable("a")
-    assert fingerprint(m) == fingerprint(m) and fingerprint(m) != fingerprint(Mutable("a"))
-
-    def closure(settings):  # as a factory closes over its parsed settings
-        return lambda: settings
-
-    assert fingerprint(closure(Frozen("a"))) == fingerprint(closure(Frozen("a")))
-    assert fingerprint(closure(Frozen("a"))) != fingerprint(closure(Frozen("b")))
-
-
-def test_compiles_once_per_configuration_and_keeps_no_optimizer_alive():
+def test_compiles_once_per_optimizer_and_objective_and_keeps_neither_alive():
+    """As ``jax.jit``: the same optimizer and objective objects share one program; a new
+    optimizer object (even built alike) is a new program; the cache holds nothing."""
     traces = []
 
     def f(x, a):
@@ -120,25 +96,21 @@ def test_compiles_once_per_configuration_and_keeps_no_optimizer_alive():
         return quadratic(x, a)
 
     x, a = jnp.zeros(D), jnp.ones(D)
-    outs = [zoaq_jax.run(zoaq_jax.zoaq(1e-2, key=0), f, x, 4, a=a) for _ in range(3)]
+    opt = zoaq_jax.zo_sgd(1e-2, k=1, key=0)
+    outs = [zoaq_jax.run(opt, f, x, 4, a=a) for _ in range(3)]
     first = len(traces)
     assert first > 0
-    for out in outs[1:]:  # equal configurations: one compilation, the same numbers
+    for out in outs[1:]:
         np.testing.assert_array_equal(out[0], outs[0][0])
-    zoaq_jax.run(zoaq_jax.zoaq(2e-2, key=0), f, x, 4, a=a)  # another learning rate
+    assert len(traces) == first  # one trace for three calls
+    zoaq_jax.run(zoaq_jax.zo_sgd(1e-2, k=1, key=0), f, x, 4, a=a)  # another object
     assert len(traces) == 2 * first
-    for make in (zoaq_jax.radazo, zoaq_jax.zoar, zoaq_jax.auto_k, zoaq_jax.statzo):
-        zoaq_jax.run(make(1e-2, key=0), f, x, 4, a=a)
-        seen = len(traces)
-        zoaq_jax.run(make(1e-2, key=0), f, x, 4, a=a)  # a new, equal optimizer object
-        assert len(traces) == seen, make.__name__
 
-    opt = zoaq_jax.zoaq(1e-2, key=0)
-    refs = [weakref.ref(opt.init), weakref.ref(opt.update)]
-    zoaq_jax.run(opt, f, x, 4, a=a)
-    del opt, outs
+    refs = [weakref.ref(opt.init), weakref.ref(opt.update), weakref.ref(f)]
+    del opt, outs, f
     gc.collect()
     assert all(r() is None for r in refs)
+    assert not loop._PROGRAMS  # every entry went with its objects
 
 
 def test_non_array_keywords_are_static():
@@ -162,6 +134,13 @@ def test_vmap_over_seeds_leaks_no_tracer_and_equals_unbatched_runs():
         single = zoaq_jax.run(opt, quadratic, x, 10, seed=i, max_queries=150, a=a)
         np.testing.assert_allclose(batched[0][i], single[0], rtol=1e-5, atol=1e-6)
         assert int(batched[2].num_queries[i, -1]) == int(single[2].num_queries[-1]) <= 150
+    def built_inside(seed):  # the docstring's other idiom: the optimizer from the seed
+        return zoaq_jax.run(zoaq_jax.zoaq(1e-2, key=seed), quadratic, x, 10, max_queries=150,
+                            a=a)
+
+    with jax.checking_leaks():
+        inside = jax.vmap(built_inside)(jnp.arange(3))
+    np.testing.assert_array_equal(inside[2].num_queries, batched[2].num_queries)
     # seed=i is the estimator built with key=i
     direct = zoaq_jax.run(zoaq_jax.zoaq(1e-2, key=2), quadratic, x, 10, a=a)
     np.testing.assert_array_equal(direct[0], zoaq_jax.run(opt, quadratic, x, 10, seed=2, a=a)[0])
@@ -195,7 +174,7 @@ def test_divergence_stops_the_run_naming_the_learning_rate():
         warnings.simplefilter("error")
         _, _, off = zoaq_jax.run(opt, quadratic, jnp.zeros(D), 10, a=jnp.ones(D),
                                  divergence=None)
-    assert int(off.status[-1]) == 0
+    assert zoaq_jax.STATUSES[int(off.status[-1])] == "finished"  # not "running"
 
 
 def test_bad_budgets_are_refused_at_the_call():
@@ -227,3 +206,173 @@ def test_run_carries_key_leaves_and_reraises_host_exceptions():
 
     with pytest.raises(SimulatorError, match="simulator failed"):
         zoaq_jax.run(opt, zoaq_jax.host_oracle(simulator), jnp.ones(3), 2)
+
+
+class Key(enum.Enum):
+    A = 1
+
+
+def _method_objectives():
+    class Model:
+        def __init__(self, target):
+            self.target = target
+
+        def loss(self, x):
+            return jnp.sum((x - self.target) ** 2)
+
+    return [Model(1.0).loss, Model(5.0).loss]
+
+
+def _global_objectives():
+    made = []
+    for target in (1.0, 5.0):  # a sweep whose lambda reads the loop variable as a global
+        scope = {"jnp": jnp, "target": target}
+        exec("f = lambda x: jnp.sum((x - target) ** 2)", scope)
+        made.append(scope["f"])
+    return made
+
+
+OBJECTIVE_KINDS = {
+    "globals": _global_objectives,
+    "closure_cells": lambda: [(lambda t: lambda x: jnp.sum((x - t) ** 2))(t) for t in (1.0, 5.0)],
+    "default_args": lambda: [lambda x, t=t: jnp.sum((x - t) ** 2) for t in (1.0, 5.0)],
+    "bound_methods": _method_objectives,
+    "partial": lambda: [functools.partial(lambda x, t: jnp.sum((x - t) ** 2), t=t)
+                        for t in (1.0, 5.0)],
+    # unhashable (a dict) and unorderable (an Enum and a str key) closed-over values
+    "unorderable_closure": lambda: [
+        (lambda d: lambda x: jnp.sum((x - d[Key.A]) ** 2) + d["b"])({Key.A: t, "b": 0.0})
+        for t in (1.0, 5.0)],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OBJECTIVE_KINDS))
+def test_a_cached_program_never_answers_for_another_objective(kind):
+    """Two objectives that differ only in a value read through ``kind``: each run's
+    logged value is its own objective's (a program cached for the first would report
+    the first's)."""
+    opt, x = zoaq_jax.zo_sgd(1e-2, k=1, key=0), jnp.zeros(2)
+    for f in OBJECTIVE_KINDS[kind]():
+        _, _, trace = zoaq_jax.run(opt, f, x, 1)
+        assert float(trace.value[0]) == float(f(x))  # 2 and 50
+
+
+def test_a_schedule_reading_a_loop_variable_is_its_own_program():
+    """A learning-rate sweep whose schedule reads the loop variable: one step of ZO-SGD
+    moves by lr * g with the same g, so the moves scale with the rates."""
+    x = jnp.zeros(3)
+    moves = []
+    for lr in (1e-3, 1e-1):
+        opt = zoaq_jax.zo_sgd(lambda t: lr, k=2, key=0)
+        params, _, _ = zoaq_jax.run(opt, quadratic, x, 1, a=jnp.ones(3))
+        moves.append(np.asarray(params - x))
+    np.testing.assert_allclose(moves[1], 100 * moves[0], rtol=1e-4)
+
+
+def test_a_large_closed_over_array_is_freed_after_the_run():
+    data = jnp.linspace(0.0, 1.0, 2**20)  # 4 MB
+    alive = weakref.ref(data)
+
+    def f(x):
+        return jnp.sum((x - data[:2]) ** 2)
+
+    opt = zoaq_jax.zo_sgd(1e-2, k=1, key=0)
+    zoaq_jax.run(opt, f, jnp.zeros(2), 2)
+    del data, f
+    gc.collect()
+    assert alive() is None
+    assert not loop._PROGRAMS or all(id(opt.init) in key for key in loop._PROGRAMS)
+
+
+def test_a_progress_callback_that_raises_stops_the_run_with_its_exception():
+    calls, seen = [], []
+
+    class BarError(RuntimeError):
+        pass
+
+    def progress(step, n):
+        seen.append(step)
+        if step == 2:
+            raise BarError("the bar broke")
+
+    with pytest.raises(BarError, match="the bar broke"):
+        zoaq_jax.run(zoaq_jax.zo_sgd(1e-2, k=2, key=0), counted(calls), jnp.zeros(D), 20,
+                     log_every=2, progress=progress, log_values=False)
+    assert seen == [0, 2]  # no later log point
+    assert sum(calls) == 2 * 2 * 2  # the two steps before it, none after
+    # under an outer jit the run executes after run() returned: the callback raises, and
+    # host_errors re-raises the exception as itself
+    program = jax.jit(lambda x: zoaq_jax.run(zoaq_jax.zo_sgd(1e-2, k=2, key=0), quadratic, x,
+                                             4, log_every=2, progress=progress,
+                                             a=jnp.ones(D))[0])
+    with pytest.raises(BarError, match="the bar broke"), zoaq_jax.host_errors():
+        jax.block_until_ready(program(jnp.zeros(D)))
+
+
+def test_a_run_leaving_the_domain_ends_nonfinite_with_a_warning():
+    """inf outside sum(x) < 1: central pairs give inf - inf, the free estimate is NaN."""
+    def f(x):
+        return jnp.where(jnp.sum(x) < 1.0, jnp.sum((x - 2.0) ** 2), jnp.inf)
+
+    for opt in (zoaq_jax.zoaq(0.1, k_max=4, n_hist=2, key=0), zoaq_jax.mezo(0.1, k=2, key=0)):
+        with pytest.warns(RuntimeWarning, match="nonfinite"):
+            _, _, trace = zoaq_jax.run(opt, f, jnp.zeros(4), 60)
+        assert zoaq_jax.STATUSES[int(trace.status[-1])] == "nonfinite"
+        assert np.isfinite(float(trace.best_value[-1]))
+
+
+def test_a_resumed_run_equals_the_uninterrupted_one_status_included():
+    """The divergence baseline lives in the state: a run cut a few steps before its
+    divergence stop and resumed stops where the uninterrupted one does."""
+    opt = zoaq_jax.zo_sgd(3.0, k=2, key=0)  # diverges (see the test above)
+    x, a = jnp.zeros(D), jnp.ones(D)
+    with pytest.warns(RuntimeWarning):
+        whole = zoaq_jax.run(opt, quadratic, x, 30, a=a)
+    status = np.asarray(whole[2].status)
+    assert zoaq_jax.STATUSES[status[-1]] == "diverged"
+    cut = int(np.argmax(status > 0)) - 2
+    half, state, first = zoaq_jax.run(opt, quadratic, x, cut, a=a)
+    assert zoaq_jax.STATUSES[int(first.status[-1])] == "finished"
+    with pytest.warns(RuntimeWarning):
+        rest = zoaq_jax.run(opt, quadratic, half, 30 - cut, init_state=state, a=a)
+    np.testing.assert_array_equal(rest[0], whole[0])
+    assert int(rest[2].status[-1]) == int(whole[2].status[-1])
+    assert int(rest[1][0].ledger.num_queries) == int(whole[1][0].ledger.num_queries)
+
+
+def test_a_state_of_another_configuration_is_refused_naming_the_field():
+    small = zoaq_jax.zoaq(1e-2, k_max=4, n_hist=4, key=0)
+    other = zoaq_jax.zoaq(1e-2, k_max=10, n_hist=8, key=0).init(jnp.zeros(D))
+    with pytest.raises(ValueError, match=r"init_state\[0\]\.\w+.*another configuration"):
+        zoaq_jax.run(small, quadratic, jnp.zeros(D), 2, init_state=other, a=jnp.ones(D))
+    with pytest.raises(ValueError, match="init_state.*structure"):
+        zoaq_jax.run(small, quadratic, jnp.zeros(D), 2,
+                     init_state=zoaq_jax.radazo(1e-2).init(jnp.zeros(D)), a=jnp.ones(D))
+
+
+def test_a_numpy_objective_and_a_foreign_optimizer_get_clear_errors():
+    import optax
+
+    def numpy_f(x):
+        return float(np.sum(np.asarray(x) ** 2))
+
+    def python_f(x):  # Python numbers from a traced array
+        return sum(float(v) ** 2 for v in x)
+
+    for fn in (numpy_f, python_f):
+        with pytest.raises(TypeError, match=r"zoaq_jax\.host_oracle"):
+            zoaq_jax.run(zoaq_jax.zoaq(1e-2), fn, jnp.zeros(D), 2)
+    with pytest.raises(TypeError, match="not a zoaq_jax optimizer"):
+        zoaq_jax.run(optax.adam(1e-2), quadratic, jnp.zeros(D), 2, a=jnp.ones(D))
+    with pytest.raises(TypeError, match="opt must be an optimizer"):
+        zoaq_jax.run(lambda x: x, quadratic, jnp.zeros(D), 2, a=jnp.ones(D))
+
+
+def test_seeds_beyond_32_bits_are_refused():
+    with pytest.raises(ValueError, match=r"seed must be an integer seed in \[-2\*\*31, 2\*\*32\)"):
+        zoaq_jax.run(zoaq_jax.zoaq(1e-2), quadratic, jnp.zeros(D), 2, seed=2**32,
+                     a=jnp.ones(D))
+    with pytest.raises(ValueError, match="repeat the run of seed 0"):
+        zoaq_jax.zoaq(1e-2, key=2**32)
+    zoaq_jax.zoaq(1e-2, key=2**32 - 1)
+    zoaq_jax.zoaq(1e-2, key=-(2**31))

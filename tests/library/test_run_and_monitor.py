@@ -26,12 +26,12 @@ def test_run_compiles_once_for_new_values():
     from zoaq_jax._src import loop
 
     opt = zoaq_jax.zoaq(1e-2, key=0)
-    before = loop._run._cache_size()
     for start in (1.0, 2.0, 3.0):
         zoaq_jax.run(opt, quadratic, jnp.zeros(10), 20, log_every=10, a=jnp.ones(10) * start)
-    assert loop._run._cache_size() == before + 1
+    program = loop._program(opt, quadratic)  # the cached program of this opt and objective
+    assert program._cache_size() == 1
     zoaq_jax.run(opt, quadratic, jnp.ones(10), 30, log_every=10, a=jnp.zeros(10))
-    assert loop._run._cache_size() == before + 2
+    assert program._cache_size() == 2
 
 
 def test_run_fills_missing_diagnostics():

@@ -134,7 +134,7 @@ def test_alias_under_vmap_over_seeds_and_query_limit_equals_single_device():
     agrees to 1e-6 (the test above)."""
     def runs(opt):
         def one(seed):
-            return zoaq_jax.run(opt, objective, PARAMS, 4, seed=seed,
+            return zoaq_jax.run(opt, objective, PARAMS, 4, seed=seed, log_values=False,
                                 max_queries=3 * (K + 1), a=jnp.zeros(24))
         return jax.jit(jax.vmap(one))(jnp.arange(3))
 

@@ -43,6 +43,9 @@ def backbone_transform(name: str, b1: float, b2: float, eps: float):
         return scale_by_radazo(b1=b1, b2=b2, eps=eps)
     if name == "zo_adamm":
         return scale_by_zo_adamm(b1=b1, b2=b2, eps=eps)
+    checks.decay("b1", b1)  # unused by "sgd", but never accepted as NaN or inf
+    checks.decay("b2", b2)
+    checks.finite("eps", eps)
     return optax.identity()
 
 

@@ -221,6 +221,7 @@ def progress(
             raise ValueError(f"r_up must be >= r, got r_up={r_up} < r={r}.")
     checks.non_negative("z", z)
     checks.non_negative("z_stall", z_stall)
+    checks.finite("floor", floor)
     checks.decay("ahead", ahead)
 
     def init(params: chex.ArrayTree, grid: Grid) -> ProgressState:

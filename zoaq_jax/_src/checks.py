@@ -80,6 +80,16 @@ def stability_term(name: str, value: Any) -> None:
         )
 
 
+def finite(name: str, value: Any) -> None:
+    """Raises unless ``value`` is a real scalar, finite when concrete (NaN and inf are
+    refused: a NaN compares false with everything, an infinite bound makes every
+    relative quantity 0 or NaN)."""
+    real_scalar(name, value)
+    v = concrete_value(value)
+    if v is not None and not np.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {value!r}.")
+
+
 def non_negative(name: str, value: Any) -> None:
     """Raises unless ``value`` is a real scalar, finite and >= 0 when concrete."""
     real_scalar(name, value)
@@ -132,11 +142,22 @@ def is_typed_key(key: Any) -> bool:
     return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
 
 
-def check_key(key: Any) -> None:
-    """Raises unless ``key`` is an integer seed (scalar, int64 range) or a single typed key."""
+SEED_RANGE = (-(2**31), 2**32)
+"""Integer seeds accepted, ``[-2**31, 2**32)``: ``jax.random.key`` keeps 32 bits of a seed
+(without x64), so a larger seed would silently give the run of another one (``2**32``
+that of ``0``). More streams: ``jax.random.fold_in(jax.random.key(a), b)``."""
+
+
+def check_key(key: Any, name: str = "key") -> None:
+    """Raises unless ``key`` is an integer seed in :data:`SEED_RANGE` or a single typed key."""
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        if not -(2**63) <= int(key) < 2**63:
-            raise ValueError(f"key must be an integer seed in [-2**63, 2**63), got {key}.")
+        lo, hi = SEED_RANGE
+        if not lo <= int(key) < hi:
+            raise ValueError(
+                f"{name} must be an integer seed in [-2**31, 2**32), got {key}: JAX keeps "
+                "32 bits of a seed, so this one would silently repeat the run of seed "
+                f"{int(key) % 2**32}. For more streams pass a typed key, e.g. "
+                "jax.random.fold_in(jax.random.key(a), b).")
         return
     dtype, shape = getattr(key, "dtype", None), getattr(key, "shape", None)
     if dtype is None or isinstance(key, bool):

@@ -165,7 +165,7 @@ def adaptive_estimator(
 
     def step_fn(state, params, value_fn, value, extra_args):
         """One step that the query limit affords (at least ``k_min`` directions)."""
-        step = expansion.open_step(value_fn, params, extra_args, value, mu, difference)
+        step = expansion.open_step(value_fn, params, extra_args, value, mu, difference, family)
         step_key = schedule.step_key(state.ledger)
         scale = dirs.estimator_scale(family, params)
         k_start = jnp.where(step.centre_bad, k_min, budget.start(state.budget))

@@ -99,12 +99,13 @@ class StepOracle(NamedTuple):
     centre: jax.Array | None  # f(x) for forward differences, None for central
     centre_calls: int  # oracle calls the centre value cost (0 or 1)
     centre_bad: jax.Array  # bool: a non-finite forward centre, which ends the step
+    coarse: jax.Array | bool  # a zero response may be blamed on mu (FiniteDifference.coarse)
 
     def charge(self, book: ledger.QueryLedger, cand: Candidate) -> ledger.QueryLedger:
         """``book`` advanced by one step that bought ``cand``'s fresh directions."""
         return ledger.advance(
             book, k=cand.k, calls=self.step_calls(cand.k), nonfinite=cand.k - cand.n_ok,
-            zero=jnp.sum(cand.ok & (cand.responses == 0), dtype=jnp.int32),
+            zero=jnp.sum(cand.ok & (cand.responses == 0) & self.coarse, dtype=jnp.int32),
             value=self.value_estimate(cand),
         )
 
@@ -123,13 +124,13 @@ class StepOracle(NamedTuple):
 def open_step(
     value_fn: Callable[..., Any], params: chex.ArrayTree, extra_args: dict,
     value: jax.Array | None, mu: float | jax.Array,
-    difference: str,
+    difference: str, family: dirs.Family,
 ) -> StepOracle:
     """Binds ``value_fn`` to its data and queries the centre value if the scheme needs it."""
     diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
     centre, calls = diff.centre(params, value)
     bad = jnp.asarray(False) if centre is None else ~jnp.isfinite(centre)
-    return StepOracle(diff, centre, calls, bad)
+    return StepOracle(diff, centre, calls, bad, diff.coarse(params, family))
 
 
 def fresh_acquirer(

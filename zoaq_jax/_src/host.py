@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -25,7 +23,8 @@ def host_oracle(
 
     The wrapped function calls ``fn`` through :func:`jax.pure_callback` with NumPy
     arrays (convert to ``torch.from_numpy`` inside ``fn`` if needed) and keeps ``fn``'s
-    signature, so keyword data is still matched by name. ``fn`` must be a pure function
+    signature, so keyword data is still matched by name; string keywords (a mode, a
+    name) reach ``fn`` unchanged. ``fn`` must be a pure function
     of its arguments: JAX may call it in any order, and under ``jax.vmap`` or a batched
     ``while_loop`` it is also called for lanes whose result is discarded (those calls
     are not counted in ``num_queries``; they are wasted host work).
@@ -45,7 +44,9 @@ def host_oracle(
     (whose message holds ``fn``'s traceback) wherever JAX dispatches the computation.
     Inside :func:`host_errors` it is re-raised as ``fn``'s own exception (same object,
     type, message and traceback, chained to the runtime error); an un-jitted
-    ``update`` of any estimator does this by itself.
+    ``update`` of any estimator and :func:`zoaq_jax.run` do this by themselves, and
+    wait for the computation before they return (on backends that dispatch
+    asynchronously, such as GPUs, the error would otherwise surface later).
 
     Example:
       >>> import jax, numpy as np, jax.numpy as jnp, optax, zoaq_jax
@@ -75,6 +76,9 @@ def host_oracle(
 
     @functools.wraps(fn)
     def value_fn(*args, **kwargs):
+        _ERRORS.used += 1  # a host computation: an un-jitted update waits for it
+        text = {k: v for k, v in kwargs.items() if isinstance(v, (str, bytes))}
+        kwargs = {k: v for k, v in kwargs.items() if k not in text}
         shapes = [jnp.shape(x) for x in jax.tree.leaves((args, kwargs))]
 
         @_recorded
@@ -82,7 +86,7 @@ def host_oracle(
             leaves, tree = jax.tree.flatten((a, kw))
             if not vectorized:
                 a, kw = jax.tree.unflatten(tree, [np.asarray(x) for x in leaves])
-                return _result(fn(*a, **kw), ())
+                return _result(fn(*a, **kw, **text), ())
             # Every vmap level adds a leading axis (size 1 where that argument is not
             # mapped): broadcast them to one batch shape and flatten it into one axis.
             batch = np.broadcast_shapes(
@@ -90,7 +94,7 @@ def host_oracle(
             rows = [np.broadcast_to(x, batch + s).reshape((-1, *s))
                     for x, s in zip(leaves, shapes)]
             a, kw = jax.tree.unflatten(tree, rows)
-            return _result(fn(*a, **kw), batch)
+            return _result(fn(*a, **kw, **text), batch)
 
         method = "expand_dims" if vectorized else "sequential"
         return jax.pure_callback(on_host, result, *args, vmap_method=method, **kwargs)
@@ -98,7 +102,21 @@ def host_oracle(
     return value_fn
 
 
-_PENDING = threading.local()  # the last exception a host function raised, per thread
+class _Errors:
+    """The last exception a host function raised (callbacks may run on another thread
+    than the caller's, e.g. on GPUs: not thread-local) and a count of host-objective
+    calls (traced or eager), by which an un-jitted update knows it must wait."""
+
+    error: BaseException | None = None
+    used: int = 0
+
+
+_ERRORS = _Errors()
+
+
+def note_error(err: BaseException) -> None:
+    """Notes ``err``, raised by a host callback, for :func:`host_errors` to re-raise."""
+    _ERRORS.error = err
 
 
 def _recorded(callback: Callable[..., Any]) -> Callable[..., Any]:
@@ -109,14 +127,41 @@ def _recorded(callback: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return callback(*args, **kwargs)
         except Exception as err:
-            _PENDING.error = err
+            note_error(err)
             raise
 
     return wrapped
 
 
-@contextlib.contextmanager
-def host_errors() -> Iterator[None]:
+class _HostErrors:
+    """:func:`host_errors`: a context manager, and a decorator that also waits for a
+    concrete result computed with a host objective (so that its exception is raised by
+    the decorated call even where JAX dispatches asynchronously)."""
+
+    def __enter__(self) -> None:
+        _ERRORS.error = None
+
+    def __exit__(self, kind, err, traceback) -> None:
+        if isinstance(err, jax.errors.JaxRuntimeError):
+            pending, _ERRORS.error = _ERRORS.error, None
+            if pending is not None:
+                raise pending from err
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with self:
+                used = _ERRORS.used
+                out = fn(*args, **kwargs)
+                if _ERRORS.used != used and not any(
+                        isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(out)):
+                    jax.block_until_ready(out)
+                return out
+
+        return wrapped
+
+
+def host_errors() -> _HostErrors:
     """Re-raises, inside the block, a :func:`host_oracle` function's own exception.
 
     A host function runs inside a JAX computation, so its exception reaches Python as
@@ -140,11 +185,4 @@ def host_errors() -> Iterator[None]:
     References:
       JAX documentation, External callbacks (``jax.pure_callback``).
     """
-    _PENDING.error = None
-    try:
-        yield
-    except jax.errors.JaxRuntimeError as err:
-        pending, _PENDING.error = getattr(_PENDING, "error", None), None
-        if pending is None:
-            raise
-        raise pending from err
+    return _HostErrors()

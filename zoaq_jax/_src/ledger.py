@@ -6,11 +6,18 @@ chained state:
 
 * ``num_queries``: cumulative oracle calls made by the estimator, centre values included.
 * ``num_nonfinite``: cumulative responses discarded because they were NaN or inf.
-* ``num_zero_responses``: cumulative finite fresh responses that were exactly 0 (all of
-  them when ``mu`` is below the parameters' float resolution: ``x + mu u`` rounds back
-  to ``x``); :func:`zoaq_jax.check_responses` turns it into a host warning.
+* ``num_zero_responses``: cumulative finite fresh responses that were exactly 0 at steps
+  where a perturbation of size ``mu`` rounds away at some coordinate (all of them when
+  ``mu`` is below the parameters' float resolution: ``x + mu u`` rounds back to ``x``;
+  zeros of the objective itself, e.g. sparse directions whose support misses what it
+  reads, are not counted); :func:`zoaq_jax.check_responses` turns it into a host
+  warning.
 * ``last_k``: fresh directions acquired at the last step.
 * ``value_estimate``: the last step's free estimate of ``f(x_t)`` (no extra query).
+* ``first_value``, ``best_value``: the first finite and the lowest of these estimates
+  over the state's life (NaN and inf until a step gives one): the baseline against
+  which :func:`zoaq_jax.run` measures divergence, carried by the state so that a
+  resumed run stops where the uninterrupted one would.
 * ``query_limit``: None (no limit, the default), or the calls the estimator may make in
   all: a step that cannot afford its smallest budget is not taken, and adaptive steps cap
   their budget by the calls left (:func:`limit_queries`; :func:`zoaq_jax.run` sets it
@@ -61,6 +68,8 @@ class QueryLedger(NamedTuple):
     num_zero_responses: jax.Array  # int32, cumulative finite responses exactly 0 (saturating)
     last_k: jax.Array  # int32, fresh directions acquired at the last step
     value_estimate: jax.Array  # float32, the last step's free estimate of f(x_t) (NaN: none)
+    first_value: jax.Array  # float32, the first finite value_estimate (NaN: none yet)
+    best_value: jax.Array  # float32, the lowest value_estimate (inf: none yet)
     query_limit: jax.Array | None = None  # int32, calls allowed in all (None: no limit)
 
 
@@ -114,7 +123,9 @@ class KeySchedule(NamedTuple):
 
         return QueryLedger(key_data=data, step=zero(), num_queries=zero(),
                            num_nonfinite=zero(), num_zero_responses=zero(), last_k=zero(),
-                           value_estimate=jnp.full((), jnp.nan, jnp.float32))
+                           value_estimate=jnp.full((), jnp.nan, jnp.float32),
+                           first_value=jnp.full((), jnp.nan, jnp.float32),
+                           best_value=jnp.full((), jnp.inf, jnp.float32))
 
 
 def direction_keys(key: jax.Array, first: jax.Array | int, size: int) -> jax.Array:
@@ -142,13 +153,16 @@ def advance(ledger: QueryLedger, *, k: jax.Array, calls: ArrayLike, nonfinite: j
     """The ledger after a step that acquired ``k`` directions with ``calls`` oracle calls,
     ``nonfinite`` discarded and ``zero`` exactly-zero responses, estimating ``f(x)`` as
     ``value``."""
+    value = jnp.asarray(value, jnp.float32)
     return ledger._replace(
         step=jnp.asarray(ledger.step + 1, jnp.int32),
         num_queries=_add(ledger.num_queries, calls),
         num_nonfinite=_add(ledger.num_nonfinite, nonfinite),
         num_zero_responses=_add(ledger.num_zero_responses, zero),
         last_k=jnp.asarray(k, jnp.int32),
-        value_estimate=jnp.asarray(value, jnp.float32),
+        value_estimate=value,
+        first_value=jnp.where(jnp.isfinite(ledger.first_value), ledger.first_value, value),
+        best_value=jnp.where(value < ledger.best_value, value, ledger.best_value),
     )
 
 
@@ -165,26 +179,32 @@ def skip_unaffordable(state: Any, params: Any, min_calls: int,
     if left is None:  # no limit
         return take()
 
-    def skip():
-        return optax.tree.cast_like(dirs.zeros(params), params), state
+    def skip():  # zeros like the step's update (None on carried leaves such as keys)
+        return dirs.cast_like(dirs.zeros(params), params), state
 
     return jax.lax.cond(left >= min_calls, take, skip)
 
 
-def limit_queries(state: Any, max_queries: Any) -> Any:
+def limit_queries(state: Any, max_queries: Any, start: Any = None) -> Any:
     """``state`` allowed ``max_queries`` more oracle calls by every :class:`QueryLedger` in it.
 
     Args:
       state: an optimizer state (any PyTree holding ledgers, e.g. a chain's state).
-      max_queries: calls allowed from now on (non-negative int, may be traced); the
-        ``query_limit`` becomes ``num_queries + max_queries`` (saturating).
+      max_queries: calls allowed from ``start`` on (non-negative int, may be traced); the
+        ``query_limit`` becomes ``start + max_queries`` (saturating). None removes the
+        limit.
+      start: the count the allowance starts from (int32, may be traced); None: the
+        ledger's ``num_queries`` now.
 
     Returns:
       The state with the limit set; its estimators then never exceed it.
     """
     def set_limit(node):
         if isinstance(node, QueryLedger):
-            return node._replace(query_limit=_add(node.num_queries, max_queries))
+            if max_queries is None:
+                return node._replace(query_limit=None)
+            base = node.num_queries if start is None else jnp.asarray(start, jnp.int32)
+            return node._replace(query_limit=_add(base, max_queries))
         return node
 
     return jax.tree.map(set_limit, state, is_leaf=lambda n: isinstance(n, QueryLedger))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -12,14 +12,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.experimental import io_callback
 
-from zoaq_jax._src import checks, configs, host, ledger, oracle
+from zoaq_jax._src import checks, host, ledger, oracle
 from zoaq_jax._src.alias import apply_updates
 
-STATUSES = ("running", "budget_spent", "diverged")
-"""``Trace.status`` codes: 0 running (all steps so far taken), 1 the ``max_queries``
-budget could not afford the next step, 2 the free value estimate diverged."""
-RUNNING, BUDGET_SPENT, DIVERGED = range(3)
+STATUSES = ("running", "budget_spent", "diverged", "nonfinite", "finished", "stopped")
+"""``Trace.status`` codes, why the run ended (the final row) or that it goes on (earlier
+rows): 0 running; 1 the ``max_queries`` budget could not afford the next step; 2 the
+free value estimate grew past ``divergence`` times its progress scale; 3 a step's free
+value estimate was NaN or infinite (no finite response: the run left the objective's
+domain) or the iterate became non-finite; 4 every step was taken; 5 the ``progress``
+callback raised (``run`` re-raises its exception)."""
+RUNNING, BUDGET_SPENT, DIVERGED, NONFINITE, FINISHED, STOPPED = range(len(STATUSES))
 
 
 class Trace(NamedTuple):
@@ -28,8 +33,10 @@ class Trace(NamedTuple):
     ``value`` is the objective at the logged iterate, evaluated for monitoring: these
     evaluations are not oracle calls of the method and are not in ``num_queries``; they
     are counted in ``num_log_evaluations`` (0 with ``log_values=False``, ``value`` is
-    then NaN). Diagnostics that the optimizer does not have are NaN (``last_score``,
-    ``tau``) or 0. Every field has one row per log point except ``best_params``.
+    then NaN). With ``max_queries`` they are paid from the budget (see :func:`run`): a
+    log point whose iterate has not moved since the last evaluation repeats its value.
+    Diagnostics that the optimizer does not have are NaN (``last_score``, ``tau``) or 0.
+    Every field has one row per log point except ``best_params``.
     """
 
     step: jax.Array  # int32
@@ -41,7 +48,7 @@ class Trace(NamedTuple):
     extras: dict  # name -> float32 array, the diagnostics requested with ``extras=``
     num_log_evaluations: jax.Array  # int32, cumulative value_fn calls made for ``value``
     best_value: jax.Array  # float32, lowest free value estimate so far (inf: none yet)
-    status: jax.Array  # int32, a code of STATUSES (the run stops at the first non-zero)
+    status: jax.Array  # int32, a code of STATUSES (why the run ended, in the final row)
     best_params: Any  # the iterate with the lowest free value estimate (final only)
 
 
@@ -58,14 +65,89 @@ def _required(state: Any, name: str) -> jax.Array:
 
 _STATIC_TYPES = (bool, int, str, type(None))
 _LISTENERS: dict[int, Callable[[int, int], Any]] = {}  # progress callbacks by token
+_ERRORS: dict[int, BaseException] = {}  # a progress callback's exception, by token
+_DEFERRED: set[int] = set()  # tokens of runs under an outer transformation (run returned)
 _TOKENS = itertools.count(1)
 
 
-def _report(token, step, num_queries):
-    """Host side of the progress callback: calls the listener registered under ``token``."""
-    listener = _LISTENERS.get(int(token))
-    if listener is not None:
+def _report(token, step, num_queries) -> np.ndarray:
+    """Host side of the progress callback: calls the listener registered under ``token``.
+
+    Returns whether the run may go on. When the listener raises, a run that ``run`` is
+    still waiting for stops (``STOPPED``) and ``run`` re-raises the exception; a run
+    under an outer transformation (executed after ``run`` returned) raises it here, for
+    :func:`zoaq_jax.host_errors` to re-raise as itself.
+    """
+    token = int(token)
+    listener = _LISTENERS.get(token)
+    if listener is None or token in _ERRORS:
+        return np.asarray(token not in _ERRORS)
+    try:
         listener(int(step), int(num_queries))
+    except Exception as err:
+        if token in _DEFERRED:
+            host.note_error(err)
+            raise
+        _ERRORS[token] = err
+        return np.asarray(False)
+    return np.asarray(True)
+
+
+_PROGRAMS: dict[tuple[int, ...], Any] = {}  # ids of (init, update, value_fn) -> program
+
+
+class _Program(NamedTuple):
+    jitted: Callable[..., Any]
+    finalizers: list
+
+
+def _program(opt: Any, value_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled run of ``opt`` on ``value_fn``, cached by their identity, as
+    ``jax.jit`` caches a function: a new function (another closure, global, default or
+    schedule) is a new program, and nothing here keeps the objects alive (the cache
+    holds weak references and drops the program when one of them is collected, with the
+    arrays its trace captured). Objects that cannot be weakly referenced are not cached.
+    """
+    parts = (opt.init, opt.update, value_fn)
+    key = tuple(map(id, parts))
+    found = _PROGRAMS.get(key)
+    if found is not None:
+        return found.jitted
+    try:
+        refs = tuple(weakref.ref(part) for part in parts)
+    except TypeError:
+        return _compile(lambda: parts)
+    entry = _Program(_compile(lambda: tuple(ref() for ref in refs)), [])
+    _PROGRAMS[key] = entry
+    entry.finalizers.extend(weakref.finalize(part, _forget, key) for part in parts)
+    return entry.jitted
+
+
+def _forget(key: tuple[int, ...]) -> None:
+    """Drops the program of ``key`` (one of its objects was collected)."""
+    entry = _PROGRAMS.pop(key, None)
+    for finalizer in entry.finalizers if entry is not None else ():
+        finalizer.detach()
+
+
+def _check_optimizer(opt: Any, value_fn: Any) -> None:
+    """Clear errors for objects ``run`` cannot drive (before anything is traced)."""
+    if not (callable(getattr(opt, "init", None)) and callable(getattr(opt, "update", None))):
+        raise TypeError(
+            f"run: opt must be an optimizer from zoaq_jax (e.g. zoaq_jax.zoaq(1e-2)), got "
+            f"{type(opt).__name__}.")
+    if not callable(value_fn):
+        raise TypeError(f"run: value_fn must be callable, got {type(value_fn).__name__}.")
+
+
+def _foreign(exc: Exception) -> TypeError:
+    return TypeError(
+        "run: opt is not a zoaq_jax optimizer (its state has no query ledger) and its "
+        "update failed when called as run calls it: update(None, state, params, "
+        f"value_fn=...), with no gradient ({type(exc).__name__}: {exc}). run drives "
+        "zeroth-order optimizers, which compute their updates from value_fn: use one of "
+        "zoaq_jax's (e.g. zoaq_jax.zoaq(1e-2) or zoaq_jax.radazo(1e-2)), or a "
+        "transformation whose update takes value_fn and ignores the missing gradient.")
 
 
 def run(
@@ -91,48 +173,66 @@ def run(
     ``fn_kwargs`` are passed to every update (and to ``value_fn``) unchanged, so this
     loop suits fixed-data objectives; write your own loop for minibatches. Array
     keywords are data; ``int``, ``bool``, ``str`` and ``None`` keywords (a count, a
-    mode) are static. The program is compiled once per optimizer *configuration*
-    (optimizers built with equal arguments share it), objective, static keywords,
-    lengths and shapes; neither ``opt`` nor ``value_fn`` is kept alive by the cache.
+    mode) are static. The program is cached as ``jax.jit`` caches a function: by the
+    identity of ``opt`` and ``value_fn`` (another closure, schedule or closed-over value
+    is another program, never a cached one), static keywords, lengths and shapes; the
+    cache keeps neither ``opt`` nor ``value_fn`` (nor what they close over) alive.
 
     The run stops early (the remaining rows repeat its last iterate, ``status`` says
-    why) when ``max_queries`` cannot afford another step (the estimators cap the last
-    step's budget by the calls left, so ``num_queries <= max_queries`` always), or when
-    the steps' free estimate of ``f(x_t)`` (no extra query: central midpoints or the
-    forward centre) exceeds its best by ``divergence`` times the progress scale, becomes
-    ``+inf``, or the iterate becomes non-finite (later steps are then computed and
-    discarded, uncounted, as under ``vmap``). The iterate with the lowest estimate is
-    returned as ``trace.best_params``. Called outside ``jit``/``vmap``, ``run`` warns on
-    the host about divergence (naming the learning rate) and about exactly-zero
-    responses (:func:`zoaq_jax.check_responses`, naming ``mu``).
+    why; the remaining steps make no oracle call outside ``vmap``) when ``max_queries``
+    cannot afford another step (the estimators cap the last step's budget by the calls
+    left), when the steps' free estimate of ``f(x_t)`` (no extra query: central
+    midpoints or the forward centre) exceeds its best by ``divergence`` times the
+    progress scale (both kept in the optimizer state, so a resumed run stops where the
+    uninterrupted one would), when that estimate is NaN or infinite (the run left the
+    objective's domain) or the iterate becomes non-finite, or when ``progress`` raises.
+    The iterate with the lowest estimate is returned as ``trace.best_params``. Called
+    outside ``jit``/``vmap``, ``run`` warns on the host about a divergent or non-finite
+    run (naming the learning rate) and about exactly-zero responses
+    (:func:`zoaq_jax.check_responses`, naming ``mu``), and re-raises the exception of a
+    ``progress`` callback or of a :func:`zoaq_jax.host_oracle` objective as itself.
+
+    **Budgets.** With ``max_queries``, every call of ``value_fn`` counts: the
+    estimators' oracle calls (``num_queries``) and the logging evaluations
+    (``num_log_evaluations``) together never exceed it. One call is kept back for the
+    next log point's evaluation; a log point whose iterate has not moved since the last
+    evaluation (the run stopped) repeats that value without a call. Pass
+    ``log_values=False`` to give the whole budget to the estimator.
 
     The function is pure: to run many seeds, ``jax.vmap`` over ``seed`` with one
-    optimizer object built outside (no tracer is captured in any cache), or build the
-    optimizer inside the mapped function from the mapped seed. Map ``seed`` also when
-    only the starting points differ: the optimizer's ``key`` (default 0) is the same in
-    every lane, so without ``seed`` all lanes draw the same directions (64 lanes from
-    one start end at one value), e.g.
+    optimizer object built outside, or build the optimizer inside the mapped function
+    from the mapped seed (no tracer is kept by the cache in either case; under ``vmap``
+    stopped lanes are computed and discarded, uncounted). Map ``seed`` also when only the
+    starting points differ: the optimizer's ``key`` (default 0) is the same in every lane,
+    so without ``seed`` all lanes draw the same directions (64 lanes from one start end at
+    one value), e.g.
     ``jax.vmap(lambda x0, s: run(opt, f, x0, n, seed=s))(starts, jnp.arange(len(starts)))``.
 
     Args:
-      opt: an optimizer from :mod:`zoaq_jax` or any Optax transformation taking
-        ``value_fn`` as a keyword.
-      value_fn: the objective ``value_fn(params, **fn_kwargs) -> scalar``.
+      opt: an optimizer from :mod:`zoaq_jax` or any Optax transformation whose update
+        computes its updates from the keyword ``value_fn`` (``run`` passes no gradient).
+      value_fn: the objective ``value_fn(params, **fn_kwargs) -> scalar``, a JAX
+        function (wrap NumPy, PyTorch or simulator code in
+        :func:`zoaq_jax.host_oracle`).
       params: initial parameters (any PyTree).
       num_steps: number of updates (at most, with a budget), a multiple of ``log_every``.
       log_every: trace period in steps.
       init_state: optimizer state to continue from (default ``opt.init(params)``), e.g.
-        the state returned by an earlier ``run`` when the objective changes.
+        the state returned by an earlier ``run`` of the same optimizer; a state of
+        another configuration is refused, naming the first field that differs.
       extras: further diagnostics to trace, by the name ``optax.tree.get`` finds them
         under (e.g. ``"consistency"`` from :func:`monitor_consistency`).
-      max_queries: oracle calls this run may make (int, may be traced; at most
-        ``2**31 - 1``); None: no budget. Needs an optimizer with a query ledger.
-      seed: integer seed or typed key replacing the optimizer's ``key`` (may be traced:
-        the vmap idiom); None keeps the key of ``opt`` (or of ``init_state``).
+      max_queries: calls of ``value_fn`` this run may make, logging included (int, may
+        be traced; at most ``2**31 - 1``); None: no budget. Needs an optimizer with a
+        query ledger.
+      seed: integer seed in ``[-2**31, 2**32)`` or typed key replacing the optimizer's
+        ``key`` (may be traced: the vmap idiom); None keeps the key of ``opt`` (or of
+        ``init_state``).
       progress: ``progress(step, num_queries)`` called on the host at every log point
-        (e.g. ``lambda t, n: bar.update(log_every)`` for a tqdm bar).
+        (e.g. ``lambda t, n: bar.update(log_every)`` for a tqdm bar); if it raises, the
+        run stops there and ``run`` raises its exception.
       divergence: the growth factor over the best estimate that stops the run, None
-        never stops on divergence.
+        never stops on divergence nor on non-finite estimates.
       log_values: evaluate ``value_fn`` at the log points for ``Trace.value``.
       **fn_kwargs: data for ``value_fn``.
 
@@ -148,7 +248,7 @@ def run(
       ...     return zoaq_jax.run(opt, f, jnp.zeros(8), 100, log_every=50, seed=seed,
       ...                         max_queries=2000, a=jnp.ones(8))
       >>> params, state, trace = jax.vmap(one_seed)(jnp.arange(4))
-      >>> trace.value.shape, bool((trace.num_queries <= 2000).all())
+      >>> trace.value.shape, bool((trace.num_queries + trace.num_log_evaluations <= 2000).all())
       ((4, 3), True)
 
     References:
@@ -167,6 +267,9 @@ def run(
         if max_queries > ledger.COUNT_MAX:
             raise ValueError(f"max_queries ({max_queries}) must be at most 2**31 - 1, "
                              "where the query counters saturate.")
+    if isinstance(seed, (int, np.integer)):
+        checks.check_key(seed, name="seed")
+    _check_optimizer(opt, value_fn)
     static = {k: v for k, v in fn_kwargs.items() if isinstance(v, _STATIC_TYPES)}
     data = {k: v for k, v in fn_kwargs.items() if k not in static}
     token = None
@@ -176,18 +279,23 @@ def run(
     traced = True  # until the outputs show otherwise (an optimizer may close over tracers)
     try:
         with host.host_errors():  # a host_oracle objective's own exception, not JAX's
-            out = _run(params, data, init_state, seed, max_queries, token,
-                       init=configs.Static(opt.init), update=configs.Static(opt.update),
-                       value_fn=configs.Static(value_fn), static=tuple(sorted(static.items())),
-                       num_steps=num_steps, log_every=log_every, extras=tuple(extras),
-                       divergence=divergence, log_values=bool(log_values))
+            out = _program(opt, value_fn)(
+                params, data, init_state, seed, max_queries, token,
+                static=tuple(sorted(static.items())), num_steps=num_steps,
+                log_every=log_every, extras=tuple(extras), divergence=divergence,
+                log_values=bool(log_values))
             traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(out))
             if not traced:
                 jax.block_until_ready(out)
                 jax.effects_barrier()  # every progress callback has run
     finally:  # under an outer transformation the callback runs later: it stays registered
-        if not traced and token is not None:
+        if token is not None and not traced:
             _LISTENERS.pop(token, None)
+        elif token is not None:
+            _DEFERRED.add(token)
+    error = None if token is None else _ERRORS.pop(token, None)
+    if error is not None:
+        raise error
     if not traced:
         _warn(out[1], out[2], divergence)
     return out
@@ -196,85 +304,157 @@ def run(
 def _warn(state: Any, trace: Trace, divergence: float | None) -> None:
     """Host warnings about a finished (concrete) run: divergence, zero responses."""
     status = np.asarray(trace.status).reshape(-1, trace.status.shape[-1])
-    if (status == DIVERGED).any():
-        row = int(np.argmax((status == DIVERGED).any(axis=0)))
-        step = int(np.asarray(trace.step).reshape(-1, status.shape[-1])[0, row])
-        warnings.warn(
-            f"zoaq_jax.run: diverged by step {step} and stopped: the free value estimate "
-            f"grew over {divergence:g} times its best progress, or became non-finite. The "
-            "learning rate is too large for this objective: lower learning_rate (e.g. "
-            "10x) or clip the updates; trace.best_params holds the best iterate.",
-            RuntimeWarning, stacklevel=3)
+    steps = np.asarray(trace.step).reshape(-1, status.shape[-1])[0]
+    for code, why in ((DIVERGED, f"the free value estimate grew over {divergence} times "
+                       "its best progress"),
+                      (NONFINITE, "a step's free value estimate was NaN or infinite (no "
+                       "finite response: the objective is undefined or infinite around "
+                       "the iterate) or the iterate became non-finite")):
+        if (status == code).any():
+            step = int(steps[np.argmax((status == code).any(axis=0))])
+            warnings.warn(
+                f"zoaq_jax.run: stopped by step {step} ({STATUSES[code]}): {why}. The "
+                "learning rate may be too large for this objective: lower learning_rate "
+                "(e.g. 10x) or clip the updates; if the objective is infinite outside a "
+                "domain, keep the iterate inside it (e.g. a penalty or a change of "
+                "variables). trace.best_params holds the best iterate.",
+                RuntimeWarning, stacklevel=3)
     ledger.check_responses(state, stacklevel=4)
 
 
-@functools.partial(jax.jit, static_argnames=(
-    "init", "update", "value_fn", "static", "num_steps", "log_every", "extras", "divergence",
-    "log_values"))
-def _run(params, kwargs, init_state, seed, max_queries, token, *, init, update, value_fn,
+def _check_state(state: Any, expected: Any) -> None:
+    """Refuses an ``init_state`` that another configuration of the optimizer made."""
+    got, want = (jax.tree_util.tree_flatten_with_path(x)[0] for x in (state, expected))
+    got_paths = [jax.tree_util.keystr(p) for p, _ in got]
+    want_paths = [jax.tree_util.keystr(p) for p, _ in want]
+    if got_paths != want_paths:
+        field = next((w for g, w in zip(got_paths, want_paths) if g != w),
+                     (want_paths + got_paths)[min(len(got_paths), len(want_paths))])
+        raise ValueError(
+            f"init_state{field}: the state's structure differs from this optimizer's "
+            f"(fields {len(got_paths)} against {len(want_paths)}); it was made by another "
+            "optimizer or configuration. Pass the state of the same optimizer.")
+    for (path, a), (_, b) in zip(got, want):
+        if jnp.shape(a) != b.shape or jnp.result_type(a) != b.dtype:
+            raise ValueError(
+                f"init_state{jax.tree_util.keystr(path)}: {jnp.result_type(a)}"
+                f"{list(jnp.shape(a))} where this optimizer's state holds "
+                f"{b.dtype}{list(b.shape)}: the state was made by another configuration "
+                "(e.g. other k_max, n_hist or window sizes). Pass the state of the same "
+                "optimizer.")
+
+
+def _compile(parts: Callable[[], tuple]) -> Callable[..., Any]:
+    """The jitted run of ``parts() = (init, update, value_fn)``."""
+    return jax.jit(lambda *args, **kwargs: _run(*parts(), *args, **kwargs),
+                   static_argnames=("static", "num_steps", "log_every", "extras",
+                                    "divergence", "log_values"))
+
+
+def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, token, *,
          static, num_steps, log_every, extras, divergence, log_values):
-    """:func:`run`, compiled once per configuration, objective, length and shapes."""
-    value_fn, kwargs = value_fn(), {**kwargs, **dict(static)}
-    opt = optax.GradientTransformationExtraArgs(init(), update())
+    """:func:`run`'s program (traced once per optimizer, objective, length and shapes)."""
+    kwargs = {**kwargs, **dict(static)}
+    opt = optax.GradientTransformationExtraArgs(init, update)
     f = oracle.bind(value_fn, params, kwargs) if log_values else None
-    state = opt.init(params) if init_state is None else init_state
-    has_ledger = optax.tree.get(state, "num_queries") is not None
+    fresh = jax.eval_shape(opt.init, params)
+    if init_state is None:
+        state = opt.init(params)
+    else:  # each run has its own budget: a limit left by an earlier run is dropped
+        state = ledger.limit_queries(init_state, None)
+        _check_state(state, fresh)
+    has_ledger = optax.tree.get(fresh, "num_queries") is not None
+    if max_queries is not None and not has_ledger:
+        raise ValueError("max_queries: the optimizer has no query ledger (num_queries); "
+                         "use a zoaq_jax estimator or drop max_queries.")
+    if not has_ledger:
+        try:
+            jax.eval_shape(lambda s, p: opt.update(None, s, p, value_fn=value_fn, **kwargs),
+                           state, params)
+        except Exception as exc:  # noqa: BLE001 - any failure: say why run cannot drive it
+            raise _foreign(exc) from exc
     if seed is not None:
         state = ledger.with_key(state, seed)
+    paid = max_queries is not None and log_values  # logging paid from the budget
+    start = _diagnostic(state, "num_queries", 0, jnp.int32)
     if max_queries is not None:
-        if not has_ledger:
-            raise ValueError("max_queries: the optimizer has no query ledger (num_queries); "
-                             "use a zoaq_jax estimator or drop max_queries.")
-        state = ledger.limit_queries(state, max_queries)
+        state = ledger.limit_queries(state, max_queries, start)
 
     class Carry(NamedTuple):
         params: Any
         state: Any
         best_params: Any
-        best_value: jax.Array  # float32
-        first_value: jax.Array  # float32, the first finite estimate
+        best_value: jax.Array  # float32, the lowest estimate of this run
         status: jax.Array  # int32
+        value: jax.Array  # float32, the last logged value
+        logs: jax.Array  # int32, logging evaluations made
+        moved: jax.Array  # bool, the iterate moved since the last logging evaluation
 
-    def record(step, carry, logs):
+    def evaluate(carry: Carry) -> Carry:
+        """The logged value at ``carry.params`` (and its cost, with a budget)."""
+        if not log_values:
+            return carry
+        if not paid:
+            return carry._replace(value=f(carry.params).astype(jnp.float32),
+                                  logs=carry.logs + 1)
+        used = _diagnostic(carry.state, "num_queries", 0, jnp.int32) - start + carry.logs
+        call = carry.moved & (used < max_queries)
+        value = jax.lax.cond(call, lambda p: f(p).astype(jnp.float32),
+                             lambda p: jnp.where(carry.moved, jnp.nan, carry.value),
+                             carry.params)
+        logs = carry.logs + call.astype(jnp.int32)
+        # the estimator may spend the rest, but one call for the next evaluation
+        allowance = jnp.maximum(max_queries - logs - 1, 0)
+        return carry._replace(value=value, logs=logs, moved=carry.moved & ~call,
+                              state=ledger.limit_queries(carry.state, allowance, start))
+
+    def record(step, carry: Carry) -> tuple[Carry, Trace]:
+        carry = evaluate(carry)
         row = Trace(
             step=jnp.asarray(step, jnp.int32),
-            value=(f(carry.params).astype(jnp.float32) if log_values
-                   else jnp.full((), jnp.nan, jnp.float32)),
+            value=carry.value,
             num_queries=_diagnostic(carry.state, "num_queries", 0, jnp.int32),
             last_k=_diagnostic(carry.state, "last_k", 0, jnp.int32),
             last_score=_diagnostic(carry.state, "last_score", jnp.nan, jnp.float32),
             tau=_diagnostic(carry.state, "tau", jnp.nan, jnp.float32),
             extras={name: _required(carry.state, name) for name in extras},
-            num_log_evaluations=jnp.asarray(logs, jnp.int32),
+            num_log_evaluations=carry.logs,
             best_value=carry.best_value,
             status=carry.status,
             best_params=None,
         )
         if token is not None:
-            jax.debug.callback(_report, token, row.step, row.num_queries)
-        return row
+            going = io_callback(
+                _report, jax.ShapeDtypeStruct((), jnp.bool_), token, row.step,
+                row.num_queries)
+            status = jnp.where(going | (carry.status != RUNNING), carry.status, STOPPED)
+            carry = carry._replace(status=status.astype(jnp.int32))
+            row = row._replace(status=carry.status)
+        return carry, row
 
     def take(carry: Carry) -> Carry:
         updates, state = opt.update(None, carry.state, carry.params, value_fn=value_fn,
                                     **kwargs)
         params = apply_updates(carry.params, updates)
         if not has_ledger:
-            return carry._replace(params=params, state=state)
+            return carry._replace(params=params, state=state, moved=jnp.asarray(True))
         spent = optax.tree.get(state, "num_queries") != optax.tree.get(
             carry.state, "num_queries")
         estimate = optax.tree.get(state, "value_estimate")
         better = spent & (estimate < carry.best_value)
         best_value = jnp.where(better, estimate, carry.best_value)
-        first = jnp.where(jnp.isfinite(carry.first_value), carry.first_value, estimate)
         status = jnp.where(spent, RUNNING, BUDGET_SPENT)
         if divergence is not None:
-            scale = jnp.maximum(jnp.abs(first - best_value), jnp.abs(best_value))
-            grew = (scale > 0) & (estimate - best_value > divergence * scale)
+            first = optax.tree.get(state, "first_value")
+            best = optax.tree.get(state, "best_value")  # over the state's life (resumable)
+            scale = jnp.maximum(jnp.abs(first - best), jnp.abs(best))
+            grew = (scale > 0) & (estimate - best > divergence * scale)
             finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)])
-            blown = (estimate == jnp.inf) | grew | ~jnp.all(finite)
-            status = jnp.where(spent & blown, DIVERGED, status)
-        stepped = Carry(params, state, carry.best_params, best_value, first,
-                        jnp.asarray(status, jnp.int32))
+            bad = ~jnp.isfinite(estimate) | ~jnp.all(finite)
+            status = jnp.where(spent & grew, DIVERGED, status)
+            status = jnp.where(spent & bad, NONFINITE, status)
+        stepped = carry._replace(params=params, state=state, best_value=best_value,
+                                 status=jnp.asarray(status, jnp.int32), moved=jnp.asarray(True))
         stepped = stepped._replace(best_params=jax.tree.map(
             lambda a, b: jnp.where(better, a, b), carry.params, carry.best_params))
         if max_queries is None:
@@ -285,21 +465,29 @@ def _run(params, kwargs, init_state, seed, max_queries, token, *, init, update, 
                             carry._replace(status=stepped.status))
 
     def one_step(carry: Carry, _):
-        if max_queries is None and divergence is None:
+        if max_queries is None and divergence is None and token is None:
             return take(carry), None
-        # a select, not a cond: the program is the same batched or not, so a vmapped run
-        # rounds as the unbatched one (steps after a stop are computed and discarded)
         going = carry.status == RUNNING
-        return jax.tree.map(lambda a, b: jnp.where(going, a, b), take(carry), carry), None
+        if max_queries is None and token is None:
+            # a select, not a cond: the program is the same batched or not, so a vmapped
+            # run rounds as the unbatched one (steps after a stop are computed and
+            # discarded, uncounted)
+            return jax.tree.map(lambda a, b: jnp.where(going, a, b), take(carry), carry), None
+        # with a budget or a progress callback, a stopped run makes no further call
+        # (under vmap the cond is a select: stopped lanes are computed and discarded)
+        return jax.lax.cond(going, take, lambda c: c, carry), None
 
     def one_period(carry, i):
         carry, _ = jax.lax.scan(one_step, carry, None, length=log_every)
-        return carry, record((i + 1) * log_every, carry, (i + 2) * int(log_values))
+        return record((i + 1) * log_every, carry)
 
     carry = Carry(params, state, params, jnp.full((), jnp.inf, jnp.float32),
-                  jnp.full((), jnp.nan, jnp.float32), jnp.zeros((), jnp.int32))
-    first = record(0, carry, int(log_values))
+                  jnp.zeros((), jnp.int32), jnp.full((), jnp.nan, jnp.float32),
+                  jnp.zeros((), jnp.int32), jnp.asarray(True))
+    carry, first = record(0, carry)
     carry, rest = jax.lax.scan(one_period, carry, jnp.arange(num_steps // log_every))
     trace = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+    ended = jnp.where(carry.status == RUNNING, FINISHED, carry.status).astype(jnp.int32)
+    trace = trace._replace(status=trace.status.at[-1].set(ended))
     best = carry.best_params if has_ledger else carry.params  # no estimates to rank by
     return carry.params, carry.state, trace._replace(best_params=best)

@@ -38,8 +38,9 @@ def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any
 
     Raises:
       TypeError: ``value_fn`` is not callable, cannot be called with the forwarded
-        keywords (for example a required data argument is missing) or names a data
-        parameter ``value`` (update()'s own keyword).
+        keywords (for example a required data argument is missing), names a data
+        parameter ``value`` (update()'s own keyword) or is not traceable by JAX (a NumPy
+        objective: the error names :func:`zoaq_jax.host_oracle`).
       ValueError: ``value_fn`` does not return a real scalar of at least float32
         precision (a bfloat16 or float16 loss cannot resolve finite differences).
     """
@@ -76,7 +77,17 @@ def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any
                 "parameters."
             ) from None
     fn = functools.partial(value_fn, **kwargs)
-    out = jax.eval_shape(fn, dirs.promote(params))  # the points it is evaluated at
+    try:
+        out = jax.eval_shape(fn, dirs.promote(params))  # the points it is evaluated at
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError) as err:
+        raise TypeError(
+            f"value_fn {getattr(value_fn, '__name__', value_fn)!r} is not a JAX function: "
+            f"it turned a traced value into a NumPy array or a Python number "
+            f"({type(err).__name__}). The estimators call it under jit and vmap. For a "
+            "NumPy, PyTorch or simulator objective, wrap it: "
+            "value_fn=zoaq_jax.host_oracle(fn); for JAX code, replace Python control "
+            "flow on values by jnp.where or jax.lax.cond."
+        ) from err
     shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
     if shape not in ((), (1,)) or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(
@@ -183,6 +194,21 @@ class FiniteDifference(NamedTuple):
         if value is not None:
             return _at_least_f32(jnp.reshape(jnp.asarray(value), ())), calls
         return _at_least_f32(self.fn(dirs.promote(params))), calls
+
+    def coarse(self, params: Any, family: dirs.Family) -> jax.Array | bool:
+        """Whether an exactly-zero response may be blamed on ``mu`` (the
+        ``num_zero_responses`` diagnostic). Sparse directions give the objective's own
+        zeros (a support that misses every coordinate it reads): for them, only where a
+        perturbation of size ``mu`` rounds away at some coordinate of ``params``
+        (``x + mu == x`` in the compute dtype). Other families perturb every coordinate:
+        always (``True``, no computation)."""
+        if family.name != "sparse":
+            return True
+        lost = [jnp.any((x + jnp.asarray(self.mu, x.dtype) == x)
+                        | (x - jnp.asarray(self.mu, x.dtype) == x))
+                for x in jax.tree.leaves(dirs.promote(params))
+                if dirs.optimised(x) and jnp.size(x)]
+        return jnp.any(jnp.stack(lost)) if lost else jnp.asarray(False)
 
     def values(self, params: Any, directions: Any) -> jax.Array:
         """``f(x + mu u_i)`` for a batch of directions, in one vectorised call."""

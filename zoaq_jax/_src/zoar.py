@@ -71,7 +71,9 @@ def zoar_estimator(
 
     Args:
       k: fresh directions per step.
-      n_hist: past steps kept :math:`N_{hist} \ge 0`.
+      n_hist: past steps kept :math:`N_{hist} \ge 0` (forward form: at least two records,
+        :math:`(N_{hist} + 1) k \ge 2`, or the baseline is the only record and the
+        estimate is 0).
       mu: smoothing radius :math:`\mu > 0`.
       difference: ``"forward"`` (averaged baseline) or ``"central"``.
       directions: the family of directions (see :func:`fixed_estimator`).
@@ -105,6 +107,12 @@ def zoar_estimator(
     family = dirs.family(directions)
     capacity = (n_hist + 1) * k
     forward = difference == "forward"
+    if forward and capacity < 2:
+        raise ValueError(
+            f"n_hist: with difference='forward', k={k} and n_hist={n_hist} ZoAR keeps "
+            "one record, which is its own baseline, so every estimate is exactly 0. Keep "
+            "a record to compare with: n_hist >= 1 (the paper uses 8), k >= 2, or "
+            "difference='central'.")
 
     def init_fn(params):
         return ZoARState(
@@ -177,6 +185,7 @@ def zoar_estimator(
         else:
             baseline = None
             zero = ok & (fresh == 0)
+        zero = zero & diff.coarse(params, family)  # else the objective's own zeros
         g, _ = expansion.finish(sums[0], n, 1.0, n_ok)
         new_ledger = ledger.advance(
             state.ledger, k=k, calls=diff.step_calls(k, 0), nonfinite=k - n_ok,
