@@ -28,6 +28,7 @@ def test_auto_k_spec_uses_the_library_defaults():
     assert auto_k.spec == "auto_k" and methods.label(auto_k) == "auto_k K∈[1,16]"
     params = dict(auto_k.params)
     assert params.pop("difference") == "forward" and params.pop("backbone") == "radazo"
+    assert (params.pop("lr_scale"), params.pop("schedule")) == (1.0, "constant")  # every base's
     assert params == {name: defaults[name].default for name in params}
     assert params["window"] == 8 and params["growth"] == 0.125 and params["k_max"] == 16
     assert methods.label("auto_k:window=50") == "auto_k K∈[1,16], window=50"
@@ -150,4 +151,4 @@ def test_compare_anytime_specs():
     specs = cli.config_of(parse_cli(["--methods", "zoar:k=2", "statzo_norm",
                                      "--compare", "anytime"])).methods
     assert specs[:2] == ("zoar:k=2", "statzo_norm") and len(specs) == 13
-    assert cli.config_of(parse_cli([])).methods[-1] == "auto_k"  # the paper preset's
+    assert cli.config_of(parse_cli(["--preset", "paper"])).methods[-1] == "auto_k"
