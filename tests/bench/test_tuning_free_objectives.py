@@ -1,8 +1,8 @@
 """tuning_free never diverges on the generalization benchmark's objectives (both sets).
 
 Each objective runs as the benchmark runs it (its start box, a fresh data key a step for
-the noisy ones), for 2,000 calls told as the budget, 2 seeds (1 at d = 10^5): every logged gap is finite,
-the final gap is below the start's, and the budget holds.
+the noisy ones), for 2,000 calls told as the budget, 2 seeds (1 at d = 10^5): every logged
+gap is finite, the final gap is below the start's, and the budget holds.
 """
 
 import jax

@@ -205,7 +205,10 @@ def test_budget_decay_reaches_the_minimum():
     ({"budget": 0}, "budget"), ({"learning_rate": 0.0}, "learning_rate"),
     ({"mu": -1.0}, "mu"), ({"k_max": 0}, "k_max"), ({"window": 1}, "window"),
     ({"growth": 2.0}, "growth"), ({"q_data": -0.1}, "q_data"), ({"straight": 1.5}, "straight"),
-    ({"scale": 0.0}, "scale"), ({"z": -1.0}, "z")])
+    ({"scale": 0.0}, "scale"), ({"z": -1.0}, "z"), ({"learning_rate": float("inf")},
+                                                      "learning_rate"),
+    ({"mu": float("nan")}, "mu"), ({"precision": float("inf")}, "precision"),
+    ({"scale": float("inf")}, "scale"), ({"z": float("nan")}, "z")])
 def test_bad_options_name_the_argument(kwargs, name):
     with pytest.raises((ValueError, TypeError), match=name):
         zoaq_jax.tuning_free(**kwargs)

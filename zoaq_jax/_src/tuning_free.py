@@ -16,7 +16,7 @@ from zoaq_jax._src import directions as dirs
 from zoaq_jax._src.budgets import ResetState, window_length, window_statistics
 from zoaq_jax._src.chain import Estimator
 from zoaq_jax._src.controller import AdaptiveState, adaptive_estimator
-from zoaq_jax._src.policies import BudgetRule, Grid, Outcome
+from zoaq_jax._src.policies import BudgetRule
 from zoaq_jax._src.radazo import ScaleByRAdaZOState
 
 
@@ -43,7 +43,7 @@ TUNED_DIMENSION = 100
 
 
 def _dimension_factor(params: chex.ArrayTree) -> float:
-    """:math:`\min(1, \sqrt{d_{tuned} / d})`: the first step at dimension :math:`d`.
+    r""":math:`\min(1, \sqrt{d_{tuned} / d})`: the first step at dimension :math:`d`.
 
     R-AdaZO's steps have unit size per coordinate whatever :math:`d`, while the part of a
     one-direction estimate along the gradient shrinks as :math:`1 / \sqrt d`; above the
@@ -248,7 +248,8 @@ def tuning_free(
       >>> for _ in range(2000):
       ...     u, state = step(params, state)
       ...     params = zoaq_jax.apply_updates(params, u)
-      >>> int(optax.tree.get(state, "num_queries")) <= 4000, bool(f(params) < 1e-2 * f(jnp.full(10, 3.0)))
+      >>> start = f(jnp.full(10, 3.0))
+      >>> int(optax.tree.get(state, "num_queries")) <= 4000, bool(f(params) < 1e-2 * start)
       (True, True)
 
     References:
@@ -257,14 +258,18 @@ def tuning_free(
       baselines in ``docs/results/generalization_heldout.md``); Optax's
       ``contrib.reduce_on_plateau`` (the schedule this one tests statistically); Byrd,
       Chin, Nocedal and Wu, Sample size selection in optimization methods for machine
-      learning, Math. Program. 2012 (dynamic sample sizes); von Neumann, Distribution of the ratio of the mean square successive
-      difference to the variance, Ann. Math. Stat. 1941; Shu et al., Refining Adaptive
-      Zeroth-Order Optimization at Ease, ICML 2025 (the moments).
+      learning, Math. Program. 2012 (dynamic sample sizes); von Neumann, Distribution of
+      the ratio of the mean square successive difference to the variance, Ann. Math.
+      Stat. 1941; Shu et al., Refining Adaptive Zeroth-Order Optimization at Ease, ICML
+      2025 (the moments).
     """
     if budget is not None:
         budget = checks.static_int("budget", budget, 1)
         if budget > ledger.COUNT_MAX:
             raise ValueError(f"budget ({budget}) must be at most 2**31 - 1.")
+    for name, value in (("learning_rate", learning_rate), ("mu", mu), ("z", z),
+                        ("q_data", q_data), ("precision", precision), ("growth", growth)):
+        checks.finite(name, value)
     for name, value in (("learning_rate", learning_rate), ("mu", mu)):
         checks.positive(name, value)
     k_max = checks.static_int("k_max", k_max, 1)
@@ -274,6 +279,7 @@ def tuning_free(
     checks.in_closed_interval("q_data", q_data, 0.0, 2.0)
     checks.positive("precision", precision)
     if scale is not None:
+        checks.finite("scale", scale)
         checks.positive("scale", scale)
     b1, b2, eps = 0.9, 0.99, 1e-8  # R-AdaZO's moments (the benchmarks' betas)
     estimator = adaptive_estimator(
