@@ -2,7 +2,9 @@
 
 Each objective runs as the benchmark runs it (its start box, a fresh data key a step for
 the noisy ones), for 2,000 calls told as the budget, 2 seeds (1 at d = 10^5): every logged
-gap is finite, the final gap is below the start's, and the budget holds.
+gap is finite, the final gap is below the start's, and the budget holds. The two
+objectives at d >= 10^4 take 30 s of the suite's time and are marked slow
+(``python -m pytest -m slow tests/bench/test_tuning_free_objectives.py``).
 """
 
 import jax
@@ -16,7 +18,9 @@ from benchmarks.generalization.objectives import HELD_OUT, TUNING
 from benchmarks.synthetic import budget as budget_mode
 
 BUDGET = 2000
-PROBLEMS = [("heldout", n) for n in sorted(HELD_OUT)] + [("tuning", n) for n in sorted(TUNING)]
+PROBLEMS = [pytest.param(which, name, marks=[pytest.mark.slow] if problems[name].dim >= 10_000
+                         else []) for which, problems in (("heldout", HELD_OUT), ("tuning", TUNING))
+            for name in sorted(problems)]
 
 
 @pytest.mark.parametrize("which, name", PROBLEMS)
