@@ -23,6 +23,15 @@ class ScaleByRAdaZOState(NamedTuple):
     v: Any  # second moment of the first moment, v
 
 
+def refined_moments(updates: Any, state: ScaleByRAdaZOState, b1: float,
+                    b2: float) -> ScaleByRAdaZOState:
+    """R-AdaZO's moments after one estimate: :math:`m_t = \beta_1 m_{t-1} + (1 - \beta_1)
+    g_t`, :math:`v_t = \beta_2 v_{t-1} + (1 - \beta_2) m_t^2` (shared with
+    :func:`zoaq_jax.tuning_free`)."""
+    m = optax.tree.update_moment(updates, state.m, b1, 1)
+    return ScaleByRAdaZOState(m=m, v=optax.tree.update_moment_per_elem_norm(m, state.v, b2, 2))
+
+
 def scale_by_radazo(
     *,
     b1: float = 0.9,
@@ -73,8 +82,7 @@ def scale_by_radazo(
 
     def update_fn(updates, state, params=None):
         del params
-        m = optax.tree.update_moment(updates, state.m, b1, 1)
-        v = optax.tree.update_moment_per_elem_norm(m, state.v, b2, 2)
+        m, v = refined_moments(updates, state, b1, b2)
         if eps_in_sqrt:
             scaled = jax.tree.map(lambda mi, vi: mi / jnp.sqrt(vi + eps), m, v)
         else:

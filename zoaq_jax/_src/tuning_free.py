@@ -17,7 +17,7 @@ from zoaq_jax._src.budgets import ResetState, window_length, window_statistics
 from zoaq_jax._src.chain import Estimator
 from zoaq_jax._src.controller import AdaptiveState, adaptive_estimator
 from zoaq_jax._src.policies import BudgetRule
-from zoaq_jax._src.radazo import ScaleByRAdaZOState
+from zoaq_jax._src.radazo import ScaleByRAdaZOState, refined_moments
 
 
 PATIENCE = 1.25
@@ -112,7 +112,7 @@ def _scaled(tree: chex.ArrayTree, factor: jax.Array) -> chex.ArrayTree:
 
 def noise_diagnosis(mean, se2, prev_mean, prev_se2, sq, sq_diff, n, progress, *, z: float,
                     q_data: float, precision: float):
-    r"""What a closed window says: a stall, its cause, or a fall that asks for larger steps.
+    r"""What a closed window says: a stall and its cause, or a significant rise.
 
     With :math:`\Delta = \bar v_{prev} - \bar v` and :math:`SE = \sqrt{SE_{prev}^2 +
     SE^2}` (successive-difference standard errors, :func:`budgets.window_statistics`):
@@ -324,8 +324,7 @@ def tuning_free(
         unit = _scaled(params, 1.0 / s)
         g, est = estimator.update(None, state.estimator, unit, value_fn=value_fn_z, value=value,
                                   **extra_args)
-        m = optax.tree.update_moment(g, state.moments.m, b1, 1)
-        v = optax.tree.update_moment_per_elem_norm(m, state.moments.v, b2, 2)
+        m, v = refined_moments(g, state.moments, b1, b2)
         root = jax.tree.map(jnp.sqrt, v)
         top = jnp.max(jnp.stack([jnp.max(r) for r in jax.tree.leaves(root)]))
         floor = eps * top + jnp.finfo(jnp.float32).tiny
