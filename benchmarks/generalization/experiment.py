@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-import zoaq_jax
 from benchmarks import anytime, pages
 from benchmarks.generalization.objectives import SETS, Problem
 from benchmarks.methods import COMPLETE, SYNTHETIC_HYPER, Hyper
@@ -39,12 +38,11 @@ LR_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # multipliers of the rule's learning rat
 FIXED = tuple(f"radazo:k={k}" for k in KS)
 # Baselines run without tuning (issue 32): a cosine decay over the budget, Optax's
 # parameter-free optimizers after the R-AdaZO estimator, reduce-on-plateau on the free
-# value estimate, auto_k; and the library's tuning-free optimizer once it exists.
+# value estimate, auto_k; and the library's tuning-free optimizer (both forms).
 BASELINES = ("radazo:k=1,schedule=cosine", "radazo:backbone=prodigy,k=1",
              "radazo:backbone=dog,k=1", "radazo:backbone=dowg,k=1",
              "radazo:k=1,schedule=plateau", "auto_k")
-TUNING_FREE = tuple(COMPLETE) if hasattr(zoaq_jax, "tuning_free") else ()
-ADAPTIVE = BASELINES + TUNING_FREE
+ADAPTIVE = BASELINES + tuple(COMPLETE)
 FIRST_BUDGET = 1000  # calls: the smallest budget scored
 # Design rounds that scored the held-out set (round 1: b422e1f, round 2: 72a29a3, round 3:
 # issue 32); the coordinator sets it.
