@@ -128,18 +128,37 @@ def test_a_significant_fall_is_no_stall_and_a_rise_is_flagged():
     assert stalled and rose
 
 
-def scripted(values):
+def scripted(values, dim=D):
     """The controller's diagnostics after a run whose free value estimates are ``values``
     (the objective returns the step's scripted value wherever it is evaluated)."""
     opt = zoaq_jax.tuning_free(key=0, window=16, growth=0.0)
     step = jax.jit(lambda p, s, v: opt.update(None, s, p, value_fn=lambda x, v: v + 0 * x[0],
                                               v=v))
-    params, state = jnp.ones(D), opt.init(jnp.ones(D))
+    params, state = jnp.ones(dim), opt.init(jnp.ones(dim))
     for v in values:
         u, state = step(params, state, jnp.float32(v))
         params = zoaq_jax.apply_updates(params, u)
-    names = ("num_lr_down", "num_data_noise", "num_k_up", "next_k")
-    return {n: int(optax.tree.get(state, n)) for n in names}
+    names = ("num_lr_down", "num_data_noise", "num_k_up", "next_k", "num_lr_up")
+    out = {n: int(optax.tree.get(state, n)) for n in names}
+    return {**out, "learning_rate": float(optax.tree.get(state, "learning_rate"))}
+
+
+def test_the_start_up_ramp_doubles_while_windows_fall_faster():
+    """At d = 10^4 the first step is 8e-3 x sqrt(100 / d) = 8e-4. Windows of 16 steps
+    falling faster each time: the step doubles at every comparison up to the ceiling
+    8e-3 (3 doublings: 6.4e-3 would double past it). Falling at one constant rate: the
+    first fall doubles, the next (no faster) halves back and ends the ramp for good, so
+    the later faster windows change nothing. At d <= 100 there is no ramp."""
+    rates = np.repeat(np.arange(1.0, 9.0), 16)  # window j falls j per step
+    accelerating = 1e4 - np.cumsum(rates)
+    out = scripted(accelerating, dim=10_000)
+    assert out["num_lr_up"] == 3 and out["num_lr_down"] == 0
+    np.testing.assert_allclose(out["learning_rate"], 6.4e-3, rtol=1e-6)
+    steady = 1e4 - np.cumsum(np.concatenate([np.ones(64), rates]))
+    out = scripted(steady, dim=10_000)
+    assert out["num_lr_up"] == 1 and out["num_lr_down"] == 1
+    np.testing.assert_allclose(out["learning_rate"], 8e-4, rtol=1e-6)
+    assert scripted(accelerating)["num_lr_up"] == 0
 
 
 def test_data_noise_lowers_the_step_and_direction_noise_raises_k():
