@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import anytime, pages, presets
-from benchmarks.llm import data, fetch, models, tasks, train
+from benchmarks.llm import baselines, data, fetch, models, tasks, train
+from benchmarks.llm import methods as methods_lib
 from benchmarks.llm.config import Config
 from benchmarks.llm.methods import REGISTRY, is_fixed
 from benchmarks.llm.models import lora
@@ -73,7 +74,7 @@ def prepare(cfg: Config) -> Setup:
     if splits is None:
         splits = _movie_review_splits(cfg, tokenizer)
     first = lora.first_tuned(model, cfg.lora_layers)
-    layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt)
+    layout, encoded = tasks.encode_splits(cfg, splits, tokenizer, cfg.prompt)
     lora.apply_lora(model, key=0, first=first)
     graphdef, adapters, base = lora.split(model)
     bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
@@ -84,20 +85,6 @@ def prepare(cfg: Config) -> Setup:
                        "max_length": layout.max_length, "option_length": layout.option_length,
                        "fast_path": layout.single_token and cfg.fast_path},
                  splits=splits, tokenizer=tokenizer)
-
-
-def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str):
-    """``(layout, {train, dev, test: encoded})`` of ``splits`` with ``prompt``. The length
-    fits the prompt when the embedded reviews were filtered by length, else ``max_length``."""
-    task = tasks.get_task(cfg.task, prompt if cfg.task == "sst2" else None, splits.train)
-    filtered = cfg.data is None and cfg.task == "sst2"
-    layout = tasks.measure(task, tokenizer, splits.train + splits.dev + splits.test,
-                           max_length=None if filtered else cfg.max_length)
-    fast = layout.single_token and cfg.fast_path
-    return layout, {
-        name: tasks.encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
-                           only_correct=name == "train" and task.loss_kind == "option_lm")
-        for name in ("train", "dev", "test")}
 
 
 # What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
@@ -127,9 +114,6 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
     first-order reference gets the median wall time (training and evaluation) of the
     zeroth-order runs. ``prompts``: a prompt table computed before
     (:func:`baselines.prompt_table`), else it is computed here."""
-    from benchmarks.llm import baselines
-    from benchmarks.llm import methods as methods_lib
-
     wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"] for r in results]))
     tc = dataclasses.replace(cfg, steps=100_000,
                              eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))

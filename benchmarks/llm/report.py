@@ -12,6 +12,7 @@ import numpy as np
 
 from benchmarks import anytime, common, pages, record
 from benchmarks.pages import mean_std
+from benchmarks.llm import tables
 from benchmarks.llm.experiment import fe_to_reach
 from benchmarks.llm.methods import is_fixed
 
@@ -43,10 +44,6 @@ PAPER_HEADERS = ["Method", "Total FE", "Avg K", "FE savings", "Best eval loss",
                  "Last eval loss", "Accuracy", "Dev acc", "Train loss"]
 
 
-def by_method(results: list[dict]) -> dict[str, list[dict]]:
-    return pages.grouped(results, "method")
-
-
 def _reference(groups: dict[str, list[dict]]) -> str | None:
     """The fixed-K reference of the savings: R-AdaZO K=4, else MeZO, if run."""
     return next((n for n in ("radazo", "mezo") if n in groups), None)
@@ -54,7 +51,7 @@ def _reference(groups: dict[str, list[dict]]) -> str | None:
 
 def summary_rows(results: list[dict]) -> list[list[str]]:
     """One row per method: means ± std over seeds; savings relative to fixed K=4."""
-    groups = by_method(results)
+    groups = tables.by_method(results)
     ref = _reference(groups)
     reference = None if ref is None else np.mean([r["total_fe"] for r in groups[ref]])
     rows = []
@@ -86,7 +83,7 @@ def regret_rows(payload: dict[str, Any]) -> list[list[str]]:
 
 def matched_rows(results: list[dict]) -> list[list[str]]:
     """FE the fixed-K reference (same seed) needs to reach each method's best dev loss."""
-    groups = by_method(results)
+    groups = tables.by_method(results)
     ref_name = _reference(groups)
     if ref_name is None:
         return []
@@ -118,7 +115,7 @@ def _interleaved(timings: list[dict]) -> str:
 
 def timing_rows(results: list[dict]) -> list[list[str]]:
     rows = []
-    for runs in by_method(results).values():
+    for runs in tables.by_method(results).values():
         t = [r["timing"] for r in runs]
         mean = {key: float(np.mean([x[key] for x in t])) for key in (
             "fe_per_s", "step_s_mean", "overhead_share", "compile_s", "eval_s", "wall_s")}
@@ -166,8 +163,6 @@ def title(payload: dict[str, Any]) -> str:
 def markdown(payload: dict[str, Any], figure: str) -> list[str]:
     """The sections of the generated part of the results page: setup, our table, timing,
     the paper's table, how the run differs from the paper."""
-    from benchmarks.llm import tables
-
     cfg, results, data = payload["config"], payload["results"], payload["data"]
     zs = payload.get("zero_shot") or {}
     run = record.RunRecord.from_dict(payload["record"])
@@ -223,7 +218,7 @@ def markdown(payload: dict[str, Any], figure: str) -> list[str]:
 
 def result_columns(results: list[dict]) -> str:
     """The definitions of the columns of :func:`summary_rows`."""
-    groups = by_method(results)
+    groups = tables.by_method(results)
     ref = _reference(groups)
     return pages.columns({
         "Total FE": "forward passes the method spent", "Avg K": "directions a step",
