@@ -27,7 +27,8 @@ from benchmarks.experiment import execute, read_results, split
 from benchmarks.generalization import experiment, report
 from benchmarks.generalization.objectives import SETS
 from benchmarks.record import Recorder, RunRecord
-from benchmarks.synthetic.methods import REGISTRY, parse_methods
+from benchmarks.methods import SYNTHETIC as REGISTRY
+from benchmarks.methods import parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ from benchmarks import anytime, pages, presets
 from benchmarks.llm import baselines, data, fetch, models, tasks, train
 from benchmarks.llm import methods as methods_lib
 from benchmarks.llm.config import Config
-from benchmarks.llm.methods import REGISTRY, is_fixed
+from benchmarks.llm.methods import REGISTRY
 from benchmarks.llm.models import lora
 
 
@@ -187,7 +187,7 @@ def regret(results: list[dict], budget: int, every: int,
     ``inf`` if it never did). The best fixed K at B has regret <= 1.
     """
     curves = {name: mean_curve(runs) for name, runs in pages.grouped(results, "method").items()}
-    fixed = [name for name in curves if is_fixed(name)]
+    fixed = [name for name in curves if REGISTRY.fixed_k(name) is not None]
     if not fixed:
         raise ValueError("The regret needs at least one fixed-K method.")
     budgets = list(range(every, budget + 1, every))

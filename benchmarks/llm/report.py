@@ -14,7 +14,7 @@ from benchmarks import anytime, common, pages, record
 from benchmarks.pages import mean_std
 from benchmarks.llm import tables
 from benchmarks.llm.experiment import fe_to_reach
-from benchmarks.llm.methods import is_fixed
+from benchmarks.llm.methods import REGISTRY
 
 # The paper's Table "Complete LLM fine-tuning results" (OPT-1.3B rows): total FE,
 # avg K, FE savings %, best eval loss, last eval loss, accuracy, dev acc, train loss.
@@ -67,7 +67,8 @@ def summary_rows(results: list[dict]) -> list[list[str]]:
                 ("best_eval_loss", "{:.4f}"), ("last_eval_loss", "{:.4f}"),
                 ("accuracy", "{:.3f}"), ("dev_accuracy", "{:.3f}"))),
             mean_std(train, "{:.4f}") if train else "–",
-            "–" if is_fixed(name)  # share of steps accepted at K_min (adaptive methods)
+            # share of steps accepted at K_min (adaptive methods)
+            "–" if REGISTRY.fixed_k(name) is not None
             else f"{100 * np.mean([r['immediate_accept_rate'] for r in runs]):.1f}%"])
     return rows
 
@@ -75,7 +76,7 @@ def summary_rows(results: list[dict]) -> list[list[str]]:
 def regret_rows(payload: dict[str, Any]) -> list[list[str]]:
     """One row per method: its regret at each budget, the median and the maximum."""
     labels = {r["method"]: r["label"] for r in payload["results"]}
-    return [[labels[name] + (" (envelope)" if is_fixed(name) else ""),
+    return [[labels[name] + (" (envelope)" if REGISTRY.fixed_k(name) is not None else ""),
              *(anytime.fmt(float(v))  # JSON stores infinity as "inf"
                for v in (*entry["regret"], entry["median"], entry["max"]))]
             for name, entry in payload["regret"]["methods"].items()]

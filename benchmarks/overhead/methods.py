@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from benchmarks.methods import EXTERNAL, SYNTHETIC_HYPER
+from benchmarks.methods import BASES, EXTERNAL, SYNTHETIC_HYPER
 from benchmarks.methods import SYNTHETIC as REGISTRY
 
 
@@ -81,9 +81,9 @@ def timed(name: str) -> Timed:
     evaluation = _SUFFIXES.get(suffix, "loop")
     built = m.spec if evaluation == "loop" else REGISTRY.parse(
         f"{spec}{',' if ':' in spec else ':'}evaluation={evaluation}").spec
-    fixed = m.base in ("radazo", "zo_adamm")
+    fixed = BASES[m.base].fixed_budget
     return Timed(m.spec + plus + suffix, m.label + (f", {suffix}" if suffix else ""),
-                 "fixed" if fixed else "adaptive", m.fixed_k or m.get("k_max"), evaluation,
+                 "fixed" if fixed else "adaptive", m.k_max, evaluation,
                  built)
 
 

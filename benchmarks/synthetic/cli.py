@@ -32,7 +32,8 @@ from benchmarks.record import Recorder, RunRecord
 from benchmarks.synthetic import budget as budgets
 from benchmarks.synthetic import protocol as protocols
 from benchmarks.synthetic import report, runner
-from benchmarks.synthetic.methods import REGISTRY, parse_methods
+from benchmarks.methods import SYNTHETIC as REGISTRY
+from benchmarks.methods import parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
