@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import anytime, pages, presets
+from benchmarks.experiment import per_worker
 from benchmarks.llm import baselines, data, fetch, models, tasks, train
 from benchmarks.llm import methods as methods_lib
 from benchmarks.llm.config import Config
@@ -90,16 +91,12 @@ def prepare(cfg: Config) -> Setup:
 # What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
 SETUP_FIELDS = ("model", "dtype", "task", "data", "data_seed", "n_train", "n_dev", "n_test",
                 "max_length", "prompt", "fast_path", "lora_layers", "sequential")
-_SETUP: dict[tuple, Setup] = {}  # the last configuration's setup, one per process
 
 
+@per_worker(*SETUP_FIELDS)
 def prepared(cfg: Config) -> Setup:
     """:func:`prepare` of ``cfg``, loaded once per process (the last one kept)."""
-    key = tuple(getattr(cfg, name) for name in SETUP_FIELDS)
-    if key not in _SETUP:
-        _SETUP.clear()
-        _SETUP[key] = prepare(cfg)
-    return _SETUP[key]
+    return prepare(cfg)
 
 
 def run(cfg: Config, method: str) -> list[dict]:

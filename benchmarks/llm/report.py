@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common, pages, record
+from benchmarks import anytime, common, experiment, pages, record
 from benchmarks.pages import mean_std
 from benchmarks.llm import tables
 from benchmarks.llm.experiment import fe_to_reach
@@ -294,7 +294,7 @@ def write(out_dir: Path | None, report_path: Path | None,
     paths = {}
     if out_dir is not None:
         out_dir = Path(out_dir)
-        paths["json"] = common.write_json(out_dir / f"llm{common.RESULTS}", payload)
+        paths["json"] = experiment.save(out_dir / f"llm{common.RESULTS}", payload)
         paths["png"] = plot(payload["results"], out_dir / "llm.png", caption, envelope)
     if report_path is not None:
         report_path = Path(report_path)
@@ -302,8 +302,8 @@ def write(out_dir: Path | None, report_path: Path | None,
         fig = plot(payload["results"],
                    beside / f"{report_path.stem}_{cfg['preset']}_{cfg['task']}.png", caption,
                    envelope)
-        paths["report json"] = common.write_json(beside / f"{report_path.stem}{common.RESULTS}",
-                                          payload)
+        paths["report json"] = experiment.save(beside / f"{report_path.stem}{common.RESULTS}",
+                                               payload)
         paths["markdown"] = pages.page(report_path, title(payload),
                                       markdown(payload, pages.link(fig, report_path)), "llm")
         paths["figure"] = fig
