@@ -80,9 +80,9 @@ def parse(spec: str) -> Method:
     return REGISTRY.parse(spec)
 
 
-def label(spec: str) -> str:
-    """The label of ``spec`` (:attr:`benchmarks.methods.Method.label`)."""
-    return parse(spec).label
+def label(method: Method | str) -> str:
+    """The label of a method or spec (:attr:`benchmarks.methods.Method.label`)."""
+    return (parse(method) if isinstance(method, str) else method).label
 
 
 # The anytime comparison: the adaptive budgets against fixed K in {1, 2, 4} of each
