@@ -72,6 +72,7 @@ COMMON = {"lr_scale": 1.0, "schedule": "constant"}  # keys of every base (module
 SCHEDULES = ("constant", "cosine", "plateau")
 # Optax's parameter-free optimizers (complete: they scale their own steps), at their defaults.
 PARAMETER_FREE = {"prodigy": "Prodigy", "dog": "DoG", "dowg": "DoWG"}
+BACKBONES = {"radazo": "R-AdaZO", "zo_adamm": "ZO-AdaMM", "sgd": "SGD", **PARAMETER_FREE}
 POLICY_MODULES = {"gates": zoaq_jax.gates, "budgets": zoaq_jax.budgets,
                   "retention": zoaq_jax.retention}
 
@@ -179,6 +180,7 @@ class Base:
     estimator: Callable[..., optax.GradientTransformationExtraArgs]
     backbone: str = "radazo"
     fixed: tuple[tuple[str, Any], ...] = ()  # estimator arguments the base pins
+    fixed_budget: bool = False  # K constant, fresh directions: a fixed-K family
 
     @property
     def ablations(self) -> dict[str, Any]:
@@ -202,9 +204,10 @@ BASES: dict[str, Base] = {
     "statzo_norm": Base("StatZO-norm", zoaq_jax.zoaq_estimator,
                         fixed=(("trigger", "norm"), ("n_hist", 0))),
     "auto_k": Base("auto_k", zoaq_jax.auto_k_estimator),
-    "radazo": Base("R-AdaZO", zoaq_jax.fixed_estimator),
-    "zo_adamm": Base("ZO-AdaMM", zoaq_jax.fixed_estimator, backbone="zo_adamm"),
-    "mezo": Base("MeZO", zoaq_jax.fixed_estimator, backbone="sgd"),
+    "radazo": Base("R-AdaZO", zoaq_jax.fixed_estimator, fixed_budget=True),
+    "zo_adamm": Base("ZO-AdaMM", zoaq_jax.fixed_estimator, backbone="zo_adamm",
+                     fixed_budget=True),
+    "mezo": Base("MeZO", zoaq_jax.fixed_estimator, backbone="sgd", fixed_budget=True),
     "zoar": Base("ZoAR", zoaq_jax.zoar_estimator),
 }
 
@@ -229,17 +232,34 @@ class Method:
     base: str
     params: tuple[tuple[str, Any], ...]  # every parameter, sorted by name
     changed: tuple[str, ...]  # the keys that differ from the benchmark's defaults
+    names: tuple[tuple[str, str], ...] = ()  # the registry's label of a key: "N_hist={}"
+    envelope: str | None = None  # the registry's envelope directions (None: any)
 
     def get(self, key: str) -> Any:
         return dict(self.params)[key]
 
     @property
+    def k_min(self) -> int:
+        """The smallest K a step can use (its K for a fixed-K method)."""
+        p = dict(self.params)
+        return p["k_min"] if "k_min" in p else p["k"]
+
+    @property
+    def k_max(self) -> int:
+        """The largest K a step can use (its K for a fixed-K method)."""
+        p = dict(self.params)
+        return p["k_max"] if "k_max" in p else p["k"]
+
+    @property
     def grid_k(self) -> int | None:
-        """K of a fixed-budget method on a moment backbone at a constant learning rate
-        (any ``lr_scale``): a point of the (learning rate, K) grid; else ``None``."""
+        """K of a method of a fixed-budget family (:attr:`Base.fixed_budget`) on a moment
+        backbone at a constant learning rate (any ``lr_scale``), with the registry's
+        envelope directions where it names them: a point of the (learning rate, K) grid;
+        else ``None``. The project's one fixed-K test (:attr:`fixed_k` builds on it)."""
         p = dict(self.params)
         plain = p["schedule"] == "constant" and p["backbone"] not in PARAMETER_FREE
-        return p["k"] if "k" in p and plain else None
+        family = BASES[self.base].fixed_budget and self.envelope in (None, p.get("directions"))
+        return p["k"] if family and plain else None
 
     @property
     def fixed_k(self) -> int | None:
@@ -249,11 +269,17 @@ class Method:
 
     @property
     def label(self) -> str:
-        """A human-readable name in the paper's notation."""
-        p = dict(self.params)
+        """A human-readable name in the paper's notation: the keys that differ from the
+        registry's defaults as ``key=value`` (or as the registry names them), a backbone
+        other than the base's in brackets (``ZoAQ K∈[1,10], n_hist=4 (ZO-AdaMM)``). The
+        project's one label."""
+        p, names = dict(self.params), dict(self.names)
         budget = f"K={p['k']}" if "k" in p else f"K∈[{p['k_min']},{p['k_max']}]"
-        extras = [f"{k}={p[k]}" for k in self.changed if k not in ("k", "k_min", "k_max")]
-        return " ".join([BASES[self.base].name, budget]) + "".join(f", {e}" for e in extras)
+        extras = [names.get(k, f"{k}={{}}").format(p[k]) for k in self.changed
+                  if k not in ("k", "k_min", "k_max", "backbone")]
+        backbone = f" ({BACKBONES[p['backbone']]})" if "backbone" in self.changed else ""
+        return (" ".join([BASES[self.base].name, budget]) + "".join(f", {e}" for e in extras)
+                + backbone)
 
     def build(self, hyper: Hyper, key: Any, *, monitor: bool = True,
               budget: int | None = None) -> optax.GradientTransformationExtraArgs:
@@ -335,9 +361,15 @@ class Registry:
     Args:
       defaults: ``{base: {key: value}}``; a base's keys not listed keep the library's
         defaults, ``backbone`` the base's own.
+      names: how a label writes a changed key (``{"n_hist": "N_hist={}"}``; default
+        ``key={}``).
+      envelope: the directions of the fixed-K envelope's methods (``"gaussian"``: other
+        direction families are scored against it, not part of it); ``None``: any.
     """
 
-    def __init__(self, defaults: Mapping[str, Mapping[str, Any]]):
+    def __init__(self, defaults: Mapping[str, Mapping[str, Any]], *,
+                 names: Mapping[str, str] | None = None, envelope: str | None = None):
+        self.names, self.envelope = tuple(sorted((names or {}).items())), envelope
         unknown = sorted(set(defaults) - set(BASES))
         if unknown:
             raise ValueError(f"unknown base(s) {unknown}; the bases are {sorted(BASES)}")
@@ -383,7 +415,16 @@ class Registry:
         changed = tuple(k for k in sorted(params) if params[k] != defaults[k])
         text = base + (":" + ",".join(f"{k}={_text(params[k])}" for k in changed)
                        if changed else "")
-        return Method(text, base, tuple(sorted(params.items())), changed)
+        return Method(text, base, tuple(sorted(params.items())), changed, self.names,
+                      self.envelope)
+
+    def fixed_k(self, spec: str) -> int | None:
+        """:attr:`Method.fixed_k` of ``spec`` (``None`` also for a spec that does not
+        parse: not a method of the envelope)."""
+        try:
+            return self.parse(spec).fixed_k
+        except ValueError:
+            return None
 
     def parse_all(self, specs: Iterable[str]) -> list[Method]:
         """:meth:`parse` of each spec, each method once (in order)."""
@@ -479,4 +520,76 @@ SYNTHETIC = Registry({
     "statzo": {"k_min": 1, "k_max": 10, "theta": 0.5},
     "zoar": {"k": 10, "n_hist": 8},
     "auto_k": {},
-})
+}, envelope="gaussian")
+
+
+# The synthetic benchmark's methods, as its protocols name them (synthetic, generalization).
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A method of a protocol, with an optional display label (``"ZoAQ-Norm"``): a spec of
+    the registry or a complete optimizer (:data:`benchmarks.methods.COMPLETE`)."""
+
+    method: Method | Complete
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        """The canonical spec (the ``method`` of every record)."""
+        return self.method.spec
+
+    @property
+    def display(self) -> str:
+        if isinstance(self.method, Complete):
+            return self.label or self.method.label
+        return self.label or self.method.label
+
+    @property
+    def grid_k(self) -> int | None:
+        """:attr:`Method.grid_k` (``None`` for a complete optimizer)."""
+        return None if isinstance(self.method, Complete) else self.method.grid_k
+
+    @property
+    def fixed_k(self) -> int | None:
+        """:attr:`Method.fixed_k` (``None`` for a complete optimizer): the fixed-K
+        envelope's methods."""
+        return None if isinstance(self.method, Complete) else self.method.fixed_k
+
+    @property
+    def lr_scale(self) -> float:
+        return 1.0 if isinstance(self.method, Complete) else self.method.get("lr_scale")
+
+    @property
+    def told_budget(self) -> bool:
+        """Whether the method is built for the run's budget (one run a budget scored)."""
+        if isinstance(self.method, Complete):
+            return self.method.told_budget
+        return self.method.get("schedule") == "cosine"
+
+    @property
+    def told_by_rebuild(self) -> bool:
+        """Told its budget only by a build for that budget (a complete optimizer: one
+        compilation a budget), not through a traced value (a cosine decay's steps)."""
+        return isinstance(self.method, Complete) and self.method.told_budget
+
+    @property
+    def backbone(self) -> str:
+        return "" if isinstance(self.method, Complete) else self.method.get("backbone")
+
+    def build(self, hyper: Hyper, key,
+              budget: int | None = None) -> optax.GradientTransformationExtraArgs:
+        return self.method.build(hyper, key, budget=budget)
+
+
+def variant(spec: str, label: str = "") -> Variant:
+    """The variant of ``spec`` (``ValueError`` if it does not parse)."""
+    return Variant(complete(spec) or SYNTHETIC.parse(spec), label)
+
+
+def parse_methods(specs: list[str]) -> list[Variant]:
+    """The variants of ``--methods`` (each once); a bad spec ends the command."""
+    try:
+        return list({v.name: v for v in map(variant, flags.items(specs))}.values())
+    except ValueError as err:
+        flags.fail(str(err))

@@ -60,7 +60,8 @@ REGISTRY = Registry({
     "statzo_norm": {"k_min": 1, "k_max": 2, "c_norm": 0.5, "difference": "forward"},
     "zoar": {"k": 1, "n_hist": 8, "difference": "forward"},
     # The library's own defaults (never tuned for the attack).
-    "auto_k": {"difference": "forward"}})
+    "auto_k": {"difference": "forward"}},
+    names={"n_hist": "N_hist={}", "controller": "{}"})  # ZoAQ K∈[1,2], N_hist=4
 
 # Shared across the paper protocol's tables, the extended protocol, and the sweeps.
 PAPER_METHODS = ("radazo", "statzo", "zoar", "zoar:k=2", "zoaq")
@@ -80,23 +81,8 @@ def parse(spec: str) -> Method:
 
 
 def label(method: Method | str) -> str:
-    """A human-readable name in the paper's notation (``ZoAQ K∈[1,2], N_hist=4``)."""
-    method = parse(method) if isinstance(method, str) else method
-    p = dict(method.params)
-    if method.base == "zoaq":
-        extra = "" if p["n_hist"] == 8 else f", N_hist={p['n_hist']}"
-        extra += "" if p["controller"] == "adaptive" else f", {p['controller']}"
-        return f"ZoAQ K∈[{p['k_min']},{p['k_max']}]{extra}"
-    if method.base in ("radazo", "zo_adamm"):
-        return f"{'R-AdaZO' if method.base == 'radazo' else 'ZO-AdaMM'} K={p['k']}"
-    if method.base == "statzo":
-        tail = "" if p["backbone"] == "radazo" else ", ZO-AdaMM backbone"
-        return f"StatZO K∈[{p['k_min']},{p['k_max']}]{tail}"
-    if method.base == "statzo_norm":
-        return f"StatZO-norm K∈[{p['k_min']},{p['k_max']}]"
-    if method.base == "zoar":
-        return f"ZoAR K={p['k']}"
-    return method.label  # auto_k: K∈[1,16] and the keys that differ from its defaults
+    """The label of a method or spec (:attr:`benchmarks.methods.Method.label`)."""
+    return (parse(method) if isinstance(method, str) else method).label
 
 
 # The anytime comparison: the adaptive budgets against fixed K in {1, 2, 4} of each

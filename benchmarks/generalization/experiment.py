@@ -26,12 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, pages
+from benchmarks import anytime, loops, pages
 from benchmarks.generalization.objectives import SETS, Problem
-from benchmarks.methods import COMPLETE, SYNTHETIC_HYPER, Hyper
-from benchmarks.synthetic import budget as budget_mode
-from benchmarks.synthetic import runner
-from benchmarks.synthetic.methods import variant
+from benchmarks.methods import COMPLETE, SYNTHETIC_HYPER, Hyper, variant
 
 KS = (1, 2, 4, 8, 16)
 LR_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # multipliers of the rule's learning rate
@@ -148,11 +145,11 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
         settings, budgets = settings_of(p), budgets_of(p.budget)
         for told in budgets if v.told_by_rebuild else (None,):
             build, values, fields = _lanes(config, v, settings, budgets)
-            program = budget_mode.anytime_program(
+            program = loops.anytime_program(
                 (lambda key, lane: v.build(settings, key, told)) if told else build,
                 lambda x, batch, fid: p.fn(x, batch), lambda x, fid: p.gap(x), _start(p),
                 told or p.budget, config.log_every, lanes=values)
-            compile_seconds, [(log, seconds)] = runner.compiled_runs(
+            compile_seconds, [(log, seconds)] = loops.compiled_runs(
                 program, config.seeds, [[0, 0]])
             for lane, extra in enumerate(fields):
                 calls, gaps, ks = (a[lane] for a in log)
@@ -161,7 +158,7 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
                     "problem": name, "method": v.name, "label": v.display, "fixed_k": v.fixed_k,
                     "grid_k": v.grid_k, "lr_scale": v.lr_scale, "told_budget": told,
                     "seeds": list(config.seeds), "budget": p.budget, **extra,
-                    **budget_mode.logged_curves(calls, gaps, ks, grid_of(p.budget)),
+                    **loops.logged_curves(calls, gaps, ks, grid_of(p.budget)),
                     "k_changes": [int(np.count_nonzero(np.diff(k[r][1:])))
                                   for k, r in zip(ks, used)],
                     "lanes": len(fields), "compile_seconds": compile_seconds,

@@ -35,7 +35,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks import common, flags, pool, presets
+from benchmarks import common, experiment, flags, pool, presets
 from benchmarks.common import to_jsonable
 from benchmarks.experiment import read_results
 from benchmarks.llm.config import PRESETS
@@ -141,32 +141,63 @@ def configure(args: argparse.Namespace):
     return config.complete(cfg, n_dev_given=args.n_dev is not None)
 
 
-def main(args: argparse.Namespace) -> int:
+def _configs(args: argparse.Namespace) -> list:
+    cfg = configure(args)
+    if args.cores:
+        pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
+    args.methods = list(cfg.methods) if args.methods else None
+    args.seeds = cfg.seeds if args.seeds else None
+    return [cfg]
+
+
+def _compute(cfg, args: argparse.Namespace, recorder) -> dict | list:
+    """The payload (trained, or merged from ``--merge``), or the prompt table's rows."""
+    try:
+        if args.prompt_table_only:
+            from benchmarks.llm import baselines
+            from benchmarks.llm.experiment import prepared
+
+            return baselines.prompt_table(cfg, prepared(cfg))
+        return _merge(args, cfg, recorder) if args.merge else _run(args, cfg, recorder)
+    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
+        flags.fail(str(err))
+
+
+def _stored(cfg, computed: dict | list, record) -> dict:
+    return {"record": record.as_dict(), "prompts": computed} if isinstance(
+        computed, list) else computed
+
+
+def _out(args: argparse.Namespace) -> Path:
+    return args.out or Path(f"out/llm-{args.preset}")
+
+
+def _page(cfg, payload: dict, args: argparse.Namespace) -> None:
+    """The page (and the results beside its figure and beside it: :func:`report.write`)."""
     from benchmarks.llm import report
 
-    if args.render:  # computes nothing
-        payload = read_results(args.render)
-        out_dir, page = args.out, args.render.parent / "llm.md"
-    else:
-        cfg = configure(args)
-        if args.cores:
-            pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
-        args.methods = list(cfg.methods) if args.methods else None
-        args.seeds = cfg.seeds if args.seeds else None
-        try:
-            if args.prompt_table_only:
-                return _prompt_table_only(args, cfg)
-            payload = _merge(args, cfg) if args.merge else _run(args, cfg)
-        except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
-            flags.fail(str(err))
-        out_dir = args.out or Path(f"out/llm-{args.preset}")
-        page = out_dir / "llm.md"
+    if args.prompt_table_only and not args.render:
+        print(f"wrote prompt table: {_out(args) / f'llm_prompts{common.RESULTS}'}",
+              file=sys.stderr)
+        return
+    out_dir, page = ((args.out, args.render.parent / "llm.md") if args.render
+                     else (_out(args), _out(args) / "llm.md"))
     for name, path in report.write(out_dir, _report_path(args, page), payload).items():
         print(f"wrote {name}: {path}", file=sys.stderr)
-    return 0
 
 
-def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dict:
+COMMAND = experiment.Command(
+    "llm", _configs, _compute, _stored,
+    lambda cfg, args: (_out(args) / f"llm_prompts{common.RESULTS}"
+                       if args.prompt_table_only else None),  # else report.write writes it
+    lambda payload: None, _page, skip=("render", "workers"))
+
+
+def main(args: argparse.Namespace) -> int:
+    return experiment.main(COMMAND, args)
+
+
+def _run(args: argparse.Namespace, cfg, recorder, merged: list[dict] | None = None) -> dict:
     """Trains the methods of ``cfg`` on its seeds (seeds outer; or takes the ``merged``
     results of earlier runs), with the zero-shot row and the baselines; the payload."""
     import jax
@@ -177,20 +208,19 @@ def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dic
 
     prompts = (flags.read_results(args.prompt_table, "--prompt-table")["prompts"]
                if args.prompt_table else None)
-    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        setup = experiment.prepared(cfg)
-        print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
-              f"{setup.data['source']} {setup.data['sizes']}; length "
-              f"{setup.data['max_length']}; fast path {setup.data['fast_path']}; "
-              f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
-              f"{jax.default_backend()}", file=sys.stderr)
-        zero = train.zero_shot(setup.bundle, cfg)
-        results = merged if merged is not None else execute(
-            experiment.run, split(cfg, "seeds", cfg.methods), args.workers, "llm", done=_log)
-        extra = (experiment.run_baselines(cfg, setup, results, prompts=prompts)
-                 if cfg.baselines else None)
-    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
-                                 extra)
+    setup = experiment.prepared(cfg)
+    print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
+          f"{setup.data['source']} {setup.data['sizes']}; length "
+          f"{setup.data['max_length']}; fast path {setup.data['fast_path']}; "
+          f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
+          f"{jax.default_backend()}", file=sys.stderr)
+    zero = train.zero_shot(setup.bundle, cfg)
+    results = merged if merged is not None else execute(
+        experiment.run, split(cfg, "seeds", cfg.methods), args.workers, "llm", done=_log)
+    extra = (experiment.run_baselines(cfg, setup, results, prompts=prompts)
+             if cfg.baselines else None)
+    payload = experiment.payload(args.preset, cfg, setup, zero, results,
+                                 recorder.snapshot().as_dict(), extra)
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
 
 
@@ -202,7 +232,7 @@ def _log(cfg, method: str, records: list[dict]) -> None:
               f"{100 * r['timing']['overhead_share']:.1f}%", file=sys.stderr)
 
 
-def _merge(args: argparse.Namespace, cfg) -> dict:
+def _merge(args: argparse.Namespace, cfg, recorder) -> dict:
     """One payload from the results of several runs of the same configuration (their
     seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
     from benchmarks.llm import experiment
@@ -225,21 +255,9 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
                 "results": results, "merged_runs": [p["record"] for p in payloads],
                 **({"regret": experiment.regret(results, cfg.budget, cfg.eval_every_fe)}
                    if cfg.budget is not None else {})}
-    payload = _run(args, cfg, merged=results)
+    payload = _run(args, cfg, recorder, merged=results)
     payload["merged_runs"] = [p["record"] for p in payloads]
     return payload
-
-
-def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
-    from benchmarks import record
-    from benchmarks.llm import baselines, experiment
-
-    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        rows = baselines.prompt_table(cfg, experiment.prepared(cfg))
-    out = (args.out or Path(f"out/llm-{args.preset}")) / f"llm_prompts{common.RESULTS}"
-    common.write_json(out, {"record": run.record.as_dict(), "prompts": rows})
-    print(f"wrote prompt table: {out}", file=sys.stderr)
-    return 0
 
 
 def _report_path(args: argparse.Namespace, default: Path) -> Path | None:

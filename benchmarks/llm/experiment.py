@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks import anytime, pages, presets
-from benchmarks.llm import data, fetch, models, tasks, train
+from benchmarks.experiment import per_worker
+from benchmarks.llm import baselines, data, fetch, models, tasks, train
+from benchmarks.llm import methods as methods_lib
 from benchmarks.llm.config import Config
-from benchmarks.llm.methods import REGISTRY, is_fixed
+from benchmarks.llm.methods import REGISTRY
 from benchmarks.llm.models import lora
 
 
@@ -73,7 +75,7 @@ def prepare(cfg: Config) -> Setup:
     if splits is None:
         splits = _movie_review_splits(cfg, tokenizer)
     first = lora.first_tuned(model, cfg.lora_layers)
-    layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt)
+    layout, encoded = tasks.encode_splits(cfg, splits, tokenizer, cfg.prompt)
     lora.apply_lora(model, key=0, first=first)
     graphdef, adapters, base = lora.split(model)
     bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
@@ -86,33 +88,15 @@ def prepare(cfg: Config) -> Setup:
                  splits=splits, tokenizer=tokenizer)
 
 
-def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str):
-    """``(layout, {train, dev, test: encoded})`` of ``splits`` with ``prompt``. The length
-    fits the prompt when the embedded reviews were filtered by length, else ``max_length``."""
-    task = tasks.get_task(cfg.task, prompt if cfg.task == "sst2" else None, splits.train)
-    filtered = cfg.data is None and cfg.task == "sst2"
-    layout = tasks.measure(task, tokenizer, splits.train + splits.dev + splits.test,
-                           max_length=None if filtered else cfg.max_length)
-    fast = layout.single_token and cfg.fast_path
-    return layout, {
-        name: tasks.encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
-                           only_correct=name == "train" and task.loss_kind == "option_lm")
-        for name in ("train", "dev", "test")}
-
-
 # What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
 SETUP_FIELDS = ("model", "dtype", "task", "data", "data_seed", "n_train", "n_dev", "n_test",
                 "max_length", "prompt", "fast_path", "lora_layers", "sequential")
-_SETUP: dict[tuple, Setup] = {}  # the last configuration's setup, one per process
 
 
+@per_worker(*SETUP_FIELDS)
 def prepared(cfg: Config) -> Setup:
     """:func:`prepare` of ``cfg``, loaded once per process (the last one kept)."""
-    key = tuple(getattr(cfg, name) for name in SETUP_FIELDS)
-    if key not in _SETUP:
-        _SETUP.clear()
-        _SETUP[key] = prepare(cfg)
-    return _SETUP[key]
+    return prepare(cfg)
 
 
 def run(cfg: Config, method: str) -> list[dict]:
@@ -127,9 +111,6 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
     first-order reference gets the median wall time (training and evaluation) of the
     zeroth-order runs. ``prompts``: a prompt table computed before
     (:func:`baselines.prompt_table`), else it is computed here."""
-    from benchmarks.llm import baselines
-    from benchmarks.llm import methods as methods_lib
-
     wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"] for r in results]))
     tc = dataclasses.replace(cfg, steps=100_000,
                              eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))
@@ -203,7 +184,7 @@ def regret(results: list[dict], budget: int, every: int,
     ``inf`` if it never did). The best fixed K at B has regret <= 1.
     """
     curves = {name: mean_curve(runs) for name, runs in pages.grouped(results, "method").items()}
-    fixed = [name for name in curves if is_fixed(name)]
+    fixed = [name for name in curves if REGISTRY.fixed_k(name) is not None]
     if not fixed:
         raise ValueError("The regret needs at least one fixed-K method.")
     budgets = list(range(every, budget + 1, every))

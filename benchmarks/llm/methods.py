@@ -66,17 +66,6 @@ def build(method: Method, learning_rate: float, mu: float,
     return method.build(Hyper(lr=learning_rate, mu=mu), seed)
 
 
-def k_min(method: Method) -> int:
-    """The smallest K_t the method can use (its K for fixed-K methods)."""
-    p = dict(method.params)
-    return p["k_min"] if "k_min" in p else p["k"]
-
-
-def k_max(method: Method) -> int:
-    p = dict(method.params)
-    return p["k_max"] if "k_max" in p else p["k"]
-
-
 def chunks(method: Method, k: int) -> list[tuple[int, bool]]:
     """The oracle calls of a step with ``K_t = k``: ``(forward passes, batched)`` each.
 
@@ -85,17 +74,9 @@ def chunks(method: Method, k: int) -> list[tuple[int, bool]]:
     (one unbatched pass), then one pass a direction in the same chunks.
     """
     p = dict(method.params)
-    first = k_min(method)
+    first = method.k_min
     step = p.get("k_step", 1) if "k_min" in p else first
     more = (k - first) // step
     if p["difference"] == "forward":
         return [(1, False), (first, True)] + [(step, True)] * more
     return [(2 * first, True)] + [(2 * step, True)] * more
-
-
-def is_fixed(spec: str) -> bool:
-    """Whether the method ``spec`` keeps K fixed (an envelope method of the anytime mode)."""
-    try:
-        return REGISTRY.parse(spec).fixed_k is not None
-    except ValueError:
-        return False

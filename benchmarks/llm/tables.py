@@ -15,7 +15,11 @@ import numpy as np
 
 from benchmarks import pages, record
 from benchmarks.pages import mean_std
-from benchmarks.llm.report import by_method
+
+
+def by_method(results: list[dict]) -> dict[str, list[dict]]:
+    return pages.grouped(results, "method")
+
 
 TARGET_ACCURACY = 0.84  # issue 22: best zeroth-order method, mean test accuracy
 TARGET_GAIN = 0.05  # ... and at least this much above its prompt's zero-shot accuracy

@@ -267,7 +267,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
         "method": method.spec, "label": method.label, "seed": seed, "steps": len(ks),
         "total_fe": fe, "avg_k": float(np.mean(ks)), "fe_per_step": fe / len(ks), "k_trace": ks,
         "k_hist": {str(k): hist[k] for k in sorted(hist)},
-        "immediate_accept_rate": hist[methods_lib.k_min(method)] / len(ks),
+        "immediate_accept_rate": hist[method.k_min] / len(ks),
         "best_eval_loss": best["loss"], "best_step": best["step"],
         "last_eval_loss": curve[-1]["dev_loss"], "dev_accuracy": best["accuracy"],
         "accuracy": test["accuracy"], "test_loss": test["loss"],

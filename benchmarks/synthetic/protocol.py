@@ -25,8 +25,9 @@ import numpy as np
 
 from benchmarks import anytime
 from benchmarks.methods import SYNTHETIC_HYPER, Hyper
-from benchmarks.synthetic.methods import MAIN_METHODS, Variant, variant
-from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
+from benchmarks.methods import Variant, variant
+from benchmarks.synthetic.methods import MAIN_METHODS
+from benchmarks.objectives import NOISY, OBJECTIVES
 
 SWITCH = "rosenbrock>levy"  # the controlled objective switch (Appendix "Sharp Turn")
 

@@ -9,8 +9,9 @@ import numpy as np
 from benchmarks import anytime, pages
 from benchmarks import record as run_record
 from benchmarks.synthetic import paper
-from benchmarks.synthetic.methods import REFERENCE, variant
-from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
+from benchmarks.methods import variant
+from benchmarks.synthetic.methods import REFERENCE
+from benchmarks.objectives import NOISY, OBJECTIVES
 from benchmarks.synthetic.protocol import SWITCH, Protocol
 
 

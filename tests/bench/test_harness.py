@@ -275,3 +275,39 @@ def test_every_base_builds_and_counts_queries():
     for name in BASES:
         _, calls = _run(registry.parse(name).build(Hyper(1e-3, 5e-3), 0), steps=3)
         assert int(calls) > 0, name
+
+
+def test_command_template_writes_each_configs_results_once_and_renders_without_computing(
+        tmp_path):
+    computed, shown = [], []
+    command = experiment.Command(
+        "toy", lambda args: [2, 3],
+        lambda config, args, recorder: computed.append(config) or config * config,
+        lambda config, value, run: {"record": run.as_dict(), "config": config,
+                                    "results": [value]},
+        lambda config, args: tmp_path / f"toy{config}.json.xz",
+        lambda data: data["config"],
+        lambda config, data, args: shown.append((config, data["results"])))
+    assert experiment.main(command, argparse.Namespace(render=None, quiet=True)) == 0
+    assert computed == [2, 3] and shown == [(2, [4]), (3, [9])]
+    stored = experiment.read_results(tmp_path / "toy3.json.xz")
+    assert stored["results"] == [9]
+    assert stored["record"]["command"] == "python -m benchmarks toy --quiet"
+    render = argparse.Namespace(render=tmp_path / "toy3.json.xz", quiet=True)
+    assert experiment.main(command, render) == 0
+    assert computed == [2, 3] and shown[-1] == (3, [9])  # the page of the file, no run
+
+
+def test_per_worker_setup_runs_again_only_when_its_fields_change():
+    made = []
+
+    @experiment.per_worker("a")
+    def setup(config):
+        made.append(config)
+        return len(made)
+
+    One = dataclasses.make_dataclass("One", [("a", int), ("b", int)], frozen=True)
+    assert [setup(One(1, 0)), setup(One(1, 5)), setup(One(2, 0)), setup(One(1, 0))] == [
+        1, 1, 2, 3]  # b is not a setup field; only the last setup is kept
+    setup.cache_clear()
+    assert setup(One(1, 0)) == 4

@@ -12,8 +12,9 @@ from benchmarks import experiment, presets
 from benchmarks.common import read_json
 from benchmarks.synthetic import protocol, report, runner
 from benchmarks.methods import SYNTHETIC_HYPER
-from benchmarks.synthetic.methods import REGISTRY, variant
-from benchmarks.synthetic.objectives import OBJECTIVES
+from benchmarks.methods import SYNTHETIC as REGISTRY
+from benchmarks.methods import variant
+from benchmarks.objectives import OBJECTIVES
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
