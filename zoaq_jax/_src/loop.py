@@ -15,7 +15,7 @@ import optax
 from jax.experimental import io_callback
 
 from zoaq_jax._src import checks, host, ledger, oracle
-from zoaq_jax._src.alias import apply_updates
+from zoaq_jax._src.updates import apply_updates
 
 STATUSES = ("running", "budget_spent", "diverged", "nonfinite", "finished", "stopped")
 """``Trace.status`` codes, why the run ended (the final row) or that it goes on (earlier
