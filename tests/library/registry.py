@@ -39,7 +39,8 @@ class Entry(NamedTuple):
 
 def zoaq_estimator_with_monitor(k_max, n_hist, mu=5e-3, b1=0.9, key=0):
     """ZoAQ's estimator followed by the consistency monitor (whose EMA must not clash)."""
-    return optax.chain(zoaq_jax.zoaq_estimator(k_max=k_max, n_hist=n_hist, mu=mu, b1=b1, key=key),
+    return optax.chain(zoaq_jax.zoaq_estimator(
+        k_max=k_max, gate=zoaq_jax.gates.momentum(b1=b1), retention=zoaq_jax.retention.fifo(n_hist), mu=mu, key=key),
                        zoaq_jax.monitor_consistency(b1=b1))
 
 

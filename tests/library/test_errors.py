@@ -117,7 +117,7 @@ def holey(x):
 
 @pytest.mark.parametrize("difference", ["central", "forward"])
 def test_nonfinite_responses_are_discarded_and_counted(difference):
-    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=6, n_hist=4, mu=0.5, difference=difference,
+    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=6, retention=zoaq_jax.retention.fifo(4), mu=0.5, difference=difference,
                                   key=0)
     update = jitted_update(est, holey)
     x = jnp.zeros(D)
@@ -133,7 +133,7 @@ def test_nonfinite_responses_are_discarded_and_counted(difference):
 
 
 def test_a_step_without_any_finite_response_changes_nothing():
-    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, n_hist=4, key=0)
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, retention=zoaq_jax.retention.fifo(4), key=0)
     update = jitted_update(est, wavy)
     x = jnp.ones(D)
     state = est.init(x)
@@ -170,7 +170,7 @@ def test_nonfinite_forward_centre_ends_the_step_at_once(reset):
 
 def test_warm_start_without_a_finite_response_expands():
     """At warm start (m = 0) the gate passes any candidate, but not an empty one."""
-    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, n_hist=4, key=0)
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, retention=zoaq_jax.retention.fifo(4), key=0)
     x = jnp.ones(D)
     state = est.init(x)
     g, after = jitted_update(est, lambda x: jnp.float32(jnp.inf) * jnp.sum(x))(state, x)

@@ -44,7 +44,7 @@ def _at(states, t, field):
 
 
 CASES = {  # estimator, records added or evicted a step at most (K)
-    "zoaq": (lambda refresh: zoaq_jax.zoaq_estimator(k_max=4, n_hist=8, refresh=refresh,
+    "zoaq": (lambda refresh: zoaq_jax.zoaq_estimator(k_max=4, retention=zoaq_jax.retention.fifo(8, refresh=refresh),
                                                      key=3), 4),
     "zoar_central": (lambda refresh: zoaq_jax.zoar_estimator(
         k=3, n_hist=2, difference="central", refresh=refresh, key=3), 3),
@@ -116,7 +116,7 @@ def test_running_sums_give_the_regenerated_estimates(name):
     estimates of the exact regeneration every step (``refresh=1``, the estimator before
     running sums) to rounding, with the same budgets and the same query counts."""
     make = {
-        "zoaq": lambda r: zoaq_jax.zoaq_estimator(k_max=6, n_hist=8, refresh=r, key=5),
+        "zoaq": lambda r: zoaq_jax.zoaq_estimator(k_max=6, retention=zoaq_jax.retention.fifo(8, refresh=r), key=5),
         "zoaq_drawn_where_used": lambda r: zoaq_jax.adaptive_estimator(
             zoaq_jax.gates.momentum(), zoaq_jax.budgets.reset("min"),
             zoaq_jax.retention.fifo(8, refresh=r), k_min=1, k_max=6, predraw=False, key=5),

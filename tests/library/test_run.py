@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import zoaq_jax
+from helpers import zoaq_chain
 from zoaq_jax._src import loop
 
 D = 6
@@ -32,7 +33,7 @@ def counted(calls):
 
 
 @pytest.mark.parametrize("opt, budget", [
-    (zoaq_jax.zoaq(1e-2, k_min=2, k_max=7, k_step=2, n_hist=4, key=1), 101),  # adaptive
+    (zoaq_chain(1e-2, k_min=2, k_max=7, k_step=2, retention=zoaq_jax.retention.fifo(4), key=1), 101),  # adaptive
     (zoaq_jax.zo_sgd(1e-2, k=3, difference="forward", key=2), 50),  # fixed, centre call
     (zoaq_jax.zoar(1e-2, k=2, n_hist=2, key=3), 31),  # ZoAR
 ])
