@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import optax
 
-from zoaq_jax._src.policies import Params, Updates
+from optax import Params, Updates
 
 
 def apply_updates(params: Params, updates: Updates) -> Params:
