@@ -204,7 +204,8 @@ def progress_policy(kwargs: dict[str, Any]) -> dict[str, Any]:
     ``budget=budgets.progress(...)``."""
     rule = inspect.signature(zoaq_jax.budgets.progress).parameters
     kw = dict(kwargs)
-    return {**kw, "budget": zoaq_jax.budgets.progress(**{n: kw.pop(n) for n in rule})}
+    budget = zoaq_jax.budgets.progress(**{n: kw.pop(n) for n in rule})
+    return {**kw, "budget": budget}
 
 
 ZOAQ_SETTINGS = (zoaq_jax.gates.momentum, zoaq_jax.retention.fifo)

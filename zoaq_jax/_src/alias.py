@@ -12,6 +12,8 @@ Dtypes).
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import jax
 import optax
 
@@ -30,7 +32,7 @@ from zoaq_jax._src.zoar import zoar_estimator
 BACKBONES = ("radazo", "zo_adamm", "sgd")
 
 # A step size: a number, an array of shape (), or an Optax schedule (step count -> number).
-ScalarOrSchedule = optax.ScalarOrSchedule
+ScalarOrSchedule: TypeAlias = optax.ScalarOrSchedule
 
 
 def backbone_transform(name: str, b1: float, b2: float, eps: float

@@ -211,7 +211,7 @@ def empty(ex: Expansion) -> Candidate:
     )
 
 
-def _sq_norms(directions: chex.ArrayTree, size: int) -> jax.Array:
+def _sq_norms(directions: chex.ArrayTree, size: int) -> jax.Array | int:
     """``||u_i||^2`` of a batch of ``size`` directions (float32)."""
     return sum(jnp.sum(jnp.square(u).reshape(size, -1), axis=1).astype(jnp.float32)
                for u in jax.tree.leaves(directions))

@@ -30,7 +30,7 @@ Params: TypeAlias = optax.Params  # the PyTree an estimator optimizes
 Updates: TypeAlias = optax.Updates  # an estimate shaped like the params
 PolicyState: TypeAlias = chex.ArrayTree  # a policy's own PyTree state
 GateContext: TypeAlias = chex.ArrayTree  # what Gate.prepare computes once a step
-ValueFn: TypeAlias = Callable[..., ArrayLike]  # value_fn(params, **data) -> scalar
+ValueFn: TypeAlias = Callable[..., jax.Array]  # value_fn(params, **data) -> a scalar
 KeyLike: TypeAlias = int | jax.Array  # an integer seed or a typed PRNG key
 
 
