@@ -125,7 +125,7 @@ class StepOracle(NamedTuple):
 
 
 def open_step(
-    value_fn: Callable[..., Any], params: chex.ArrayTree, extra_args: dict,
+    value_fn: Callable[..., jax.Array], params: chex.ArrayTree, extra_args: dict[str, Any],
     value: jax.Array | None, mu: float | jax.Array,
     difference: str, family: dirs.Family,
 ) -> StepOracle:
