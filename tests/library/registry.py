@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import optax
 
 import zoaq_jax
+from zoaq_jax.retention import fifo
 
 SIZES = ("k", "k_min", "k_max", "k_step", "n_hist")
 
@@ -40,7 +41,7 @@ class Entry(NamedTuple):
 def zoaq_estimator_with_monitor(k_max, n_hist, mu=5e-3, b1=0.9, key=0):
     """ZoAQ's estimator followed by the consistency monitor (whose EMA must not clash)."""
     return optax.chain(zoaq_jax.zoaq_estimator(
-        k_max=k_max, gate=zoaq_jax.gates.momentum(b1=b1), retention=zoaq_jax.retention.fifo(n_hist), mu=mu, key=key),
+        k_max=k_max, gate=zoaq_jax.gates.momentum(b1=b1), retention=fifo(n_hist), mu=mu, key=key),
                        zoaq_jax.monitor_consistency(b1=b1))
 
 
@@ -63,7 +64,7 @@ def user_budget_rule(k_max, mu=5e-3, key=0):
                                start=lambda t: jnp.where(t % 3 == 0, k_max, 1),
                                update=lambda t, outcome: t + 1)
     return zoaq_jax.adaptive_estimator(zoaq_jax.gates.momentum(), rule,
-                                       zoaq_jax.retention.fifo(2), k_min=1, k_max=k_max,
+                                       fifo(2), k_min=1, k_max=k_max,
                                        mu=mu, key=key)
 
 

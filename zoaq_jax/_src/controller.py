@@ -35,7 +35,7 @@ from zoaq_jax._src import expansion, host, ledger, oracle, retained, sharded
 from zoaq_jax._src.chain import Estimator
 from zoaq_jax._src.policies import (BudgetRule, Evidence, Gate, Grid, KeyLike, Outcome,
                                     Params, PolicyState, Records, Retention, Updates,
-                                    ValueFn, valid_grid)
+                                    ValueFn, check_policies, valid_grid)
 from zoaq_jax._src.retention import none as no_retention
 
 
@@ -258,6 +258,7 @@ def adaptive_estimator(
     """
     grid = valid_grid(grid)
     policies = Policies(gate, budget, no_retention() if retention is None else retention)
+    check_policies(*policies)
     checks.positive("mu", mu)
     checks.choice("difference", difference, oracle.DIFFERENCES)
     checks.choice("evaluation", evaluation, expansion.EVALUATIONS)

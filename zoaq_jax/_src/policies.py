@@ -136,3 +136,15 @@ class Retention(NamedTuple):
     pooled: Callable[[PolicyState, jax.Array, jax.Array], tuple[Updates, jax.Array]]
     update: Callable[[PolicyState, Outcome], PolicyState]
     capacity: int = 0
+
+
+def check_policies(gate: object, budget: object, retention: object) -> None:
+    """Raises a ``TypeError`` naming the argument that is not a policy value (a factory
+    passed uncalled, a plain tuple)."""
+    for name, value, kind, example in (
+            ("gate", gate, Gate, "gates.momentum()"),
+            ("budget", budget, BudgetRule, "budgets.reset()"),
+            ("retention", retention, Retention, "retention.fifo()")):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be a zoaq_jax.{kind.__name__} (e.g. zoaq_jax."
+                            f"{example}), got {type(value).__name__}.")

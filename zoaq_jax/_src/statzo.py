@@ -78,6 +78,6 @@ def statzo_estimator(
     """
     grid = valid_grid(Grid(k_min, k_max, k_step))  # k_min, named as such, before the rule
     return adaptive_estimator(
-        gates.norm_test(theta=theta), budgets.constant(grid.k_min), grid=grid, mu=mu, difference=difference,
-        directions=directions, evaluation=evaluation, key=key,
+        gates.norm_test(theta=theta), budgets.constant(grid.k_min), grid=grid, mu=mu,
+        difference=difference, directions=directions, evaluation=evaluation, key=key,
     )
