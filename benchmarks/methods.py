@@ -18,8 +18,8 @@ one method has one name in every record.
 
 An ablation is also written as in the library: ZoAQ's policy arguments ``gate``,
 ``budget`` and ``retention`` take the library's value as Python writes it
-(``zoaq:budget=budgets.reset("half")`` is ``zoaq_jax.zoaq(lr, budget=zoaq_jax.budgets.reset(
-"half"))``), and :func:`policy_keys` turns it into the ablation keys, so both spellings
+(``zoaq:budget=budgets.reset("half")`` is ``zoaq_jax.zoaq_estimator(
+budget=zoaq_jax.budgets.reset("half"))``), and :func:`policy_keys` turns it into the ablation keys, so both spellings
 name one method (canonical ``zoaq:reset=half``).
 
 Every method is built the same way (:meth:`Method.build`)::
