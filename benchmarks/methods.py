@@ -18,8 +18,8 @@ one method has one name in every record.
 
 An ablation is also written as in the library: ZoAQ's policy arguments ``gate``,
 ``budget`` and ``retention`` take the library's value as Python writes it
-(``zoaq:budget=budgets.reset("half")`` is ``zoaq_jax.zoaq(lr, budget=zoaq_jax.budgets.reset(
-"half"))``), and :func:`policy_keys` turns it into the ablation keys, so both spellings
+(``zoaq:budget=budgets.reset("half")`` is ``zoaq_jax.zoaq_estimator(
+budget=zoaq_jax.budgets.reset("half"))``), and :func:`policy_keys` turns it into the ablation keys, so both spellings
 name one method (canonical ``zoaq:reset=half``).
 
 Every method is built the same way (:meth:`Method.build`)::
@@ -151,7 +151,7 @@ def zoaq_policies(kwargs: dict[str, Any]) -> dict[str, Any]:
     if trigger not in ("cosine", "norm") or controller not in (
             "adaptive", "always_accept", "fresh_on_expand"):
         raise ValueError(f"unknown trigger={trigger!r} or controller={controller!r}")
-    given = {"b1": kw["b1"]} if "b1" in kw else {}  # else the gate's default
+    given = {"b1": kw.pop("b1")} if "b1" in kw else {}  # else the gate's default
     if trigger == "norm":
         if tau_band is not None:
             raise ValueError("tau_band bounds the cosine threshold; the norm trigger has none.")
@@ -181,6 +181,10 @@ class Base:
     backbone: str = "radazo"
     fixed: tuple[tuple[str, Any], ...] = ()  # estimator arguments the base pins
     fixed_budget: bool = False  # K constant, fresh directions: a fixed-K family
+    # policy factories whose settings are spec keys, and the function that turns a spec's
+    # keyword arguments into the estimator's (its policies built from those settings)
+    settings: tuple[Callable[..., Any], ...] = ()
+    policies: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def ablations(self) -> dict[str, Any]:
@@ -189,21 +193,36 @@ class Base:
 
     def arguments(self) -> dict[str, Any]:
         """The estimator's tunable arguments and their library defaults."""
-        pinned = {k for k, _ in self.fixed} | {"mu", "key", "b1", *POLICIES}
-        params = inspect.signature(self.estimator).parameters
-        return {name: default for name, default in
-                {**{n: p.default for n, p in params.items()}, **self.ablations}.items()
+        pinned = {k for k, _ in self.fixed} | {"mu", "key", "b1", "reuse_after_expand",
+                                               *POLICIES}
+        params = {n: p.default for f in (self.estimator, *self.settings)
+                  for n, p in inspect.signature(f).parameters.items()}
+        return {name: default for name, default in {**params, **self.ablations}.items()
                 if name not in pinned}
 
 
+def progress_policy(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``auto_k_estimator``'s arguments for a spec's: the rule's settings become
+    ``budget=budgets.progress(...)``."""
+    rule = inspect.signature(zoaq_jax.budgets.progress).parameters
+    kw = dict(kwargs)
+    budget = zoaq_jax.budgets.progress(**{n: kw.pop(n) for n in rule})
+    return {**kw, "budget": budget}
+
+
+ZOAQ_SETTINGS = (zoaq_jax.gates.momentum, zoaq_jax.retention.fifo)
+
 BASES: dict[str, Base] = {
-    "zoaq": Base("ZoAQ", zoaq_jax.zoaq_estimator),
+    "zoaq": Base("ZoAQ", zoaq_jax.zoaq_estimator, settings=ZOAQ_SETTINGS,
+                 policies=zoaq_policies),
     "statzo": Base("StatZO", zoaq_jax.statzo_estimator),
     # The rule the ZoAQ paper writes for its stabilized StatZO: ||g - m|| / ||m|| <= c_norm
     # on fresh directions only.
     "statzo_norm": Base("StatZO-norm", zoaq_jax.zoaq_estimator,
-                        fixed=(("trigger", "norm"), ("n_hist", 0))),
-    "auto_k": Base("auto_k", zoaq_jax.auto_k_estimator),
+                        fixed=(("trigger", "norm"), ("n_hist", 0)), settings=ZOAQ_SETTINGS,
+                        policies=zoaq_policies),
+    "auto_k": Base("auto_k", zoaq_jax.auto_k_estimator, settings=(zoaq_jax.budgets.progress,),
+                   policies=progress_policy),
     "radazo": Base("R-AdaZO", zoaq_jax.fixed_estimator, fixed_budget=True),
     "zo_adamm": Base("ZO-AdaMM", zoaq_jax.fixed_estimator, backbone="zo_adamm",
                      fixed_budget=True),
@@ -293,10 +312,10 @@ class Method:
         p = dict(self.params)
         backbone, lr_scale, schedule = (p.pop(k) for k in ("backbone", *COMMON))
         kwargs = {**p, **dict(base.fixed), "mu": hyper.mu, "key": key}
-        if "b1" in inspect.signature(base.estimator).parameters:
+        if base.ablations or "b1" in inspect.signature(base.estimator).parameters:
             kwargs["b1"] = hyper.b1
-        if base.ablations:
-            kwargs = zoaq_policies(kwargs)
+        if base.policies is not None:
+            kwargs = base.policies(kwargs)
         parts = [base.estimator(**kwargs),
                  *([zoaq_jax.monitor_consistency(b1=hyper.b1)] if monitor else [])]
         if backbone in PARAMETER_FREE:

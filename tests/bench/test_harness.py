@@ -222,16 +222,22 @@ def _run(opt, steps=30):
     return params, optax.tree.get(state, "num_queries")
 
 
+def _zoaq_chain(**policy):
+    """The chain of ``zoaq_jax.zoaq(1e-3, mu=5e-3)`` with one policy of its estimator
+    swapped."""
+    return zoaq_jax.chain(zoaq_jax.zoaq_estimator(k_max=10, mu=5e-3, **policy),
+                          zoaq_jax.scale_by_radazo(), optax.scale_by_learning_rate(1e-3))
+
+
 @pytest.mark.parametrize("spec, alias", [
     ("radazo:k=3", lambda key: zoaq_jax.radazo(1e-3, k=3, mu=5e-3, key=key)),
     ("zoaq:n_hist=4", lambda key: zoaq_jax.zoaq(1e-3, n_hist=4, k_max=10, mu=5e-3, key=key)),
     ("mezo", lambda key: zoaq_jax.mezo(1e-3, k=2, mu=5e-3, weight_decay=0.1, key=key)),
     ("zoar", lambda key: zoaq_jax.zoar(1e-3, k=2, n_hist=4, mu=5e-3, key=key)),
-    ('zoaq:budget=budgets.reset("half")', lambda key: zoaq_jax.zoaq(
-        1e-3, k_max=10, mu=5e-3, budget=zoaq_jax.budgets.reset("half"), key=key)),
-    ("zoaq:gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum())", lambda key: zoaq_jax.zoaq(
-        1e-3, k_max=10, mu=5e-3, gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum()),
-        key=key)),
+    ('zoaq:budget=budgets.reset("half")', lambda key: _zoaq_chain(
+        budget=zoaq_jax.budgets.reset("half"), key=key)),
+    ("zoaq:gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum())", lambda key: _zoaq_chain(
+        gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum()), key=key)),
 ])
 def test_built_methods_equal_the_library_aliases(spec, alias):
     """The registry's chain (with the consistency monitor) updates exactly as the alias."""
@@ -257,7 +263,7 @@ def test_an_ablation_written_as_in_the_library_is_the_same_method(library, short
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("zoaq:budget=budgets.progress(1,8)", "no spec spelling"),
+    ("zoaq:budget=budgets.progress(window=4)", "no spec spelling"),
     ("zoaq:gate=gates.momentum(b1=0.5)", "b1 is the benchmark's"),
     ('zoaq:gate=os.system("true")', "expected a call of a factory"),
     ("zoaq:gate=gates.momentum(tau=1)", "unexpected keyword argument 'tau'"),

@@ -16,7 +16,7 @@ from zoaq_jax._src import directions as dirs
 from zoaq_jax._src.budgets import ResetState, window_length, window_statistics
 from zoaq_jax._src.chain import Estimator
 from zoaq_jax._src.controller import AdaptiveState, adaptive_estimator
-from zoaq_jax._src.policies import BudgetRule
+from zoaq_jax._src.policies import BudgetRule, Grid
 from zoaq_jax._src.radazo import ScaleByRAdaZOState, refined_moments
 
 
@@ -302,7 +302,7 @@ def tuning_free(
         checks.positive("scale", scale)
     b1, b2, eps = 0.9, 0.99, 1e-8  # R-AdaZO's moments (the benchmarks' betas)
     estimator = adaptive_estimator(
-        gates.accept(), _external_budget(1), k_min=1, k_max=k_max, mu=mu, predraw=False,
+        gates.accept(), _external_budget(1), grid=Grid(1, k_max), mu=mu, predraw=False,
         key=key)
     f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
 
