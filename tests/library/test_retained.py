@@ -8,7 +8,7 @@ import pytest
 
 import zoaq_jax
 from zoaq_jax.retention import fifo
-from helpers import diag, trajectory, wavy
+from helpers import diag, wavy
 from zoaq_jax._src import directions, history
 
 D = 16

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import jax
 import optax
 
 from zoaq_jax._src import budgets, gates
