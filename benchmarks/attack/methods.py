@@ -46,7 +46,8 @@ from typing import Any
 
 import optax
 
-from benchmarks.methods import Hyper, Method, Registry
+from benchmarks.methods import (BASELINES, COMPLETE, LR_SCALES, PARAMETER_FREE, Complete, Hyper,
+                                Method, Registry, complete)
 
 HYPER = {"mnist": Hyper(lr=0.01, mu=0.5, b1=0.9, b2=0.99, eps=1e-8),
          "cifar10": Hyper(lr=1e-4, mu=0.005, b1=0.9, b2=0.99, eps=1e-8)}
@@ -70,18 +71,39 @@ SWEEPS = {
     "kmax": tuple(f"statzo:k_max={k}" if k != 2 else "statzo" for k in (2, 4, 6, 8, 10))}
 
 
-def parse(spec: str) -> Method:
-    """The method of ``spec`` (:meth:`benchmarks.methods.Registry.parse`).
+def parse(spec: str) -> Method | Complete:
+    """The method of ``spec``: a complete optimizer of the library
+    (:data:`benchmarks.methods.COMPLETE`, e.g. ``tuning_free``) or a chain of the registry
+    (:meth:`benchmarks.methods.Registry.parse`).
 
     Raises:
       ValueError: unknown base or key, or a malformed spec.
     """
-    return REGISTRY.parse(spec)
+    return complete(spec) or REGISTRY.parse(spec)
 
 
-def label(method: Method | str) -> str:
-    """A human-readable name in the paper's notation (``ZoAQ K∈[1,2], N_hist=4``)."""
+def base_of(method: Method | Complete) -> str:
+    """The record's ``base``: the registry base, or a complete optimizer's spec."""
+    return method.spec if isinstance(method, Complete) else method.base
+
+
+# Keys every base takes whose change the labels name (``R-AdaZO K=4, lr x2``).
+_COMMON_LABELS = {"lr_scale": lambda v: f"lr x{v:g}", "schedule": lambda v: f"{v} lr",
+                  "backbone": lambda v: f"{PARAMETER_FREE.get(v, v)} step"}
+
+
+def label(method: Method | Complete | str) -> str:
+    """A human-readable name in the paper's notation (``ZoAQ K∈[1,2], N_hist=4``;
+    ``R-AdaZO K=4, lr x2``)."""
     method = parse(method) if isinstance(method, str) else method
+    if isinstance(method, Complete):
+        return method.label
+    common = "".join(f", {_COMMON_LABELS[k](method.get(k))}" for k in _COMMON_LABELS
+                     if k in method.changed)
+    return _label(method) + common
+
+
+def _label(method: Method) -> str:
     p = dict(method.params)
     if method.base == "zoaq":
         extra = "" if p["n_hist"] == 8 else f", N_hist={p['n_hist']}"
@@ -104,9 +126,23 @@ def label(method: Method | str) -> str:
 ADAPTIVE = ("zoaq", "statzo", "auto_k")
 FAMILIES = ("radazo", "zo_adamm", "zoar")
 FIXED_K = tuple(parse(f"{base}:k={k}").spec for base in FAMILIES for k in (1, 2, 4))
-COMPARISONS = {"anytime": ADAPTIVE + FIXED_K}
+# Issue 32's reference: the (learning rate, K) grid of R-AdaZO (the dataset's lr times
+# LR_SCALES, times K in GRID_KS; its x1 points at K <= 4 are FIXED_K's), and the baselines
+# run without tuning: K = 1 with a cosine decay over the told budget, Optax's
+# parameter-free optimizers after the R-AdaZO estimator, reduce-on-plateau on the free
+# value estimate, and the library's tuning_free (both forms).
+GRID_KS = (1, 2, 4, 8, 16)
+GRID = tuple(dict.fromkeys(parse(f"radazo:k={k},lr_scale={s}").spec
+                           for s in LR_SCALES for k in GRID_KS))
+BASELINES = tuple(s for s in BASELINES if s not in ADAPTIVE) + tuple(COMPLETE)
+TOLD_BUDGET = 10_000  # queries: the budget a method told the budget is given (its cap)
+COMPARISONS = {"anytime": ADAPTIVE + FIXED_K,
+               "grid": BASELINES + tuple(s for s in GRID if s not in FIXED_K)}
+SCORED = ADAPTIVE + BASELINES  # the methods scored against the fixed K and the grid
 
 
-def build(method: Method, dataset: str, key: Any) -> optax.GradientTransformationExtraArgs:
-    """The optimizer chain of ``method`` for ``dataset`` (:data:`HYPER`), seeded by ``key``."""
-    return method.build(HYPER[dataset], key)
+def build(method: Method | Complete, dataset: str,
+          key: Any) -> optax.GradientTransformationExtraArgs:
+    """The optimizer of ``method`` for ``dataset`` (:data:`HYPER`), seeded by ``key``; a
+    method told the budget is told :data:`TOLD_BUDGET` queries."""
+    return method.build(HYPER[dataset], key, budget=TOLD_BUDGET)

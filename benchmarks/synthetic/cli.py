@@ -140,5 +140,6 @@ def main(args: argparse.Namespace) -> int:
         with Recorder(command) as run:
             results = experiment.execute(mode.run, [(p, m) for m in methods], args.workers,
                                          f"synthetic {p.name}", cost=mode.cost)
-        write(p, pool.ordered(results, "function", p.functions, methods), run.record, args)
+        order = budgets.record_methods(p) if p.mode == "budget" else methods
+        write(p, pool.ordered(results, "function", p.functions, order), run.record, args)
     return 0
