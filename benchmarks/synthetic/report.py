@@ -231,6 +231,30 @@ def budget_regret_table(p, rows, key: str = "regret") -> str:
             + pages.table(["function", "backbone", "method", *FRACTIONS, "median", "max"], table))
 
 
+def budget_summary_table(rows) -> str:
+    """Per scored method of the R-AdaZO family, over every (function, budget) cell: the
+    median and worst regret against the grid's and the fixed-K envelopes."""
+    table = []
+    for label, mine in pages.grouped([r for r in rows if r["backbone"] == "radazo"
+                                      and "regret_grid" in r], "label").items():
+        grid = np.concatenate([r["regret_grid"] for r in mine])
+        fixed = (np.concatenate([r["regret"] for r in mine]) if not _envelope(mine[0])
+                 else None)
+        table.append([label, len(grid), anytime.fmt(np.median(grid)), anytime.fmt(grid.max()),
+                      *((anytime.fmt(np.median(fixed)), anytime.fmt(fixed.max()))
+                        if fixed is not None else ("—", "—")),
+                      ", ".join(function_label(r["function"]) for r in mine
+                                if r["max_grid"] > 1.0) or "none"])
+    return pages.columns({
+        "cells": "the (function, budget) regrets of the tables below, pooled",
+        "median, worst vs (lr, K) grid": "their median and maximum against the grid's envelope",
+        "median, worst vs fixed K": "the same against the best fixed K at the lr",
+        "functions above 1 vs the grid": "where some budget has regret above 1 against the "
+                                         "grid's envelope"}) + "\n\n" + pages.table(
+        ["method", "cells", "median vs (lr, K) grid", "worst vs (lr, K) grid",
+         "median vs fixed K", "worst vs fixed K", "functions above 1 vs the grid"], table)
+
+
 def _envelope(row) -> bool:
     """The row of the fixed-K envelope itself (scored against the grid only)."""
     return row["method"] == "best_fixed_k"
@@ -385,7 +409,9 @@ def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                " auto_k runs at the library defaults everywhere."),
         "## Query regret against the best fixed K", budget_regret_table(p, rows),
         *(["## Query regret against the (learning rate, K) grid", grid_note(p),
-           budget_regret_table(p, rows, "regret_grid")] if p.lr_scales else []),
+           "Median and worst over the functions and budgets (R-AdaZO family):",
+           budget_summary_table(rows), budget_regret_table(p, rows, "regret_grid")]
+          if p.lr_scales else []),
         "## Gap against the best fixed K's at the same budget", budget_ratio_table(p, rows),
         "Best fixed K (the envelope) at each budget:", pages.table(
             ["function", "backbone", *FRACTIONS],
