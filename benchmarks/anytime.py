@@ -22,7 +22,7 @@ are then both measured from it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -164,3 +164,24 @@ def plotted(rs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     method once (a method told its budget: its run told the largest)."""
     last = {r["method"]: r for r in rs}
     return [r for r in rs if r["fixed_k"] or (not r.get("grid_k") and last[r["method"]] is r)]
+
+
+DIGITS = 4  # significant digits of a stored mean gap
+
+
+def compact(results: Sequence[Mapping[str, Any]],
+            group: Callable[[Mapping[str, Any]], Any]) -> list[dict[str, Any]]:
+    """The records as stored: each curve as its mean over the seeds (all the regrets and
+    the figures read; per-seed final gaps and calls stay), no K curve for a grid point (its
+    K is fixed), and no curve for a grid point off the rule's lr that is nowhere its
+    ``group``'s grid envelope (it changes no envelope); mean gaps at :data:`DIGITS`
+    significant digits (the 1% near-tie tolerance is far coarser)."""
+    groups: dict[Any, list] = {}
+    for r in results:
+        groups.setdefault(group(r), []).append(r)
+    on_envelope = {key: set(envelopes(rs).get("grid", ((), ()))[1])
+                   for key, rs in groups.items() if any(r["fixed_k"] for r in rs)}
+    return [{**r, "curves": [] if off_lr(r) and grid_label(r) not in on_envelope[group(r)]
+             else [[float(f"{x:.{DIGITS}g}") for x in np.mean(r["curves"], axis=0)]],
+             "k_curves": [] if r.get("grid_k") else [np.mean(r["k_curves"], axis=0).tolist()]}
+            for r in results]

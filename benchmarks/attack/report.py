@@ -276,7 +276,7 @@ def _grid_table(regret: dict[str, Any]) -> list[str]:
         + (f" ({', '.join(f'`{s}`' for s in failed)})" if failed else "")
         + ". The best point in hindsight among these and the fixed K above: "
         + f"{methods_lib.label(best)} (`{best}`). Methods told the budget are told "
-        + f"{methods_lib.TOLD_BUDGET:,} queries.",
+        + f"{methods_lib.TOLD_BUDGET:,} calls.",
         pages.table(["lr \\ K", *(f"K={k}" for k in ks)], rows)]
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, pages
+from benchmarks import anytime
 from benchmarks.anytime import envelopes, scored_curves
 from benchmarks.generalization.objectives import SETS, Problem
 from benchmarks.methods import BASELINES, COMPLETE, LR_SCALES, SYNTHETIC_HYPER, Hyper
@@ -147,25 +147,10 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
 
 
 def compact(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records as stored: each curve as its mean over the seeds (all the regrets and
-    the figures read; per-seed final gaps and calls stay), no K curve for a grid point (its
-    K is fixed), and no curve for a grid point off the rule's lr that is nowhere the grid's
-    envelope (it changes no envelope); mean gaps at :data:`DIGITS` significant digits (the
-    1% near-tie tolerance is far coarser): docs/results stays small with 25 grid points a
-    problem. Regrets are computed from the records as stored."""
-    on_envelope = {name: set(envelopes(rs).get("grid", ((), ()))[1])
-                   for name, rs in pages.grouped(results, "problem").items()}
-    return [{**r, "curves": [] if anytime.off_lr(r)
-             and anytime.grid_label(r) not in on_envelope[r["problem"]] else [_digits(np.mean(r["curves"], axis=0))],
-             "k_curves": [] if r.get("grid_k") else [np.mean(r["k_curves"], axis=0).tolist()]}
-            for r in results]
-
-
-DIGITS = 4  # significant digits of a stored mean gap
-
-
-def _digits(curve: np.ndarray) -> list[float]:
-    return [float(f"{x:.{DIGITS}g}") for x in curve]
+    """The records as stored (:func:`benchmarks.anytime.compact`, by problem): docs/results
+    stays small with 25 grid points a problem. Regrets are computed from the records as
+    stored."""
+    return anytime.compact(results, lambda r: r["problem"])
 
 
 def cost(config: Config, spec: str) -> float:

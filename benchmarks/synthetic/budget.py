@@ -219,6 +219,12 @@ def family(r: dict[str, Any]) -> str:
     return r["backbone"] if r["backbone"] in BACKBONES else "radazo"
 
 
+def compact(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records as stored when the grid ran (:func:`benchmarks.anytime.compact`, by
+    function and fixed-K family): mean curves, none for a grid point never its envelope."""
+    return anytime.compact(results, lambda r: (r["function"], family(r)))
+
+
 def regret_rows(p: Protocol, results) -> list[dict[str, Any]]:
     """Query regret of every scored method (neither a fixed K nor a grid point) against
     its family's fixed-K envelope (``regret``) and, where the grid ran, the (learning

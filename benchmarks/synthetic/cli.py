@@ -141,5 +141,8 @@ def main(args: argparse.Namespace) -> int:
             results = experiment.execute(mode.run, [(p, m) for m in methods], args.workers,
                                          f"synthetic {p.name}", cost=mode.cost)
         order = budgets.record_methods(p) if p.mode == "budget" else methods
-        write(p, pool.ordered(results, "function", p.functions, order), run.record, args)
+        results = pool.ordered(results, "function", p.functions, order)
+        if p.mode == "budget" and p.lr_scales:  # the grid: stored compact (docs/results)
+            results = budgets.compact(results)
+        write(p, results, run.record, args)
     return 0
