@@ -36,6 +36,13 @@ The ``anytime`` comparison (:data:`COMPARISONS`) runs the adaptive methods (:dat
 against fixed budgets :math:`K \\in \\{1, 2, 4\\}` of R-AdaZO, ZO-AdaMM and ZoAR
 (:data:`FIXED_K`, for example ``radazo:k=4``) on the same attacks.
 
+The ``grid`` comparison adds issue 32's reference and baselines: R-AdaZO's (learning
+rate, K) grid (:data:`GRID`: the dataset's lr times :data:`benchmarks.methods.LR_SCALES`,
+K in :data:`GRID_KS`) and the methods run without tuning (:data:`BASELINES`: a cosine
+decay over :data:`TOLD_BUDGET` calls, Prodigy/DoG/DoWG after the R-AdaZO estimator,
+reduce-on-plateau, ``tuning_free`` and ``tuning_free:budget``), scored by
+:func:`benchmarks.attack.results.anytime_regret`.
+
 Every chain has :func:`zoaq_jax.monitor_consistency` right after the estimator, so the
 momentum-consistency trace (the paper's attack cosine figure) exists for all methods.
 """
