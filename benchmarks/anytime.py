@@ -125,7 +125,7 @@ def off_lr(r: Mapping[str, Any]) -> bool:
 def grid_label(r: Mapping[str, Any]) -> str:
     """A grid point's name in the tables: ``x2 K=4`` (``K=4`` at the rule's lr)."""
     scale = r.get("lr_scale", 1.0)
-    return (f"x{scale:g} " if scale != 1.0 else "") + f"K={r['grid_k'] or r['fixed_k']}"
+    return (f"x{scale:g} " if scale != 1.0 else "") + f"K={r.get('grid_k') or r['fixed_k']}"
 
 
 def envelopes(rs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[np.ndarray, list[str]]]:

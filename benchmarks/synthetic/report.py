@@ -408,7 +408,9 @@ def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                         plot_budget_k(p, results, folder / f"{name}_k.png")))
     switch = (f" (the objective switches at {p.switch_at:,} calls; regret counts calls after "
               "it)" if p.switch_at else "")
-    return pages.page(report_path, BUDGET_TITLES[p.name], [
+    title = BUDGET_TITLES[p.name] + (": the (learning rate, K) grid and untuned baselines"
+                                     if p.lr_scales else "")
+    return pages.page(report_path, title, [
         header(p, record, f"every run stops once it has spent {p.budget:,} oracle calls"
                f"{switch};", "StatZO: forward, one centre value a step",
                " auto_k runs at the library defaults everywhere."),
