@@ -12,11 +12,13 @@ keep their state and are not counted).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from benchmarks import anytime, common
+from benchmarks.methods import Hyper, Variant, variant
 
 
 def compiled_runs(program, seeds, fids) -> tuple[float, list[tuple[Any, float]]]:
@@ -115,3 +117,26 @@ def logged_curves(calls, gaps, ks, grid) -> dict[str, Any]:
         "k_curves": [anytime.sample_curve(c[r], k[r], grid).tolist()
                      for c, k, r in zip(calls, ks, rows)],
     }
+
+
+def lanes(v: Variant, settings: Hyper, budgets, lr_scales=()) -> tuple[Any, Any, list[dict]]:
+    """What one program runs in its vmapped lanes: ``(build(key, lane), lane values, each
+    lane's record fields)``. A fixed K runs every learning rate of the grid (the
+    ``settings``' lr times ``lr_scales``); a cosine decay every budget (its steps traced;
+    lanes past their budget take zero steps); any other method one lane."""
+    if v.fixed_k and lr_scales:
+        return (lambda key, s: v.build(replace(settings, lr=settings.lr * s), key),
+                lr_scales, [scaled(v, s) for s in lr_scales])
+    if v.told_budget and not v.told_by_rebuild:
+        return (lambda key, b: v.build(settings, key, b), budgets,
+                [{"told_budget": b} for b in budgets])
+    return (lambda key, _: v.build(settings, key), (0.0,), [{}])
+
+
+def scaled(v: Variant, scale: float) -> dict[str, Any]:
+    """The record fields of the fixed-K method ``v`` at ``scale`` x the rule's lr."""
+    spec = v.name if scale == 1.0 else v.name + (
+        "," if ":" in v.name else ":") + f"lr_scale={scale}"
+    w = variant(spec)
+    return {"method": w.name, "label": w.display, "fixed_k": w.fixed_k, "grid_k": w.grid_k,
+            "lr_scale": scale}

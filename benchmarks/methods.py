@@ -490,12 +490,22 @@ class Complete:
                          budget if self.told_budget else None)
 
 
-# One line a method: (settings, key, budget) -> the optimizer.
+def _keyed(opt, hyper, key, budget):
+    """``opt(key=key)``: the library's defaults, no budget."""
+    return opt(key=key)
+
+
+def _budgeted(opt, hyper, key, budget):
+    """``opt(budget, key=key)``: the library's defaults, told the budget."""
+    return opt(budget, key=key)
+
+
+# One line a method: (settings, key, budget) -> the optimizer (module functions, so that a
+# protocol holding them reaches a worker process).
 COMPLETE = {c.spec: c for c in (
-    Complete("tuning_free", "tuning_free", "tuning_free",
-             lambda opt, hyper, key, budget: opt(key=key)),
-    Complete("tuning_free:budget", "tuning_free, told the budget", "tuning_free",
-             lambda opt, hyper, key, budget: opt(budget, key=key), told_budget=True),
+    Complete("tuning_free", "tuning_free", "tuning_free", _keyed),
+    Complete("tuning_free:budget", "tuning_free, told the budget", "tuning_free", _budgeted,
+             told_budget=True),
 )}
 
 
@@ -523,6 +533,17 @@ class External:
 
 EXTERNAL = {"open_es": External("open_es", "evosax Open_ES (pop. 20)", 10),
             "torch_loop": External("torch_loop", "PyTorch loop, ZO-AdaMM K=10", 10)}
+
+
+# Issue 32's reference and baselines, shared by the benchmarks' anytime tables: the
+# (learning rate, K) grid runs the rule's learning rate times LR_SCALES (a factor 2 apart)
+# at each fixed K; the baselines are each run without tuning: K = 1 with a cosine decay
+# over the budget, Optax's parameter-free optimizers after the R-AdaZO estimator,
+# reduce-on-plateau on the free value estimate, auto_k.
+LR_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
+BASELINES = ("radazo:k=1,schedule=cosine", "radazo:backbone=prodigy,k=1",
+             "radazo:backbone=dog,k=1", "radazo:backbone=dowg,k=1",
+             "radazo:k=1,schedule=plateau", "auto_k")
 
 
 SYNTHETIC_HYPER = Hyper(lr=1e-3, mu=5e-3)

@@ -56,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", nargs="*", default=[], choices=list(COMPARISONS),
                         help="add the methods of a comparison: anytime = the adaptive "
                              "budgets (zoaq, statzo, auto_k) against fixed K in {1, 2, 4} "
-                             "of R-AdaZO, ZO-AdaMM and ZoAR, with their query regret")
+                             "of R-AdaZO, ZO-AdaMM and ZoAR, with their query regret; grid = "
+                             "R-AdaZO's (lr, K) grid (lr x0.25-x4, K 1-16) and the untuned "
+                             "baselines with tuning_free, scored in the anytime table")
     parser.add_argument("--images", type=flags.positive_int,
                         help="correctly classified test images of the extended protocol "
                              "(default 100)")

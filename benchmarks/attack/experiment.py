@@ -61,7 +61,7 @@ def run(config: Config, method: str) -> list[dict[str, Any]]:
             config.attack_config)
     records = [{
         "dataset": config.dataset, "protocol": config.protocol, "goal": config.goal,
-        "method": method, "base": parsed.base, "image": int(image[i]), "label": int(label[i]),
+        "method": method, "base": methods_lib.base_of(parsed), "image": int(image[i]), "label": int(label[i]),
         "attacked_class": int(cls[i]), "seed": int(seed[i]), "success": bool(o.success[i]),
         "num_queries": int(o.num_queries[i]), "steps": int(o.steps[i]),
         "final_loss": float(o.loss[i])} for i in range(len(seed))]

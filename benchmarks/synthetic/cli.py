@@ -136,7 +136,11 @@ def compute(p, args: argparse.Namespace, _) -> list:
     methods = [v.name for v in p.variants]
     results = experiment.execute(mode.run, [(p, m) for m in methods], args.workers,
                                  f"synthetic {p.name}", cost=mode.cost)
-    return pool.ordered(results, "function", p.functions, methods)
+    order = budgets.record_methods(p) if p.mode == "budget" else methods
+    results = pool.ordered(results, "function", p.functions, order)
+    if p.mode == "budget" and p.lr_scales:  # the grid: stored compact (docs/results)
+        results = budgets.compact(results)
+    return results
 
 
 COMMAND = experiment.Command(
