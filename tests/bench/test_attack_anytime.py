@@ -23,7 +23,8 @@ def test_fixed_k_family_specs_and_labels():
 
 
 def test_auto_k_spec_uses_the_library_defaults():
-    defaults = inspect.signature(zoaq_jax.auto_k_estimator).parameters
+    defaults = {**inspect.signature(zoaq_jax.auto_k_estimator).parameters,
+                **inspect.signature(zoaq_jax.budgets.progress).parameters}  # the rule's
     auto_k = methods.parse("auto_k")
     assert auto_k.spec == "auto_k" and methods.label(auto_k) == "auto_k K∈[1,16]"
     params = dict(auto_k.params)
@@ -180,7 +181,7 @@ def test_grid_regret_and_failed_baselines_on_hand_made_records():
 def test_grid_and_baseline_specs_build_and_label():
     assert len(methods.GRID) == 25 and set(methods.FIXED_K[:3]) < set(methods.GRID)
     assert methods.label("radazo:k=8,lr_scale=0.5") == "R-AdaZO K=8, lr x0.5"
-    assert methods.label("radazo:backbone=dowg,k=1") == "R-AdaZO K=1, DoWG step"
+    assert methods.label("radazo:backbone=dowg,k=1") == "R-AdaZO K=1 (DoWG)"
     assert methods.label("tuning_free:budget") == "tuning_free, told the budget"
     assert methods.base_of(methods.parse("tuning_free")) == "tuning_free"
     # told the budget: the cosine decays over TOLD_BUDGET queries at K + 1 calls a step
