@@ -215,19 +215,21 @@ def tuning_free(
     steps, decisions evenly spaced in :math:`\log t`). At the end of a window,
     :func:`noise_diagnosis` against the previous window decides:
 
-    * a significant rise, or a stall from **data noise**: :math:`\eta \leftarrow \eta/2`;
+    * a significant rise: :math:`\eta \leftarrow \eta/2`;
+    * a stall from **data noise**: :math:`\eta \leftarrow \eta/2` when the window
+      before stalled on data noise too (one such stall alone changes nothing);
     * a stall from **direction noise**: :math:`K \leftarrow \min(2K, K_{\max})` (at
       :math:`K_{\max}`, :math:`\eta \leftarrow \eta / 2`);
     * otherwise (a significant fall) nothing changes.
 
-    After a stall blamed on data noise the windows grow 1.25 times longer (the halved step
-    gains half as much a window against the same noise).
-
-    The step size only ever falls: it starts above the step that suits most objectives
-    (a too-large step shows as a rise within the first windows, at a cost of a few
-    windows) and halves each time the run stops gaining at its level, so a run of any
-    length passes through the step sizes that suit it, in the manner of a
-    reduce-on-plateau schedule whose plateaus are tested statistically.
+    At :math:`d \le 100` the step size only ever falls: it starts above the step that
+    suits most objectives (a too-large step shows as a rise within the first windows, at
+    a cost of a few windows) and halves each time the run stops gaining at its level, so
+    a run of any length passes through the step sizes that suit it, in the manner of a
+    reduce-on-plateau schedule whose plateaus are tested statistically. Above, the first
+    step is :math:`\eta_0 \sqrt{100 / d}` and a start-up ramp (:func:`start_ramp`)
+    doubles it, up to :math:`\eta_0`, while windows fall faster; after the ramp it only
+    falls.
 
     The starting :math:`\eta`, :math:`\mu` and window rule were chosen on the tuning set
     of ``benchmarks/generalization`` and scored on its held-out set
@@ -238,7 +240,8 @@ def tuning_free(
       key: integer seed or typed key. Every lane of a ``vmap`` over starting points with
         one optimizer shares it (give each lane its own key for independent directions).
       learning_rate: the first step size :math:`\eta_0`, in units of :math:`s`, at
-        dimension :math:`d \le 100` (the tuning set's); above, :math:`\eta_0 \sqrt{100 / d}`.
+        dimension :math:`d \le 100` (the tuning set's); above, the first step is
+        :math:`\eta_0 \sqrt{100 / d}` and :math:`\eta_0` the start-up ramp's ceiling.
       k_max: the largest number of directions a step, :math:`K_{\max}`.
       mu: smoothing radius in units of :math:`s`.
       window: steps of the first (shortest) window, :math:`w \ge 2`.
@@ -255,7 +258,8 @@ def tuning_free(
       ``updates`` and returns the step to add to ``params`` (apply it with
       :func:`zoaq_jax.apply_updates`; chain nothing after it). Diagnostics:
       ``num_queries``, ``num_nonfinite``, ``last_k``, ``next_k``, ``value_estimate``,
-      ``learning_rate``, ``scale``, ``num_lr_down``, ``num_data_noise``, ``num_k_up``.
+      ``learning_rate``, ``scale``, ``num_lr_down``, ``num_data_noise``, ``num_k_up``,
+      ``num_lr_up``.
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, zoaq_jax
