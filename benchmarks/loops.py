@@ -1,5 +1,6 @@
 """The run loops of the harness: the anytime program (one method until a call budget,
-its log rows every few steps) and the compile-once, run-per-objective driver.
+its log rows every few steps), the compile-once, run-per-objective driver, and the two
+bare loops of the timing and lane harnesses.
 
 A benchmark that compares methods at equal calls builds its program with
 :func:`anytime_program` (the synthetic budget mode, generalization), runs it with
@@ -8,6 +9,14 @@ A benchmark that compares methods at equal calls builds its program with
 mode). A run is one ``lax.while_loop`` over log periods that stops when the lane's calls
 reach the budget (under ``vmap`` the loop runs until the last seed stops; finished lanes
 keep their state and are not counted).
+
+Two loops are bare on purpose. :func:`fixed_steps` is ``steps`` updates and nothing
+else, for the timings of a step (the overhead breakdown, the devices page):
+``zoaq_jax.run`` adds its trace rows, budget and best-iterate bookkeeping to every step,
+which those pages must not time. :func:`while_any` steps a batch of lanes that stop on
+their own (the attacks' success, the overhead sweep's per-lane budget) in one loop that
+sees every lane, so that the caller can count what the batch executes against what its
+unfinished lanes use: under ``vmap`` of a per-lane loop that count is not observable.
 """
 
 from __future__ import annotations
@@ -103,6 +112,40 @@ def anytime_program(build, objective, gap, start, budget: int, log_every: int,
     values = jnp.asarray(lanes)
     return jax.jit(lambda seeds, fids: jax.vmap(per_lane, in_axes=(None, None, 0))(
         seeds, fids, values))
+
+
+def fixed_steps(opt, value_fn, params, state, steps: int):
+    """``steps`` updates of ``opt`` on ``value_fn`` from ``(params, state)`` in one
+    ``lax.scan``, nothing else (see the module docstring): the final ``(params, state)``."""
+    import jax
+
+    import zoaq_jax
+
+    def body(carry, _):
+        params, state = carry
+        updates, state = opt.update(None, state, params, value_fn=value_fn)
+        return (zoaq_jax.apply_updates(params, updates), state), None
+
+    return jax.lax.scan(body, (params, state), None, length=steps)[0]
+
+
+def while_any(step, active, lanes, limit):
+    """``lanes = step(lanes)`` (every lane at once) while ``active(lanes)``, a bool per
+    lane, holds for any lane, at most ``limit`` times, in one ``lax.while_loop``; ``step``
+    keeps the finished lanes as they are. Returns ``(lanes, steps taken)``."""
+    import jax
+    import jax.numpy as jnp
+
+    def cond(carry):
+        i, lanes = carry
+        return (i < limit) & jnp.any(active(lanes))
+
+    def body(carry):
+        i, lanes = carry
+        return i + 1, step(lanes)
+
+    i, lanes = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), lanes))
+    return lanes, i
 
 
 def logged_curves(calls, gaps, ks, grid) -> dict[str, Any]:

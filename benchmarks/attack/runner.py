@@ -18,6 +18,14 @@ iterations; after each chunk finished lanes are recorded and refilled with attac
 yet started, and once none are left the unfinished lanes are gathered into narrower
 power-of-two batches (one compile per width). :class:`Outcome` reports the waste as
 ``lane_steps_executed`` vs ``lane_steps_useful``.
+
+Why its own loop. ``zoaq_jax.run`` and the harness's anytime program
+(:func:`benchmarks.loops.anytime_program`) run one lane to a step count or a call
+budget; an attack stops on its own result (the centre call that finds ``F < 0`` is its
+last, and its estimator calls of that iteration are never made), and its lanes are
+refilled between chunks, which a ``vmap`` of a per-lane loop cannot do. The chunk is
+:func:`benchmarks.loops.while_any` (shared with the overhead sweep) over :func:`program`'s
+masked step.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from benchmarks import loops
 
 BuildOptimizer = Callable[[jax.Array], optax.GradientTransformationExtraArgs]
 Loss = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
@@ -137,16 +147,8 @@ def program(loss: Loss, build: BuildOptimizer, dim: int, config: AttackConfig) -
 
     @jax.jit
     def advance(lanes: Lane, tasks: Tasks, budget: jax.Array) -> tuple[Lane, jax.Array]:
-        def cond(carry):
-            i, lanes = carry
-            return (i < budget) & jnp.any(jax.vmap(active)(lanes))
-
-        def body(carry):
-            i, lanes = carry
-            return i + 1, jax.vmap(step)(lanes, tasks)
-
-        i, lanes = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), lanes))
-        return lanes, i
+        return loops.while_any(lambda lanes: jax.vmap(step)(lanes, tasks), jax.vmap(active),
+                               lanes, budget)
 
     @jax.jit
     def summary(lanes: Lane) -> dict[str, jax.Array]:

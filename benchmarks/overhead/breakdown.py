@@ -23,25 +23,20 @@ from __future__ import annotations
 import argparse
 import functools
 
-from benchmarks import pages
+from benchmarks import loops, pages
 from benchmarks.overhead import measure as measure_lib
 
 
 def _program(build, d: int, lanes: int, steps: int):
-    """``seeds -> (points, num_queries)`` after ``steps`` estimator steps, jitted."""
+    """``seeds -> (points, num_queries)`` after ``steps`` estimator steps ``x - 1e-3 g``
+    (:func:`benchmarks.loops.fixed_steps`), jitted."""
     import jax
     import optax
 
     def one(seed):
-        est = build(key=jax.random.key(seed))
+        est = optax.chain(build(key=jax.random.key(seed)), optax.scale(-1e-3))
         x = jax.random.normal(jax.random.fold_in(jax.random.key(seed), 1), (d,))
-
-        def body(carry, _):
-            x, state = carry
-            g, state = est.update(None, state, x, value_fn=measure_lib.quadratic)
-            return (x - 1e-3 * g, state), None
-
-        (x, state), _ = jax.lax.scan(body, (x, est.init(x)), None, length=steps)
+        x, state = loops.fixed_steps(est, measure_lib.quadratic, x, est.init(x), steps)
         return x, optax.tree.get(state, "num_queries")
 
     return jax.jit(measure_lib.over_lanes(one, lanes))

@@ -1,12 +1,13 @@
 """Speed: oracle calls/s of R-AdaZO with each step's directions split over n devices.
 
 R-AdaZO with ``k`` central directions on the quadratic, one seed, ``steps`` steps (a
-count per d) as one compiled program (``lax.fori_loop``), params and state replicated
-on the mesh (``zoaq_jax.replicate``); for every d, one device without a mesh (the reference) and
-each device count with ``combine="psum"`` and ``"gather"``. Compilation is excluded;
-the median of ``repeats`` interleaved timings is reported. On a CPU the devices are
-fake (``--xla_force_host_platform_device_count``, set here before JAX starts): they
-share the same cores, so the numbers show the overhead of the split, not a speed-up.
+count per d) as one compiled program (:func:`benchmarks.loops.fixed_steps`), params and
+state replicated on the mesh (``zoaq_jax.replicate``); for every d, one device without a
+mesh (the reference) and each device count with ``combine="psum"`` and ``"gather"``.
+Compilation is excluded; the median of ``repeats`` interleaved timings is reported. On a
+CPU the devices are fake (``--xla_force_host_platform_device_count``, set here before JAX
+starts): they share the same cores, so the numbers show the overhead of the split, not a
+speed-up.
 
 Examples:
   python -m benchmarks devices --out docs/results     # the committed page
@@ -68,19 +69,15 @@ def program(d: int, k: int, steps: int, mesh, combine: str):
     import optax
 
     import zoaq_jax
-    from benchmarks.overhead import measure as measure_lib  # imports JAX: not at the top
+    from benchmarks import loops  # these import JAX: not at the top
+    from benchmarks.overhead import measure as measure_lib
 
     # zoaq_jax.radazo(1e-3, k=k, mesh=mesh), with the combine chosen
     opt = zoaq_jax.chain(zoaq_jax.fixed_estimator(k=k, mesh=mesh, combine=combine or "psum"),
                          zoaq_jax.scale_by_radazo(), optax.scale_by_learning_rate(1e-3))
 
     def run(params, state):
-        def body(_, carry):
-            params, state = carry
-            updates, state = opt.update(None, state, params, value_fn=measure_lib.quadratic)
-            return zoaq_jax.apply_updates(params, updates), state
-
-        return jax.lax.fori_loop(0, steps, body, (params, state))
+        return loops.fixed_steps(opt, measure_lib.quadratic, params, state, steps)
 
     params = jnp.ones(d)
     inputs = (params, opt.init(params))

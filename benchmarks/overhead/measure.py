@@ -1,10 +1,12 @@
 """Timing, lane use and memory of one method on the quadratic with many vmapped seeds.
 
 A run is one compiled program: ``lanes`` seeds start from their own Gaussian point and
-step (``vmap`` of the method's step inside a ``lax.while_loop``) until every lane has
-made ``budget`` oracle calls; a lane that reaches the budget keeps its state while the
-others go on (its further steps are computed and discarded). This is what
-``jax.vmap`` of a per-seed loop compiles to, written out so that the loop sees all lanes:
+step (``vmap`` of the method's step inside :func:`benchmarks.loops.while_any`) until
+every lane has made ``budget`` oracle calls; a lane that reaches the budget keeps its
+state while the others go on (its further steps are computed and discarded). This is
+what ``jax.vmap`` of a per-seed loop (``zoaq_jax.run``, ``benchmarks.loops``' anytime
+program) compiles to, written out as its own loop because it counts what those cannot
+see, the evaluations the batch executes against those its unfinished lanes use:
 
 * useful calls: the oracle calls the lanes' ledgers count (``num_queries``), the calls
   the library reports to the user;
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import loops
 from benchmarks import record as run_record
 from benchmarks.common import progress
 from benchmarks.overhead import methods as methods_mod
@@ -94,29 +97,28 @@ def program(name: str, d: int, lanes: int, budget: int):
         x0 = lanes_of(lambda s: _initial_point(s, d))(seeds)
         state = lanes_of(algo.init)(keys, x0)
 
-        def cond(carry):
-            state, steps, _, _ = carry
-            return (steps < max_steps) & jnp.any(lanes_of(algo.calls)(state) < budget)
+        def active(carry):
+            return lanes_of(algo.calls)(carry[0]) < budget
 
-        def body(carry):
-            state, steps, useful, executed = carry
-            active = lanes_of(algo.calls)(state) < budget
+        def step(carry):
+            state, useful, executed = carry
+            going = active(carry)
             new = lanes_of(algo.step)(state)
             k = lanes_of(algo.last_k)(new).astype(jnp.uint32)
 
             def keep(n, o):
-                mask = active.reshape(active.shape + (1,) * (n.ndim - 1))
+                mask = going.reshape(going.shape + (1,) * (n.ndim - 1))
                 return jnp.where(mask, n, o)
 
             state = jax.tree.map(keep, new, state)
             per_lane = jnp.uint32(method.k_max) if method.evaluation != "loop" else jnp.max(k)
-            useful = useful + jnp.sum(jnp.where(active, k, 0), dtype=jnp.uint32)
+            useful = useful + jnp.sum(jnp.where(going, k, 0), dtype=jnp.uint32)
             executed = executed + jnp.uint32(lanes) * per_lane
-            return state, steps + 1, useful, executed
+            return state, useful, executed
 
         zero = jnp.zeros((), jnp.uint32)
-        state, steps, useful, executed = jax.lax.while_loop(
-            cond, body, (state, jnp.zeros((), jnp.int32), zero, zero))
+        (state, useful, executed), steps = loops.while_any(
+            step, active, (state, zero, zero), max_steps)
         gaps = jax.vmap(quadratic)(lanes_of(algo.params)(state))
         return {"calls": lanes_of(algo.calls)(state), "gap": gaps, "steps": steps,
                 "useful": useful, "executed": executed}
