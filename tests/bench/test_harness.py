@@ -317,3 +317,34 @@ def test_per_worker_setup_runs_again_only_when_its_fields_change():
         1, 1, 2, 3]  # b is not a setup field; only the last setup is kept
     setup.cache_clear()
     assert setup(One(1, 0)) == 4
+
+
+# ----------------------------------------------------------------------------- loops
+
+
+def test_fixed_steps_makes_runs_iterates_without_its_bookkeeping():
+    from benchmarks import loops
+
+    opt, f, x0 = zoaq_jax.zo_sgd(0.1, k=2), lambda x: jnp.sum(x**2), jnp.linspace(-1.0, 1.0, 4)
+    params, state = jax.jit(lambda p, s: loops.fixed_steps(opt, f, p, s, 5))(x0, opt.init(x0))
+    ref, ref_state, _ = zoaq_jax.run(opt, f, x0, 5, log_every=5, divergence=None,
+                                     log_values=False)
+    assert params.tolist() == ref.tolist() != x0.tolist()
+    assert int(optax.tree.get(state, "num_queries")) == int(
+        optax.tree.get(ref_state, "num_queries")) == 20
+
+
+def test_while_any_steps_until_no_lane_is_active_or_the_limit():
+    from benchmarks import loops
+
+    def step(lanes):  # a lane counts up to 5 and then stays
+        return jnp.where(lanes < 5, lanes + 1, lanes)
+
+    def run(limit):
+        return jax.jit(loops.while_any, static_argnums=(0, 1))(
+            step, lambda lanes: lanes < 5, jnp.array([0, 3, 5]), limit)
+
+    lanes, steps = run(10)
+    assert lanes.tolist() == [5, 5, 5] and int(steps) == 5
+    lanes, steps = run(2)
+    assert lanes.tolist() == [2, 5, 5] and int(steps) == 2
