@@ -281,3 +281,23 @@ def test_directions_over_the_batch_limit_are_drawn_in_chunks(monkeypatch):
     chex.assert_trees_all_close(g_chunked, g_one, rtol=1e-6, atol=1e-6)
     assert int(optax.tree.get(s_chunked, "num_queries")) == 10
     assert optax.tree.get(s_chunked, "num_queries") == optax.tree.get(s_one, "num_queries")
+
+
+def test_small_leaves_take_padded_threefry_bits_and_draw_the_same_numbers(monkeypatch):
+    """A leaf of fewer than 16 numbers takes its bits from a threefry draw of 16 (the
+    batched draw's loop runs over [n, 16], which XLA's CPU compiler handles in a
+    fraction of the time of [n, 6]), and gets the numbers of the unpadded key, bit for
+    bit (sparse: a normal and a Bernoulli draw; lowrank: two small factors)."""
+    like = {"w": jnp.zeros((2, 3))}
+    keys = jax.random.split(jax.random.key(1), 3)
+    families = [dirs.family(s) for s in ("sparse:0.25", "lowrank:2")]  # normal, uniform bits
+
+    def lowered():  # a new function each time: traced again
+        return jax.jit(lambda k: [dirs.sample_many(f, k, like) for f in families]).lower(keys)
+
+    padded = lowered()
+    assert "3x16xui32" in padded.as_text()  # sparse:0.25: the 6 numbers of its normal draw
+    monkeypatch.setattr(dirs, "_padded", lambda key: key)
+    unpadded = lowered()
+    assert "3x16xui32" not in unpadded.as_text()
+    chex.assert_trees_all_equal(padded.compile()(keys), unpadded.compile()(keys))

@@ -86,6 +86,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.extend.random
 import jax.numpy as jnp
 import numpy as np
 
@@ -205,8 +206,45 @@ def _signs(key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
     return (2 * bits.reshape(-1)[:size].astype(dtype) - 1).reshape(shape)
 
 
+# Draws of fewer numbers than this take their bits from a threefry draw of this many.
+# Under ``vmap`` over a batch of keys, threefry's rolled loop body is a kernel over
+# ``[batch, size]``, and XLA's CPU compiler (LLVM) takes about a second on it when
+# ``size`` is below 16 and not 1 or 8 (a batch of 18 Gaussian draws: 1.3 CPU s at size 10,
+# 0.3 s at 16; docs/results/overhead_compile.md). The bits are the same: a threefry key's
+# partitionable bits depend only on each number's flat position, not on the shape. Only
+# the bits are padded: the conversion to floats still runs at the leaf's own shape, so
+# its rounding (vectorised or not) is unchanged.
+_MIN_BITS = 16
+_THREEFRY = jax.extend.random.threefry_prng_impl
+
+
+def _padded_bits(key_data: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
+    size = int(np.prod(shape, dtype=np.int64))
+    bits = _THREEFRY.random_bits
+    if 0 < size < _MIN_BITS:
+        return bits(key_data, bit_width, (_MIN_BITS,))[:size].reshape(shape)
+    return bits(key_data, bit_width, shape)
+
+
+_PADDED_THREEFRY = jax.extend.random.define_prng_impl(
+    key_shape=_THREEFRY.key_shape, seed=_THREEFRY.seed, split=_THREEFRY.split,
+    random_bits=_padded_bits, fold_in=_THREEFRY.fold_in,
+    name="threefry2x32_padded", tag="fry16")
+
+
+def _padded(key: jax.Array) -> jax.Array:
+    """``key`` as a key whose small draws take their bits from a draw of
+    :data:`_MIN_BITS` numbers (a threefry key, partitionable bits: the same numbers), so
+    that they compile fast under ``vmap``; any other key unchanged."""
+    if (str(jax.random.key_impl(key)) != _THREEFRY.name
+            or not jax.config.jax_threefry_partitionable):  # type: ignore[attr-defined]
+        return key
+    return jax.random.wrap_key_data(jax.random.key_data(key), impl=_PADDED_THREEFRY)
+
+
 def _draw_leaf(kind: Family, key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
     """One leaf of a direction of ``kind`` (before the sphere's normalisation)."""
+    key = _padded(key)
     if kind.name == "rademacher":
         return _signs(key, shape, dtype)
     if kind.name == "sparse":
