@@ -9,7 +9,7 @@ import pytest
 import zoaq_jax
 from zoaq_jax.retention import fifo
 from helpers import diag, wavy
-from zoaq_jax._src import directions, history
+from zoaq_jax._src import directions, history, ledger
 
 D = 16
 U_ROUND = 2.0**-24  # float32 unit roundoff
@@ -152,9 +152,12 @@ def test_running_sums_give_the_regenerated_estimates(name):
     assert size == int(optax.tree.get(s_exact, "history").size) > 0
 
 
-def test_ring_buffer_leaving_records_are_the_evicted_ones():
+@pytest.mark.parametrize("compare_all", [history._COMPARE_ALL, 0])  # 0: binary search
+def test_ring_buffer_leaving_records_are_the_evicted_ones(monkeypatch, compare_all):
     """``history.leaving`` names exactly the records ``push`` drops, old ones first and
-    then, past the capacity, the step's own earliest kept records."""
+    then, past the capacity, the step's own earliest kept records (whichever search
+    finds the kept records)."""
+    monkeypatch.setattr(history, "_COMPARE_ALL", compare_all)
     buffer = history.init(5)
     buffer = history.push(buffer, jnp.arange(4, dtype=jnp.int32), jnp.arange(4.0),
                           jnp.int32(0), jnp.ones(4, bool))
@@ -170,6 +173,19 @@ def test_ring_buffer_leaving_records_are_the_evicted_ones():
     assert gone == [(0, 0, 0.0), (0, 1, 1.0), (0, 2, 2.0), (0, 3, 3.0), (1, 0, 10.0)]
     assert sorted(float(r) for r in after.responses) == [12.0, 13.0, 14.0, 15.0, 17.0]
     assert list(np.asarray(live)) == [True] * 5 + [False] * 3
+
+
+def test_a_step_derives_its_fresh_and_record_keys_in_one_batch():
+    """``step_and_record_keys``: the keys of ``direction_keys`` of the step key and of
+    ``record_keys``, bit for bit."""
+    schedule = ledger.KeySchedule.of(7)
+    book = schedule.init(jnp.zeros(3))._replace(step=jnp.int32(5))
+    steps, index = jnp.array([2, 3, 4], jnp.int32), jnp.array([1, 0, 9], jnp.int32)
+    fresh, old = schedule.step_and_record_keys(book, 4, steps, index)
+    data = jax.random.key_data
+    np.testing.assert_array_equal(
+        data(fresh), data(ledger.direction_keys(schedule.step_key(book), 0, 4)))
+    np.testing.assert_array_equal(data(old), data(schedule.record_keys(book, steps, index)))
 
 
 @pytest.mark.parametrize("factory", [zoaq_jax.retention.fifo, zoaq_jax.zoar_estimator,

@@ -101,19 +101,18 @@ def update(
         lambda: step(state, params, value_fn, value, extra_args, policies, execution))
 
 
-def _predraw(state: AdaptiveState, params: Params, step_key: jax.Array,
-             policies: Policies, execution: Execution
+def _predraw(state: AdaptiveState, params: Params, policies: Policies, execution: Execution
              ) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None]:
     """The step's fresh candidates and the records they may evict, in one batch:
     ``(oldest, drawn)``, or ``(None, None)`` where they are drawn where used."""
     if not execution.predraw or execution.mesh is not None:
         return None, None  # with a mesh, each device draws its own share
     slots, n_hist = execution.grid.k_max, policies.retention.capacity
-    keys = None
+    retained = None
     if n_hist:
-        keys = execution.schedule.record_keys(
-            state.ledger, *policies.retention.oldest(state.retention, min(slots, n_hist)))
-    return expansion.draw_step(execution.family, step_key, slots, params, keys)
+        retained = policies.retention.oldest(state.retention, min(slots, n_hist))
+    return expansion.draw_step(execution.family, execution.schedule, state.ledger, slots,
+                               params, retained)
 
 
 def step(
@@ -136,7 +135,7 @@ def step(
         k_cap = expansion.grid_cap(grid, (left - query.centre_calls)
                                    // query.diff.calls_per_direction)
     context = gate.prepare(state.gate)
-    oldest, drawn = _predraw(state, params, step_key, policies, execution)
+    oldest, drawn = _predraw(state, params, policies, execution)
 
     def evidence(cand: expansion.Candidate) -> Evidence:
         if not n_hist:

@@ -48,24 +48,27 @@ class Candidate(NamedTuple):
 
 
 def draw_step(
-    kind: dirs.Family, key: jax.Array, slots: int, like: chex.ArrayTree,
-    retained_keys: jax.Array | None = None,
+    kind: dirs.Family, schedule: ledger.KeySchedule, book: ledger.QueryLedger, slots: int,
+    like: chex.ArrayTree, retained: tuple[jax.Array, jax.Array] | None = None,
 ) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None]:
-    """Draws a step's ``slots`` fresh directions, and those of ``retained_keys``, at once.
+    """Draws a step's ``slots`` fresh directions, and those of the ``retained`` records
+    (``(steps, index)``), at once (their keys too: :meth:`ledger.KeySchedule.step_and_record_keys`).
 
     Returns ``(retained, fresh)`` direction batches, or ``(None, None)`` when the batch
     would be too large (:func:`directions.fits_in_batch`) and directions must be drawn
     where they are used.
     """
-    n_retained = 0 if retained_keys is None else retained_keys.shape[0]
+    n_retained = 0 if retained is None else retained[0].shape[0]
     if not dirs.fits_in_batch(n_retained + slots, like):
         return None, None
-    keys = ledger.direction_keys(key, 0, slots)
-    if n_retained:
-        keys = jnp.concatenate([retained_keys, keys])  # type: ignore[list-item]
+    if retained is None:
+        keys = ledger.direction_keys(schedule.step_key(book), 0, slots)
+    else:
+        fresh_keys, retained_keys = schedule.step_and_record_keys(book, slots, *retained)
+        keys = jnp.concatenate([retained_keys, fresh_keys])
     u = dirs.sample_many(kind, keys, like)
-    retained = jax.tree.map(lambda x: x[:n_retained], u) if n_retained else None
-    return retained, jax.tree.map(lambda x: x[n_retained:], u)
+    old = jax.tree.map(lambda x: x[:n_retained], u) if n_retained else None
+    return old, jax.tree.map(lambda x: x[n_retained:], u)
 
 
 EVALUATIONS = ("loop", "unrolled", "vectorized")

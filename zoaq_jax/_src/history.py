@@ -86,6 +86,9 @@ def oldest(history: History, size: int) -> tuple[jax.Array, jax.Array]:
     return history.steps[slot], history.index[slot]
 
 
+_COMPARE_ALL = 1 << 12
+
+
 def leaving(
     history: History, index: jax.Array, responses: jax.Array, step: jax.Array,
     keep: jax.Array, size: int,
@@ -114,8 +117,11 @@ def leaving(
     old_steps, old_index = oldest(history, size)
     slot = (history.head - history.size + position) % capacity
     # The (position - size)-th kept new record: the first j with cumsum(keep)[j] beyond it.
+    # (compare_all: the same integers as the default binary search, which XLA compiles as
+    # one more while loop; at most _COMPARE_ALL comparisons)
+    method = "compare_all" if size * keep.shape[0] <= _COMPARE_ALL else "scan"
     new = jnp.searchsorted(jnp.cumsum(keep, dtype=jnp.int32), position - history.size,
-                           side="right")
+                           side="right", method=method)
     new = jnp.minimum(new, keep.shape[0] - 1)
     return (
         jnp.where(old, old_steps, jnp.asarray(step, jnp.int32)),

@@ -131,12 +131,14 @@ def zoar_estimator(
     def step_fn(state, params, value_fn, extra_args):
         """One step of ``k`` fresh directions."""
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
-        step_key = schedule.step_key(state.ledger)
-        u = dirs.sample_many(family, ledger.direction_keys(step_key, 0, k), params)
         oldest = None  # the k oldest records, which a full buffer evicts: drawn at once
         if dirs.fits_in_batch(k, params):  # when small, else regenerated as they leave
-            oldest = dirs.sample_many(family, schedule.record_keys(
-                state.ledger, *history.oldest(state.history, k)), params)
+            fresh_keys, old_keys = schedule.step_and_record_keys(
+                state.ledger, k, *history.oldest(state.history, k))
+            oldest = dirs.sample_many(family, old_keys, params)
+        else:
+            fresh_keys = ledger.direction_keys(schedule.step_key(state.ledger), 0, k)
+        u = dirs.sample_many(family, fresh_keys, params)
         if forward:
             fresh = midpoints = diff.values(params, u)
         else:
