@@ -19,7 +19,7 @@ import numpy as np
 from benchmarks import anytime, pages, presets
 from benchmarks.llm import data, fetch, models, tasks, train
 from benchmarks.llm.config import Config
-from benchmarks.llm.methods import REGISTRY, is_fixed
+from benchmarks.llm.methods import is_fixed, parse_one
 from benchmarks.llm.models import lora
 
 
@@ -117,7 +117,7 @@ def prepared(cfg: Config) -> Setup:
 
 def run(cfg: Config, method: str) -> list[dict]:
     """The method ``method`` (a spec) trained from every seed of ``cfg``: one record each."""
-    bundle, parsed = prepared(cfg).bundle, REGISTRY.parse(method)
+    bundle, parsed = prepared(cfg).bundle, parse_one(method)
     return [train.run(parsed, seed, bundle, cfg) for seed in cfg.seeds]
 
 

@@ -24,7 +24,11 @@ directions. FE (forward evaluations) are the estimator's ``num_queries``:
   backbone) with the learning rate and mu the others get: 2 K_t FE a step.
 
 Any other value is a spec away: ``zoaq:n_hist=4``, ``statzo:difference=central``,
-``radazo:backbone=zo_adamm``.
+``radazo:backbone=zo_adamm``; ``radazo:k=2,lr_scale=2`` is a point of the (learning
+rate, K) grid (:func:`grid_k`), ``radazo:k=1,schedule=cosine`` decays the learning rate
+over the run's FE budget. The complete optimizers of :data:`benchmarks.methods.COMPLETE`
+run as they are, with no learning rate, K or mu from the benchmark: ``tuning_free`` and
+``tuning_free:budget`` (told the run's FE budget).
 
 :func:`chunks` lists the batched oracle calls a step with ``K_t = k`` makes, read from
 the method's parameters (difference scheme, ``k_min``, ``k_step``): the benchmark uses
@@ -37,7 +41,7 @@ from collections.abc import Iterable
 
 import optax
 
-from benchmarks.methods import Hyper, Method, Registry
+from benchmarks.methods import Complete, Hyper, Method, Registry, complete
 
 REGISTRY = Registry({
     "mezo": {"k": 4}, "radazo": {"k": 4}, "statzo": {"k_min": 2, "k_max": 4, "theta": 0.5},
@@ -48,43 +52,58 @@ REGISTRY = Registry({
 DEFAULT = ("mezo", "radazo", "statzo", "zoaq", "zoaq:k_max=2")
 
 
-def parse(specs: Iterable[str]) -> list[Method]:
+def parse_one(spec: str) -> Method | Complete:
+    """The method of ``spec``: a complete optimizer or a spec of :data:`REGISTRY`."""
+    return complete(spec) or REGISTRY.parse(spec)
+
+
+def parse(specs: Iterable[str]) -> list[Method | Complete]:
     """The methods of ``specs`` (each once, in order).
 
     Raises:
       ValueError: an unknown base or key, a malformed spec, or no spec at all.
     """
-    methods = REGISTRY.parse_all(specs)
+    methods = list({m.spec: m for m in map(parse_one, specs)}.values())
     if not methods:
         raise ValueError("No method given.")
     return methods
 
 
-def build(method: Method, learning_rate: float, mu: float,
-          seed: int) -> optax.GradientTransformationExtraArgs:
-    """The optimizer of ``method`` with the paper's learning rate and mu, keyed by ``seed``."""
-    return method.build(Hyper(lr=learning_rate, mu=mu), seed)
+def build(method: Method | Complete, learning_rate: float, mu: float, seed: int,
+          budget: int | None = None) -> optax.GradientTransformationExtraArgs:
+    """The optimizer of ``method`` with the paper's learning rate and mu, keyed by ``seed``;
+    ``budget``: the run's FE (a cosine schedule's horizon, a complete optimizer's budget)."""
+    return method.build(Hyper(lr=learning_rate, mu=mu), seed, budget=budget)
 
 
-def k_min(method: Method) -> int:
+# The range of K_t and the acquisition of a complete optimizer (tuning_free: the adaptive
+# estimator with K in [1, k_max], one central pair per call).
+_COMPLETE_PARAMS = {"k_min": 1, "k_max": 16, "k_step": 1, "difference": "central"}
+
+
+def _params(method: Method | Complete) -> dict:
+    return dict(_COMPLETE_PARAMS if isinstance(method, Complete) else method.params)
+
+
+def k_min(method: Method | Complete) -> int:
     """The smallest K_t the method can use (its K for fixed-K methods)."""
-    p = dict(method.params)
+    p = _params(method)
     return p["k_min"] if "k_min" in p else p["k"]
 
 
-def k_max(method: Method) -> int:
-    p = dict(method.params)
+def k_max(method: Method | Complete) -> int:
+    p = _params(method)
     return p["k_max"] if "k_max" in p else p["k"]
 
 
-def chunks(method: Method, k: int) -> list[tuple[int, bool]]:
+def chunks(method: Method | Complete, k: int) -> list[tuple[int, bool]]:
     """The oracle calls of a step with ``K_t = k``: ``(forward passes, batched)`` each.
 
     Central differences acquire ``k_min`` directions (2 ``k_min`` passes in one vmapped
     call), then ``k_step`` more per call; forward differences first evaluate the centre
     (one unbatched pass), then one pass a direction in the same chunks.
     """
-    p = dict(method.params)
+    p = _params(method)
     first = k_min(method)
     step = p.get("k_step", 1) if "k_min" in p else first
     more = (k - first) // step
@@ -94,8 +113,21 @@ def chunks(method: Method, k: int) -> list[tuple[int, bool]]:
 
 
 def is_fixed(spec: str) -> bool:
-    """Whether the method ``spec`` keeps K fixed (an envelope method of the anytime mode)."""
+    """Whether the method ``spec`` keeps K fixed at the run's learning rate (a method of
+    the fixed-K envelope of the anytime mode)."""
+    return _grid(spec)[1] is not None
+
+
+def grid_k(spec: str) -> int | None:
+    """K of a point of the (learning rate, K) grid (a fixed K at a constant learning rate,
+    any ``lr_scale``: :attr:`benchmarks.methods.Method.grid_k`), else ``None``."""
+    return _grid(spec)[0]
+
+
+def _grid(spec: str) -> tuple[int | None, int | None]:
+    """``(grid_k, fixed_k)`` of ``spec`` (``None`` for complete optimizers and bad specs)."""
     try:
-        return REGISTRY.parse(spec).fixed_k is not None
+        method = parse_one(spec)
     except ValueError:
-        return False
+        return None, None
+    return (None, None) if isinstance(method, Complete) else (method.grid_k, method.fixed_k)

@@ -37,7 +37,7 @@ from benchmarks.llm import methods as methods_lib
 from benchmarks.llm import tasks
 from benchmarks.llm.config import Config
 from benchmarks.llm.models import lora as lora_lib
-from benchmarks.methods import Method
+from benchmarks.methods import Complete, Method
 
 
 @dataclasses.dataclass
@@ -188,7 +188,7 @@ def forward_call_seconds(bundle: Bundle, lora: Any, batch: dict, sizes, reps: in
             for key, call in _oracle_calls(bundle, lora, batch, sizes).items()}
 
 
-def interleaved_overhead(compiled, method: Method, bundle: Bundle, lora: Any, state: Any,
+def interleaved_overhead(compiled, method: Method | Complete, bundle: Bundle, lora: Any, state: Any,
                          batch: dict, reps: int) -> dict:
     """Step time vs forward time, measured back to back to cancel drifts in machine load.
 
@@ -209,10 +209,10 @@ def interleaved_overhead(compiled, method: Method, bundle: Bundle, lora: Any, st
             "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s))}
 
 
-def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
+def run(method: Method | Complete, seed: int, bundle: Bundle, cfg: Config) -> dict:
     """Trains the adapters with ``method`` from seed ``seed``; returns the result record."""
     wall0 = time.perf_counter()
-    opt = methods_lib.build(method, cfg.lr, cfg.mu, seed)
+    opt = methods_lib.build(method, cfg.lr, cfg.mu, seed, budget=cfg.budget)
     lora = lora_lib.init_adapters(bundle.lora, seed)
     state = opt.init(lora)
     stream = batches(bundle.train, cfg.batch_size, seed)
@@ -246,10 +246,12 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
         fe, k = int(num_queries), int(last_k)  # waits for the step
         step_s.append(time.perf_counter() - s0)
         ks.append(k)
-        if cfg.eval_due(t, fe_before, fe):
+        # A method told the budget stops querying when its next step would exceed it.
+        spent = fe == fe_before
+        if cfg.eval_due(t, fe_before, fe) or spent:
             do_eval(t)
             bar.set_postfix(fe=fe, dev_loss=f"{tracker.curve[-1]['dev_loss']:.4f}")
-        if cfg.done(t, fe):
+        if cfg.done(t, fe) or spent:
             break
     zoaq_jax.check_responses(state)  # warns when mu is below the float resolution
 
