@@ -103,12 +103,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "side) in one page, with the baselines of --baselines computed here")
     parser.add_argument("--prompt-table", type=Path, metavar="RESULTS",
                         help="with --baselines: reuse the zero-shot prompt table of this JSON "
-                        "(written by --prompt-table-only) instead of recomputing it")
+                        "(written by --prompt-table-only, or a page's llm.json.xz) instead of "
+                        "recomputing it")
     parser.add_argument("--prompt-table-only", action="store_true",
                         help="only score every prompt zero-shot (raw and calibrated); "
                         "writes OUT/llm_prompts.json.xz")
-    parser.add_argument("--first-order-lr", type=float,
-                        help="Adam's learning rate of the first-order reference (1e-3)")
+    parser.add_argument("--first-order-only", action="store_true",
+                        help="only run the first-order reference (every --first-order-lrs "
+                        "rate from every seed, anytime mode); writes "
+                        "OUT/llm_first_order.json.xz")
+    parser.add_argument("--baselines-from", type=Path, metavar="RESULTS",
+                        help="with --merge: the zero-shot prompt table, linear probe and "
+                        "memory table of this llm.json.xz and the first-order runs of "
+                        "--first-order, instead of computing the baselines (loads no model)")
+    parser.add_argument("--first-order", nargs="+", type=Path, metavar="RESULTS",
+                        help="with --baselines-from: the llm_first_order.json.xz files of "
+                        "--first-order-only runs (e.g. one seed each)")
+    parser.add_argument("--first-order-lrs", type=float, nargs="+", metavar="LR",
+                        help="Adam's learning rates of the first-order reference, chosen on "
+                        "dev on the first seed (1e-4 3e-4 1e-3 3e-3)")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
                         help="score single-token options with one sequence per candidate")
     parser.add_argument(
@@ -156,6 +169,8 @@ def main(args: argparse.Namespace) -> int:
         try:
             if args.prompt_table_only:
                 return _prompt_table_only(args, cfg)
+            if args.first_order_only:
+                return _first_order_only(args, cfg)
             payload = _merge(args, cfg) if args.merge else _run(args, cfg)
         except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
             flags.fail(str(err))
@@ -175,8 +190,7 @@ def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dic
     from benchmarks.experiment import execute, split
     from benchmarks.llm import experiment, train
 
-    prompts = (flags.read_results(args.prompt_table, "--prompt-table")["prompts"]
-               if args.prompt_table else None)
+    prompts = _prompts(args.prompt_table) if args.prompt_table else None
     with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
         setup = experiment.prepared(cfg)
         print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
@@ -194,6 +208,15 @@ def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dic
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
 
 
+def _prompts(path: Path) -> list[dict]:
+    """The zero-shot prompt table of a ``--prompt-table-only`` file or of a page's JSON."""
+    payload = flags.read_results(path, "--prompt-table")
+    table = payload.get("prompts") or payload.get("baselines", {}).get("prompts")
+    if not table:
+        flags.fail(f"{path} holds no prompt table.")
+    return table
+
+
 def _log(cfg, method: str, records: list[dict]) -> None:
     for r in records:
         print(f"{method} seed {r['seed']}: FE {r['total_fe']}, best dev loss "
@@ -204,11 +227,14 @@ def _log(cfg, method: str, records: list[dict]) -> None:
 
 def _merge(args: argparse.Namespace, cfg) -> dict:
     """One payload from the results of several runs of the same configuration (their
-    seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
+    seeds and methods may differ); the model is loaded here for the zero-shot row and the
+    baselines, unless they come from earlier runs (``--baselines-from``)."""
     from benchmarks.llm import experiment
 
     payloads = [read_results(p, "--merge") for p in args.merge]
-    ignore = ("seeds", "baselines", "preset")
+    # What the merged runs may differ in: their seeds and methods (each record names its
+    # own), and the settings of the baselines, computed here.
+    ignore = ("seeds", "methods", "baselines", "preset", "first_order_lr", "first_order_lrs")
     want = {k: v for k, v in json.loads(json.dumps(presets.as_dict(cfg))).items()
             if k not in ignore}
     for path, p in zip(args.merge, payloads):
@@ -218,16 +244,51 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
             flags.fail(f"{path} was run with other settings ({', '.join(diff)}); pass the "
                        "same preset and options as its run.")
     results = [r for p in payloads for r in p["results"]]
-    cfg = dataclasses.replace(cfg, seeds=tuple(sorted({r["seed"] for r in results})))
-    if not cfg.baselines:  # nothing to compute: the runs' model, data and zero-shot row
+    cfg = dataclasses.replace(cfg, seeds=tuple(sorted({r["seed"] for r in results})),
+                              methods=tuple(dict.fromkeys(r["method"] for r in results)))
+    # The runs that trained (a merged page's own runs, not the command that merged them).
+    trained = [rec for p in payloads for rec in p.get("merged_runs") or [p["record"]]]
+    if args.baselines_from:  # nothing to compute: the baselines of earlier runs
+        if not args.first_order:
+            flags.fail("--baselines-from needs the first-order runs (--first-order).")
+        base = read_results(args.baselines_from, "--baselines-from")["baselines"]
+        parts = [flags.read_results(p, "--first-order") for p in args.first_order]
+        extra = experiment.with_first_order(
+            {k: base[k] for k in ("prompts", "linear_probe", "memory")}, parts, results)
+        cfg = dataclasses.replace(cfg, baselines=True)
+        payloads[0] = {**payloads[0], "baselines": extra,
+                       "record": _command_record(args)}
+    if not cfg.baselines or args.baselines_from:  # the runs' model, data and zero-shot row
         first = payloads[0]
         return {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
-                "results": results, "merged_runs": [p["record"] for p in payloads],
-                **({"regret": experiment.regret(results, cfg.budget, cfg.eval_every_fe)}
+                "results": results, "merged_runs": trained,
+                **(experiment.regrets(results, cfg.budget, cfg.eval_every_fe)
                    if cfg.budget is not None else {})}
     payload = _run(args, cfg, merged=results)
-    payload["merged_runs"] = [p["record"] for p in payloads]
+    payload["merged_runs"] = trained
     return payload
+
+
+def _command_record(args: argparse.Namespace) -> dict:
+    """The record of this command (it computes nothing: its machine line is the merge's)."""
+    from benchmarks import record
+
+    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
+        pass
+    return run.record.as_dict()
+
+
+def _first_order_only(args: argparse.Namespace, cfg) -> int:
+    from benchmarks import record
+    from benchmarks.llm import experiment
+
+    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
+        out = experiment.first_order(cfg, experiment.prepared(cfg))
+    path = (args.out or Path(f"out/llm-{args.preset}")) / f"llm_first_order{common.RESULTS}"
+    common.write_json(path, to_jsonable({"record": run.record.as_dict(),
+                                         "config": presets.as_dict(cfg), **out}))
+    print(f"wrote first-order runs: {path}", file=sys.stderr)
+    return 0
 
 
 def _prompt_table_only(args: argparse.Namespace, cfg) -> int:

@@ -246,12 +246,15 @@ def run(method: Method | Complete, seed: int, bundle: Bundle, cfg: Config) -> di
         fe, k = int(num_queries), int(last_k)  # waits for the step
         step_s.append(time.perf_counter() - s0)
         ks.append(k)
-        # A method told the budget stops querying when its next step would exceed it.
-        spent = fe == fe_before
-        if cfg.eval_due(t, fe_before, fe) or spent:
+        if fe == fe_before:  # told the budget, it stops before a step would exceed it
+            ks.pop(), step_s.pop()
+            if tracker.curve[-1]["step"] != t - 1:
+                do_eval(t - 1)
+            break
+        if cfg.eval_due(t, fe_before, fe):
             do_eval(t)
             bar.set_postfix(fe=fe, dev_loss=f"{tracker.curve[-1]['dev_loss']:.4f}")
-        if cfg.done(t, fe) or spent:
+        if cfg.done(t, fe):
             break
     zoaq_jax.check_responses(state)  # warns when mu is below the float resolution
 

@@ -78,7 +78,7 @@ def test_first_order_reference_reduces_loss(bundles):
     _, cached = bundles
     cfg = dataclasses.replace(config.SMOKE, steps=30, eval_every=10, batch_size=8,
                               eval_batch_size=8, probe_every=10, timing_reps=3)
-    r = baselines.first_order(cached, 0, cfg, learning_rate=1e-2)
+    r = baselines.first_order(cached, 0, cfg, learning_rate=1e-2, steps=30, evals=3)
     assert r["steps"] == 30
     assert r["curve"][-1]["dev_loss"] < r["curve"][0]["dev_loss"]
     assert r["last_loss"] < r["first_loss"]
