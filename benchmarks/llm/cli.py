@@ -120,8 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --baselines-from: the llm_first_order.json.xz files of "
                         "--first-order-only runs (e.g. one seed each)")
     parser.add_argument("--first-order-lrs", type=float, nargs="+", metavar="LR",
-                        help="Adam's learning rates of the first-order reference, chosen on "
-                        "dev on the first seed (1e-4 3e-4 1e-3 3e-3)")
+                        help="Adam's learning rates of the first-order reference; the one "
+                        "with the lowest mean best dev loss is its row (1e-4 3e-4 1e-3)")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
                         help="score single-token options with one sequence per candidate")
     parser.add_argument(

@@ -76,8 +76,8 @@ class Config:
     lora_layers: int | None = None  # LoRA on the top n layers, the rest cached; None: all
     sequential: bool = False  # evaluate the 2K perturbations one by one (zoaq_jax.sequential)
     baselines: bool = False  # prompt list, linear probe, first-order reference, memory
-    # Adam's learning rates of the first-order reference (chosen on dev, first seed)
-    first_order_lrs: tuple[float, ...] = (1e-4, 3e-4, 1e-3, 3e-3)
+    # Adam's learning rates of the first-order reference (chosen on dev)
+    first_order_lrs: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
 
     def __post_init__(self):
         if self.budget is not None and self.eval_every_fe is None:
