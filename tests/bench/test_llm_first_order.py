@@ -9,7 +9,7 @@ from llm_helpers import tiny_bundle
 
 from benchmarks import anytime
 from benchmarks.llm import baselines, config, methods, train
-from benchmarks.llm.experiment import regrets
+from benchmarks.llm.experiment import regrets, with_first_order
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +76,18 @@ def test_grid_envelope_takes_every_learning_rate_the_fixed_k_envelope_one():
     assert out["grid_regret"]["methods"]["tuning_free"]["regret"] == pytest.approx(
         [fe / 10, fe / 20])
     assert "grid_regret" not in regrets(results[:1] + results[2:], 20, 10)
+
+
+def test_first_order_parts_of_several_processes_join_at_the_rate_chosen_on_dev():
+    def part(seed):
+        runs = [{"learning_rate": lr, "seed": seed, "best_eval_loss": loss + seed / 100}
+                for lr, loss in ((1e-4, 0.5), (1e-3, 0.4))]
+        return {"first_order_all": runs, "first_order_cost": [{"forward_passes": 3.0 + seed}],
+                "first_order_fe": 6000, "first_order_evals": 8}
+
+    zo = [{"timing": {"step_s_total": t}} for t in (90.0, 100.0, 130.0)]
+    out = with_first_order({"memory": []}, [part(0), part(1)], zo)
+    assert out["first_order_lr"] == 1e-3 and out["memory"] == []
+    assert [(r["seed"], r["learning_rate"]) for r in out["first_order"]] == [(0, 1e-3), (1, 1e-3)]
+    assert len(out["first_order_all"]) == 4 and out["zeroth_order_train_s"] == 100.0
+    assert [c["forward_passes"] for c in out["first_order_cost"]] == [3.0, 4.0]
