@@ -10,8 +10,8 @@ Presets:
            a dev sweep (see docs/results/llm.md), 3 seeds, equal-query (anytime) mode:
            every method spends CPU_BUDGET FE; fixed K in {1, 2, 4}, ZoAQ and auto_k;
            then the baselines (zero-shot per prompt raw and calibrated, demonstrations,
-           linear probe, backprop + Adam in the same training time, evaluated as often,
-           its learning rate chosen on dev) and the memory table.
+           linear probe, backprop + Adam with the same compute in forward-pass time,
+           evaluated as often, its learning rate chosen on dev) and the memory table.
            Measured: 14 min per seed (5 methods, model loading included) on 2 shared
            CPU cores; about 45 min for 3 seeds before the baselines.
   mezo_cpu the previous cpu preset: MeZO's "<s> It was" terrible/great prompt, LoRA on
