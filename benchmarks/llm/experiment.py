@@ -227,7 +227,10 @@ def best_within(curve: list[dict], budget: float) -> float:
 
 def regrets(results: list[dict], budget: int, every: int) -> dict[str, dict]:
     """``{"regret": against the fixed-K envelope}``, with ``"grid_regret"`` (against the
-    (learning rate, K) envelope) when the run has grid points at other learning rates."""
+    (learning rate, K) envelope) when the run has grid points at other learning rates;
+    empty without a fixed-K method."""
+    if not any(is_fixed(r["method"]) for r in results):
+        return {}  # nothing to compare with (e.g. one process of a merged page)
     out = {"regret": regret(results, budget, every)}
     if any(grid_k(r["method"]) and not is_fixed(r["method"]) for r in results):
         out["grid_regret"] = regret(results, budget, every,

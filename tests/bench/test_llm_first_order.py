@@ -76,6 +76,7 @@ def test_grid_envelope_takes_every_learning_rate_the_fixed_k_envelope_one():
     assert out["grid_regret"]["methods"]["tuning_free"]["regret"] == pytest.approx(
         [fe / 10, fe / 20])
     assert "grid_regret" not in regrets(results[:1] + results[2:], 20, 10)
+    assert regrets(results[2:], 20, 10) == {}  # no fixed K (one process of a merged page)
 
 
 def test_first_order_parts_of_several_processes_join_at_the_rate_chosen_on_dev():
