@@ -256,7 +256,8 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
         extra = experiment.with_first_order(
             {k: base[k] for k in ("prompts", "linear_probe", "memory")}, parts, results)
         cfg = dataclasses.replace(cfg, baselines=True)
-        payloads[0] = {**payloads[0], "baselines": extra}
+        payloads[0] = {**payloads[0], "baselines": extra, "baselines_from": [
+            str(path) for path in (args.baselines_from, *args.first_order)]}
     if not cfg.baselines or args.baselines_from:  # the runs' model, data and zero-shot row
         first = {**payloads[0], "record": _command_record(args)}
         return {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},

@@ -215,10 +215,19 @@ def merged_lines(payload: dict[str, Any]) -> list[str]:
     if not payload.get("merged_runs"):
         return []
     runs = [record.RunRecord.from_dict(rec) for rec in payload["merged_runs"]]
+    if payload.get("baselines_from"):
+        source = ("the command above loaded no model: the zero-shot row is the first "
+                  "file's, the prompt table, linear probe and memory table those of "
+                  f"`{payload['baselines_from'][0]}`, the first-order runs those of "
+                  + ", ".join(f"`{p}`" for p in payload["baselines_from"][1:]) + ".")
+    elif payload["config"].get("baselines"):
+        source = ("the command above loaded the model again for the zero-shot row and the "
+                  "baselines.")
+    else:
+        source = "the zero-shot row and any baselines are the first file's."
     return ["## Runs merged into this page",
             "The zeroth-order results come from these runs (side by side, one process "
-            "each); the command above loaded the model again for the zero-shot row and "
-            "the baselines.",
+            "each); " + source,
             pages.bullets(f"`{run.command}`. {record.run_line(run)}" for run in runs)]
 
 
