@@ -260,10 +260,11 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
             str(path) for path in (args.baselines_from, *args.first_order)]}
     if not cfg.baselines or args.baselines_from:  # the runs' model, data and zero-shot row
         first = {**payloads[0], "record": _command_record(args)}
-        return {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
-                "results": results, "merged_runs": trained,
-                **(experiment.regrets(results, cfg.budget, cfg.eval_every_fe)
-                   if cfg.budget is not None else {})}
+        payload = {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
+                   "results": results, "merged_runs": trained,
+                   **(experiment.regrets(results, cfg.budget, cfg.eval_every_fe)
+                      if cfg.budget is not None else {})}
+        return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
     payload = _run(args, cfg, merged=results)
     payload["merged_runs"] = trained
     return payload
