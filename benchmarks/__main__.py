@@ -16,7 +16,8 @@ Options every command takes with one meaning:
 """
 
 # Each command lives in benchmarks/<command>/cli.py (devices: overhead/devices.py) and
-# exposes add_arguments(parser) and main(args) -> int. Commands are imported only when
+# exposes add_arguments(parser) and main(args) -> int, the command template
+# benchmarks.experiment.main filled in by its Command. Commands are imported only when
 # chosen, so a command's optional dependencies never break the others. The help shown
 # is plain text: the docstrings' reStructuredText markup is removed (plain()).
 

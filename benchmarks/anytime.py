@@ -22,7 +22,8 @@ are then both measured from it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -107,3 +108,80 @@ def summarize(regrets: Sequence[float]) -> dict[str, float]:
 def fmt(x: float) -> str:
     """A regret for a table: two decimals, ``∞`` when never reached."""
     return "∞" if not np.isfinite(x) else f"{x:.2f}"
+
+
+# --------------------------------------------------------------------------- records
+# A run's record (generalization, synthetic budget mode) holds ``curves`` (per seed, or
+# their mean as stored), ``fixed_k`` (a fixed K at the rule's learning rate), ``grid_k``
+# (any point of the (learning rate, K) grid), ``lr_scale`` and, for a method told its
+# budget, ``told_budget`` (one record a budget).
+
+
+def off_lr(r: Mapping[str, Any]) -> bool:
+    """A grid point off the rule's learning rate."""
+    return bool(r.get("grid_k")) and r.get("lr_scale", 1.0) != 1.0
+
+
+def grid_label(r: Mapping[str, Any]) -> str:
+    """A grid point's name in the tables: ``x2 K=4`` (``K=4`` at the rule's lr)."""
+    scale = r.get("lr_scale", 1.0)
+    return (f"x{scale:g} " if scale != 1.0 else "") + f"K={r.get('grid_k') or r['fixed_k']}"
+
+
+def envelopes(rs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """A problem's envelopes: ``fixed``, the best fixed K at the rule's learning rate, and
+    ``grid``, the best (learning rate, K) point (present when the grid was run)."""
+    fixed = {grid_label(r): np.mean(r["curves"], axis=0) for r in rs if r["fixed_k"]}
+    grid = {grid_label(r): np.mean(r["curves"], axis=0) for r in rs
+            if off_lr(r) and r["curves"]}  # stored without a curve: never the envelope
+    out = {"fixed": envelope(fixed)}
+    if grid:
+        out["grid"] = envelope({**fixed, **grid})
+    return out
+
+
+def scored_curves(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per scored method (neither a fixed K nor a grid point), its mean curve for each
+    budget: one curve, or for a method told its budget the run told each budget."""
+    out: dict[str, Any] = {}
+    for r in rs:
+        if r["fixed_k"] or r.get("grid_k"):
+            continue
+        entry = out.setdefault(r["method"], {"curves": {}})
+        entry["record"] = r  # told: the last (longest) run, for its K
+        entry["curves"][r.get("told_budget")] = np.mean(r["curves"], axis=0)
+    return out
+
+
+def curve_at(curves: Mapping[Any, np.ndarray]):
+    """``budget -> curve`` of :func:`scored_curves`' ``curves``: the run told that budget,
+    or the one anytime run."""
+    return (lambda b: curves[b]) if None not in curves else (lambda b: curves[None])
+
+
+def plotted(rs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The runs a figure or a final table shows: fixed K at the rule's lr, and every scored
+    method once (a method told its budget: its run told the largest)."""
+    last = {r["method"]: r for r in rs}
+    return [r for r in rs if r["fixed_k"] or (not r.get("grid_k") and last[r["method"]] is r)]
+
+
+DIGITS = 4  # significant digits of a stored mean gap
+
+
+def compact(results: Sequence[Mapping[str, Any]],
+            group: Callable[[Mapping[str, Any]], Any]) -> list[dict[str, Any]]:
+    """The records as stored: each curve as its mean over the seeds (all the regrets and
+    the figures read; per-seed final gaps and calls stay), no K curve for a grid point (its
+    K is fixed), and no curve for a grid point off the rule's lr that is nowhere its
+    ``group``'s grid envelope (it changes no envelope); mean gaps at :data:`DIGITS`
+    significant digits (the 1% near-tie tolerance is far coarser)."""
+    groups: dict[Any, list] = {}
+    for r in results:
+        groups.setdefault(group(r), []).append(r)
+    on_envelope = {key: set(envelopes(rs).get("grid", ((), ()))[1])
+                   for key, rs in groups.items() if any(r["fixed_k"] for r in rs)}
+    return [{**r, "curves": [] if off_lr(r) and grid_label(r) not in on_envelope[group(r)]
+             else [[float(f"{x:.{DIGITS}g}") for x in np.mean(r["curves"], axis=0)]],
+             "k_curves": [] if r.get("grid_k") else [np.mean(r["k_curves"], axis=0).tolist()]}
+            for r in results]

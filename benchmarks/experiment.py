@@ -14,13 +14,19 @@ A benchmark is three things:
 A command splits its config into units ``(config, method)`` (:func:`split`: a config
 narrowed to one problem or seed where those should spread over the workers too) and hands
 them to :func:`execute`, which runs them on :mod:`benchmarks.pool`'s pinned workers.
-Results files hold ``{"record": ..., <the config>: ..., "results": [...]}`` plus what the
-renderer derives from the results (regret rows, summaries), written with
-:func:`benchmarks.common.write_json` and read with :func:`read_results`. The attack
-file accumulates every run written to its folder, so its run records and configs are in
+What a worker loads once (a data set, a model) is a function decorated with
+:func:`per_worker`. Results files hold ``{"record": ..., <the config>: ..., "results":
+[...]}`` plus what the renderer derives from the results (regret rows, summaries),
+written with :func:`save` and read with :func:`read_results`. The attack file
+accumulates every run written to its folder, so its run records and configs are in
 ``runs``, one per method run (:mod:`benchmarks.attack.results`). The speed benchmark is
 the exception: timings are only comparable when every configuration is timed round-robin
 in one process, so its unit is the whole set.
+
+Every command is one template, :func:`main`, filled in by a :class:`Command` (the hooks:
+its configs, its computation, what its results file holds, where it goes, its page):
+:func:`main` owns ``--render`` (the page from a results file, nothing computed), the run
+record (:class:`benchmarks.record.Recorder`) and the results write.
 
 Example:
   >>> from benchmarks import experiment
@@ -32,14 +38,18 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from benchmarks import flags, pool
+from benchmarks import common, flags, pool
+from benchmarks.record import Recorder, RunRecord
 
 C = TypeVar("C")
+T = TypeVar("T")
 
 
 class Run(Protocol[C]):
@@ -116,3 +126,90 @@ def read_results(path: Path, option: str = "--render") -> dict[str, Any]:
                    "command that wrote it again (into an empty folder)")
     return data
 
+
+def save(path: Path, data: dict[str, Any]) -> Path:
+    """Writes the results file ``path`` (:func:`benchmarks.common.write_json`): the one
+    write of a results file, by :func:`main` or as a long run goes."""
+    return common.write_json(path, data)
+
+
+def per_worker(*fields: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """A setup run once per worker process: the decorated ``setup(*args)`` computes again
+    only when its arguments change (the last result kept: a worker holds one data set, one
+    model). With ``fields``, its first argument is a config and only those fields count.
+    ``setup.cache_clear()`` forgets the kept result.
+
+    Example:
+      >>> from benchmarks import experiment
+      >>> @experiment.per_worker()
+      ... def square(x):
+      ...     print("computing")
+      ...     return x * x
+      >>> square(3), square(3)
+      computing
+      (9, 9)
+    """
+    def wrap(setup: Callable[..., T]) -> Callable[..., T]:
+        last: dict[tuple, T] = {}
+
+        @functools.wraps(setup)
+        def once(*args: Any) -> T:
+            key = tuple(getattr(args[0], f) for f in fields) if fields else args
+            if key not in last:
+                last.clear()
+                last[key] = setup(*args)
+            return last[key]
+
+        once.cache_clear = last.clear  # type: ignore[attr-defined]
+        return once
+
+    return wrap
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """What a benchmark fills in for :func:`main`.
+
+    Attributes:
+      name: the command (``python -m benchmarks NAME``), for the run record.
+      configs: ``args -> configs`` the command line runs (checked, everything cheap
+        validated, before any computation; each gets its own run record and results).
+      compute: ``(config, args, recorder) -> computed``: the computation (the units on the
+        pool, :func:`execute`); ``recorder.snapshot()`` for a long run's partial saves.
+      stored: ``(config, computed, record) -> data``: the results file's content.
+      path: ``(config, args) -> Path``: where it goes (``None``: the page writes it).
+      load: ``data -> config``: the config of a results file (for ``--render``).
+      page: ``(config, data, args) -> None``: writes the page of a results file's content.
+      skip: options left out of the recorded command line.
+      read: reads ``--render``'s file (default :func:`read_results`).
+    """
+
+    name: str
+    configs: Callable[[argparse.Namespace], Sequence[Any]]
+    compute: Callable[[Any, argparse.Namespace, Recorder], Any]
+    stored: Callable[[Any, Any, RunRecord], dict[str, Any]]
+    path: Callable[[Any, argparse.Namespace], Path | None]
+    load: Callable[[dict[str, Any]], Any]
+    page: Callable[[Any, dict[str, Any], argparse.Namespace], None]
+    skip: tuple[str, ...] = ("render",)
+    read: Callable[[Path], dict[str, Any]] = read_results
+
+
+def main(command: Command, args: argparse.Namespace) -> int:
+    """Renders ``--render``'s results file (computing nothing), else runs each config of
+    the command line under a run record, writes its results file and its page."""
+    if getattr(args, "render", None):
+        data = command.read(args.render)
+        command.page(command.load(data), data, args)
+        return 0
+    configs = command.configs(args)
+    line = flags.command_line(command.name, args, skip=command.skip)
+    for config in configs:
+        with Recorder(line) as recorder:
+            computed = command.compute(config, args, recorder)
+        data = command.stored(config, computed, recorder.record)
+        path = command.path(config, args)
+        if path is not None:
+            save(path, data)
+        command.page(config, data, args)
+    return 0

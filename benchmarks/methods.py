@@ -18,8 +18,8 @@ one method has one name in every record.
 
 An ablation is also written as in the library: ZoAQ's policy arguments ``gate``,
 ``budget`` and ``retention`` take the library's value as Python writes it
-(``zoaq:budget=budgets.reset("half")`` is ``zoaq_jax.zoaq(lr, budget=zoaq_jax.budgets.reset(
-"half"))``), and :func:`policy_keys` turns it into the ablation keys, so both spellings
+(``zoaq:budget=budgets.reset("half")`` is ``zoaq_jax.zoaq_estimator(
+budget=zoaq_jax.budgets.reset("half"))``), and :func:`policy_keys` turns it into the ablation keys, so both spellings
 name one method (canonical ``zoaq:reset=half``).
 
 Every method is built the same way (:meth:`Method.build`)::
@@ -72,6 +72,7 @@ COMMON = {"lr_scale": 1.0, "schedule": "constant"}  # keys of every base (module
 SCHEDULES = ("constant", "cosine", "plateau")
 # Optax's parameter-free optimizers (complete: they scale their own steps), at their defaults.
 PARAMETER_FREE = {"prodigy": "Prodigy", "dog": "DoG", "dowg": "DoWG"}
+BACKBONES = {"radazo": "R-AdaZO", "zo_adamm": "ZO-AdaMM", "sgd": "SGD", **PARAMETER_FREE}
 POLICY_MODULES = {"gates": zoaq_jax.gates, "budgets": zoaq_jax.budgets,
                   "retention": zoaq_jax.retention}
 
@@ -150,7 +151,7 @@ def zoaq_policies(kwargs: dict[str, Any]) -> dict[str, Any]:
     if trigger not in ("cosine", "norm") or controller not in (
             "adaptive", "always_accept", "fresh_on_expand"):
         raise ValueError(f"unknown trigger={trigger!r} or controller={controller!r}")
-    given = {"b1": kw["b1"]} if "b1" in kw else {}  # else the gate's default
+    given = {"b1": kw.pop("b1")} if "b1" in kw else {}  # else the gate's default
     if trigger == "norm":
         if tau_band is not None:
             raise ValueError("tau_band bounds the cosine threshold; the norm trigger has none.")
@@ -179,6 +180,11 @@ class Base:
     estimator: Callable[..., optax.GradientTransformationExtraArgs]
     backbone: str = "radazo"
     fixed: tuple[tuple[str, Any], ...] = ()  # estimator arguments the base pins
+    fixed_budget: bool = False  # K constant, fresh directions: a fixed-K family
+    # policy factories whose settings are spec keys, and the function that turns a spec's
+    # keyword arguments into the estimator's (its policies built from those settings)
+    settings: tuple[Callable[..., Any], ...] = ()
+    policies: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def ablations(self) -> dict[str, Any]:
@@ -187,24 +193,40 @@ class Base:
 
     def arguments(self) -> dict[str, Any]:
         """The estimator's tunable arguments and their library defaults."""
-        pinned = {k for k, _ in self.fixed} | {"mu", "key", "b1", *POLICIES}
-        params = inspect.signature(self.estimator).parameters
-        return {name: default for name, default in
-                {**{n: p.default for n, p in params.items()}, **self.ablations}.items()
+        pinned = {k for k, _ in self.fixed} | {"mu", "key", "b1", "reuse_after_expand",
+                                               *POLICIES}
+        params = {n: p.default for f in (self.estimator, *self.settings)
+                  for n, p in inspect.signature(f).parameters.items()}
+        return {name: default for name, default in {**params, **self.ablations}.items()
                 if name not in pinned}
 
 
+def progress_policy(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``auto_k_estimator``'s arguments for a spec's: the rule's settings become
+    ``budget=budgets.progress(...)``."""
+    rule = inspect.signature(zoaq_jax.budgets.progress).parameters
+    kw = dict(kwargs)
+    budget = zoaq_jax.budgets.progress(**{n: kw.pop(n) for n in rule})
+    return {**kw, "budget": budget}
+
+
+ZOAQ_SETTINGS = (zoaq_jax.gates.momentum, zoaq_jax.retention.fifo)
+
 BASES: dict[str, Base] = {
-    "zoaq": Base("ZoAQ", zoaq_jax.zoaq_estimator),
+    "zoaq": Base("ZoAQ", zoaq_jax.zoaq_estimator, settings=ZOAQ_SETTINGS,
+                 policies=zoaq_policies),
     "statzo": Base("StatZO", zoaq_jax.statzo_estimator),
     # The rule the ZoAQ paper writes for its stabilized StatZO: ||g - m|| / ||m|| <= c_norm
     # on fresh directions only.
     "statzo_norm": Base("StatZO-norm", zoaq_jax.zoaq_estimator,
-                        fixed=(("trigger", "norm"), ("n_hist", 0))),
-    "auto_k": Base("auto_k", zoaq_jax.auto_k_estimator),
-    "radazo": Base("R-AdaZO", zoaq_jax.fixed_estimator),
-    "zo_adamm": Base("ZO-AdaMM", zoaq_jax.fixed_estimator, backbone="zo_adamm"),
-    "mezo": Base("MeZO", zoaq_jax.fixed_estimator, backbone="sgd"),
+                        fixed=(("trigger", "norm"), ("n_hist", 0)), settings=ZOAQ_SETTINGS,
+                        policies=zoaq_policies),
+    "auto_k": Base("auto_k", zoaq_jax.auto_k_estimator, settings=(zoaq_jax.budgets.progress,),
+                   policies=progress_policy),
+    "radazo": Base("R-AdaZO", zoaq_jax.fixed_estimator, fixed_budget=True),
+    "zo_adamm": Base("ZO-AdaMM", zoaq_jax.fixed_estimator, backbone="zo_adamm",
+                     fixed_budget=True),
+    "mezo": Base("MeZO", zoaq_jax.fixed_estimator, backbone="sgd", fixed_budget=True),
     "zoar": Base("ZoAR", zoaq_jax.zoar_estimator),
 }
 
@@ -229,17 +251,34 @@ class Method:
     base: str
     params: tuple[tuple[str, Any], ...]  # every parameter, sorted by name
     changed: tuple[str, ...]  # the keys that differ from the benchmark's defaults
+    names: tuple[tuple[str, str], ...] = ()  # the registry's label of a key: "N_hist={}"
+    envelope: str | None = None  # the registry's envelope directions (None: any)
 
     def get(self, key: str) -> Any:
         return dict(self.params)[key]
 
     @property
+    def k_min(self) -> int:
+        """The smallest K a step can use (its K for a fixed-K method)."""
+        p = dict(self.params)
+        return p["k_min"] if "k_min" in p else p["k"]
+
+    @property
+    def k_max(self) -> int:
+        """The largest K a step can use (its K for a fixed-K method)."""
+        p = dict(self.params)
+        return p["k_max"] if "k_max" in p else p["k"]
+
+    @property
     def grid_k(self) -> int | None:
-        """K of a fixed-budget method on a moment backbone at a constant learning rate
-        (any ``lr_scale``): a point of the (learning rate, K) grid; else ``None``."""
+        """K of a method of a fixed-budget family (:attr:`Base.fixed_budget`) on a moment
+        backbone at a constant learning rate (any ``lr_scale``), with the registry's
+        envelope directions where it names them: a point of the (learning rate, K) grid;
+        else ``None``. The project's one fixed-K test (:attr:`fixed_k` builds on it)."""
         p = dict(self.params)
         plain = p["schedule"] == "constant" and p["backbone"] not in PARAMETER_FREE
-        return p["k"] if "k" in p and plain else None
+        family = BASES[self.base].fixed_budget and self.envelope in (None, p.get("directions"))
+        return p["k"] if family and plain else None
 
     @property
     def fixed_k(self) -> int | None:
@@ -249,11 +288,17 @@ class Method:
 
     @property
     def label(self) -> str:
-        """A human-readable name in the paper's notation."""
-        p = dict(self.params)
+        """A human-readable name in the paper's notation: the keys that differ from the
+        registry's defaults as ``key=value`` (or as the registry names them), a backbone
+        other than the base's in brackets (``ZoAQ K∈[1,10], n_hist=4 (ZO-AdaMM)``). The
+        project's one label."""
+        p, names = dict(self.params), dict(self.names)
         budget = f"K={p['k']}" if "k" in p else f"K∈[{p['k_min']},{p['k_max']}]"
-        extras = [f"{k}={p[k]}" for k in self.changed if k not in ("k", "k_min", "k_max")]
-        return " ".join([BASES[self.base].name, budget]) + "".join(f", {e}" for e in extras)
+        extras = [names.get(k, f"{k}={{}}").format(p[k]) for k in self.changed
+                  if k not in ("k", "k_min", "k_max", "backbone")]
+        backbone = f" ({BACKBONES[p['backbone']]})" if "backbone" in self.changed else ""
+        return (" ".join([BASES[self.base].name, budget]) + "".join(f", {e}" for e in extras)
+                + backbone)
 
     def build(self, hyper: Hyper, key: Any, *, monitor: bool = True,
               budget: int | None = None) -> optax.GradientTransformationExtraArgs:
@@ -267,10 +312,10 @@ class Method:
         p = dict(self.params)
         backbone, lr_scale, schedule = (p.pop(k) for k in ("backbone", *COMMON))
         kwargs = {**p, **dict(base.fixed), "mu": hyper.mu, "key": key}
-        if "b1" in inspect.signature(base.estimator).parameters:
+        if base.ablations or "b1" in inspect.signature(base.estimator).parameters:
             kwargs["b1"] = hyper.b1
-        if base.ablations:
-            kwargs = zoaq_policies(kwargs)
+        if base.policies is not None:
+            kwargs = base.policies(kwargs)
         parts = [base.estimator(**kwargs),
                  *([zoaq_jax.monitor_consistency(b1=hyper.b1)] if monitor else [])]
         if backbone in PARAMETER_FREE:
@@ -335,9 +380,15 @@ class Registry:
     Args:
       defaults: ``{base: {key: value}}``; a base's keys not listed keep the library's
         defaults, ``backbone`` the base's own.
+      names: how a label writes a changed key (``{"n_hist": "N_hist={}"}``; default
+        ``key={}``).
+      envelope: the directions of the fixed-K envelope's methods (``"gaussian"``: other
+        direction families are scored against it, not part of it); ``None``: any.
     """
 
-    def __init__(self, defaults: Mapping[str, Mapping[str, Any]]):
+    def __init__(self, defaults: Mapping[str, Mapping[str, Any]], *,
+                 names: Mapping[str, str] | None = None, envelope: str | None = None):
+        self.names, self.envelope = tuple(sorted((names or {}).items())), envelope
         unknown = sorted(set(defaults) - set(BASES))
         if unknown:
             raise ValueError(f"unknown base(s) {unknown}; the bases are {sorted(BASES)}")
@@ -383,7 +434,16 @@ class Registry:
         changed = tuple(k for k in sorted(params) if params[k] != defaults[k])
         text = base + (":" + ",".join(f"{k}={_text(params[k])}" for k in changed)
                        if changed else "")
-        return Method(text, base, tuple(sorted(params.items())), changed)
+        return Method(text, base, tuple(sorted(params.items())), changed, self.names,
+                      self.envelope)
+
+    def fixed_k(self, spec: str) -> int | None:
+        """:attr:`Method.fixed_k` of ``spec`` (``None`` also for a spec that does not
+        parse: not a method of the envelope)."""
+        try:
+            return self.parse(spec).fixed_k
+        except ValueError:
+            return None
 
     def parse_all(self, specs: Iterable[str]) -> list[Method]:
         """:meth:`parse` of each spec, each method once (in order)."""
@@ -430,12 +490,22 @@ class Complete:
                          budget if self.told_budget else None)
 
 
-# One line a method: (settings, key, budget) -> the optimizer.
+def _keyed(opt, hyper, key, budget):
+    """``opt(key=key)``: the library's defaults, no budget."""
+    return opt(key=key)
+
+
+def _budgeted(opt, hyper, key, budget):
+    """``opt(budget, key=key)``: the library's defaults, told the budget."""
+    return opt(budget, key=key)
+
+
+# One line a method: (settings, key, budget) -> the optimizer (module functions, so that a
+# protocol holding them reaches a worker process).
 COMPLETE = {c.spec: c for c in (
-    Complete("tuning_free", "tuning_free", "tuning_free",
-             lambda opt, hyper, key, budget: opt(key=key)),
-    Complete("tuning_free:budget", "tuning_free, told the budget", "tuning_free",
-             lambda opt, hyper, key, budget: opt(budget, key=key), told_budget=True),
+    Complete("tuning_free", "tuning_free", "tuning_free", _keyed),
+    Complete("tuning_free:budget", "tuning_free, told the budget", "tuning_free", _budgeted,
+             told_budget=True),
 )}
 
 
@@ -465,6 +535,17 @@ EXTERNAL = {"open_es": External("open_es", "evosax Open_ES (pop. 20)", 10),
             "torch_loop": External("torch_loop", "PyTorch loop, ZO-AdaMM K=10", 10)}
 
 
+# Issue 32's reference and baselines, shared by the benchmarks' anytime tables: the
+# (learning rate, K) grid runs the rule's learning rate times LR_SCALES (a factor 2 apart)
+# at each fixed K; the baselines are each run without tuning: K = 1 with a cosine decay
+# over the budget, Optax's parameter-free optimizers after the R-AdaZO estimator,
+# reduce-on-plateau on the free value estimate, auto_k.
+LR_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
+BASELINES = ("radazo:k=1,schedule=cosine", "radazo:backbone=prodigy,k=1",
+             "radazo:backbone=dog,k=1", "radazo:backbone=dowg,k=1",
+             "radazo:k=1,schedule=plateau", "auto_k")
+
+
 SYNTHETIC_HYPER = Hyper(lr=1e-3, mu=5e-3)
 """The synthetic benchmark's hyperparameters, shared by all its methods (the paper's Table
 "Common hyperparameters": betas (0.9, 0.99), eps 1e-8, no weight decay)."""
@@ -479,4 +560,76 @@ SYNTHETIC = Registry({
     "statzo": {"k_min": 1, "k_max": 10, "theta": 0.5},
     "zoar": {"k": 10, "n_hist": 8},
     "auto_k": {},
-})
+}, envelope="gaussian")
+
+
+# The synthetic benchmark's methods, as its protocols name them (synthetic, generalization).
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A method of a protocol, with an optional display label (``"ZoAQ-Norm"``): a spec of
+    the registry or a complete optimizer (:data:`benchmarks.methods.COMPLETE`)."""
+
+    method: Method | Complete
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        """The canonical spec (the ``method`` of every record)."""
+        return self.method.spec
+
+    @property
+    def display(self) -> str:
+        if isinstance(self.method, Complete):
+            return self.label or self.method.label
+        return self.label or self.method.label
+
+    @property
+    def grid_k(self) -> int | None:
+        """:attr:`Method.grid_k` (``None`` for a complete optimizer)."""
+        return None if isinstance(self.method, Complete) else self.method.grid_k
+
+    @property
+    def fixed_k(self) -> int | None:
+        """:attr:`Method.fixed_k` (``None`` for a complete optimizer): the fixed-K
+        envelope's methods."""
+        return None if isinstance(self.method, Complete) else self.method.fixed_k
+
+    @property
+    def lr_scale(self) -> float:
+        return 1.0 if isinstance(self.method, Complete) else self.method.get("lr_scale")
+
+    @property
+    def told_budget(self) -> bool:
+        """Whether the method is built for the run's budget (one run a budget scored)."""
+        if isinstance(self.method, Complete):
+            return self.method.told_budget
+        return self.method.get("schedule") == "cosine"
+
+    @property
+    def told_by_rebuild(self) -> bool:
+        """Told its budget only by a build for that budget (a complete optimizer: one
+        compilation a budget), not through a traced value (a cosine decay's steps)."""
+        return isinstance(self.method, Complete) and self.method.told_budget
+
+    @property
+    def backbone(self) -> str:
+        return "" if isinstance(self.method, Complete) else self.method.get("backbone")
+
+    def build(self, hyper: Hyper, key,
+              budget: int | None = None) -> optax.GradientTransformationExtraArgs:
+        return self.method.build(hyper, key, budget=budget)
+
+
+def variant(spec: str, label: str = "") -> Variant:
+    """The variant of ``spec`` (``ValueError`` if it does not parse)."""
+    return Variant(complete(spec) or SYNTHETIC.parse(spec), label)
+
+
+def parse_methods(specs: list[str]) -> list[Variant]:
+    """The variants of ``--methods`` (each once); a bad spec ends the command."""
+    try:
+        return list({v.name: v for v in map(variant, flags.items(specs))}.values())
+    except ValueError as err:
+        flags.fail(str(err))

@@ -9,7 +9,6 @@ keyword ``value_fn`` and its data as keywords named after ``value_fn``'s paramet
 
 from zoaq_jax import budgets, gates, retention
 from zoaq_jax._src.alias import (
-    apply_updates,
     auto_k,
     mezo,
     radazo,
@@ -42,6 +41,7 @@ from zoaq_jax._src.sequential import sequential
 from zoaq_jax._src.sharded import replicate
 from zoaq_jax._src.statzo import statzo_estimator
 from zoaq_jax._src.tuning_free import StepControl, TuningFreeState, tuning_free
+from zoaq_jax._src.updates import apply_updates
 from zoaq_jax._src.zo_adamm import ScaleByZOAdaMMState, scale_by_zo_adamm
 from zoaq_jax._src.zoaq import zoaq_estimator
 from zoaq_jax._src.zoar import ZoARState, zoar_estimator

@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import flags, pool, presets
+from benchmarks import experiment, flags, pool, presets
 from benchmarks import record as run_record
 from benchmarks.experiment import read_results
 
@@ -56,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", nargs="*", default=[], choices=list(COMPARISONS),
                         help="add the methods of a comparison: anytime = the adaptive "
                              "budgets (zoaq, statzo, auto_k) against fixed K in {1, 2, 4} "
-                             "of R-AdaZO, ZO-AdaMM and ZoAR, with their query regret")
+                             "of R-AdaZO, ZO-AdaMM and ZoAR, with their query regret; grid = "
+                             "R-AdaZO's (lr, K) grid (lr x0.25-x4, K 1-16) and the untuned "
+                             "baselines with tuning_free, scored in the anytime table")
     parser.add_argument("--images", type=flags.positive_int,
                         help="correctly classified test images of the extended protocol "
                              "(default 100)")
@@ -114,30 +116,51 @@ def config_of(args: argparse.Namespace):
     return presets.override(preset, methods=tuple(dict.fromkeys(specs)))
 
 
-def main(args: argparse.Namespace) -> int:
-    if args.render:
-        return _render(args, read_results(args.render), args.render.parent)
-    # Validate everything cheap before any data, training or compilation.
+def _results(_, args: argparse.Namespace) -> Path:
+    """The results file of the run folder (merged into by every run)."""
+    from benchmarks.attack import experiment as attacks
+
+    return args.out / attacks.RESULTS
+
+
+def _configs(args: argparse.Namespace) -> list:
+    """``(config, trained model)``: everything cheap validated before any data, training or
+    compilation, then the target model trained or loaded."""
     config = config_of(args)
     if args.data is not None and not Path(args.data).exists():
         flags.fail(f"--data {args.data} does not exist")
-    from benchmarks.attack import experiment
+    from benchmarks.attack import experiment as attacks
 
-    if (args.out / experiment.RESULTS).exists():  # merged into: checked now, not after a method
-        read_results(args.out / experiment.RESULTS, "--out")
+    if _results(None, args).exists():  # merged into: checked now, not after a method
+        read_results(_results(None, args), "--out")
     if args.workers == 1:
         pool.pin_to_cores(run_record.available_cores()[:1])
-    command = flags.command_line("attack", args, skip=("render", "report"))
-    config, trained = experiment.prepare(config, args.retrain)
-    results = experiment.attack([presets.override(config, goal=g) for g in config.goals], trained,
-                                args.workers, command, args.out)
-    print(f"wrote {args.out / experiment.RESULTS} and figures in {args.out}", file=sys.stderr)
-    return _render(args, results, args.out)
+    return [attacks.prepare(config, args.retrain)]
 
 
-def _render(args: argparse.Namespace, results: dict, figures: Path) -> int:
+def _compute(prepared: tuple, args: argparse.Namespace, recorder) -> dict:
+    """Every goal's methods, saved method by method (each with its own run record)."""
+    from benchmarks.attack import experiment as attacks
+
+    config, trained = prepared
+    return attacks.attack([presets.override(config, goal=g) for g in config.goals], trained,
+                          args.workers, recorder.command, args.out)
+
+
+def _page(_, results: dict, args: argparse.Namespace) -> None:
     from benchmarks.attack import report
 
+    if not args.render:
+        print(f"wrote {_results(None, args)} and figures in {args.out}", file=sys.stderr)
+    figures = args.render.parent if args.render else args.out
     print(f"wrote {report.write(results, args.report or args.out / 'attack.md', figures)}",
           file=sys.stderr)
-    return 0
+
+
+COMMAND = experiment.Command(
+    "attack", _configs, _compute, lambda prepared, results, _: results, _results,
+    lambda results: None, _page, skip=("render", "report"))
+
+
+def main(args: argparse.Namespace) -> int:
+    return experiment.main(COMMAND, args)

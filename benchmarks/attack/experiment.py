@@ -11,7 +11,6 @@ order as soon as they are all done.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,10 @@ from benchmarks.record import Recorder
 
 RESULTS = f"attack{common.RESULTS}"  # the results file of a run folder
 
-dataset_of = functools.cache(data_lib.load)  # (dataset, data) -> its data, once per process
+dataset_of = experiment.per_worker()(data_lib.load)  # (dataset, data) -> its data
 
 
-@functools.cache
+@experiment.per_worker()
 def _log_prob(dataset: str, weights: str):
     model = models.create(dataset)
     train.load_weights(model, weights)
@@ -62,7 +61,7 @@ def run(config: Config, method: str) -> list[dict[str, Any]]:
             config.attack_config)
     records = [{
         "dataset": config.dataset, "protocol": config.protocol, "goal": config.goal,
-        "method": method, "base": parsed.base, "image": int(image[i]), "label": int(label[i]),
+        "method": method, "base": methods_lib.base_of(parsed), "image": int(image[i]), "label": int(label[i]),
         "attacked_class": int(cls[i]), "seed": int(seed[i]), "success": bool(o.success[i]),
         "num_queries": int(o.num_queries[i]), "steps": int(o.steps[i]),
         "final_loss": float(o.loss[i])} for i in range(len(seed))]
@@ -113,7 +112,7 @@ def attack(configs: list[Config], trained: train.TrainedModel, workers: int, com
                                   recorder.snapshot().as_dict())
                 results = results_lib.merge(results, merged["records"], entry)
                 results["anytime"] = results_lib.anytime_summaries(results)
-                common.write_json(results_path, results)
+                experiment.save(results_path, results)
                 figures(config, finished, out)
                 s = results_lib.summarize(merged["records"])
                 print(f"{config.goal:10s} {spec:22s} success {s['success_rate']:6.1%}  queries "

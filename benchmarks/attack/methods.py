@@ -36,6 +36,13 @@ The ``anytime`` comparison (:data:`COMPARISONS`) runs the adaptive methods (:dat
 against fixed budgets :math:`K \\in \\{1, 2, 4\\}` of R-AdaZO, ZO-AdaMM and ZoAR
 (:data:`FIXED_K`, for example ``radazo:k=4``) on the same attacks.
 
+The ``grid`` comparison adds issue 32's reference and baselines: R-AdaZO's (learning
+rate, K) grid (:data:`GRID`: the dataset's lr times :data:`benchmarks.methods.LR_SCALES`,
+K in :data:`GRID_KS`) and the methods run without tuning (:data:`BASELINES`: a cosine
+decay over :data:`TOLD_BUDGET` calls, Prodigy/DoG/DoWG after the R-AdaZO estimator,
+reduce-on-plateau, ``tuning_free`` and ``tuning_free:budget``), scored by
+:func:`benchmarks.attack.results.anytime_regret`.
+
 Every chain has :func:`zoaq_jax.monitor_consistency` right after the estimator, so the
 momentum-consistency trace (the paper's attack cosine figure) exists for all methods.
 """
@@ -46,7 +53,8 @@ from typing import Any
 
 import optax
 
-from benchmarks.methods import Hyper, Method, Registry
+from benchmarks.methods import (BASELINES, COMPLETE, LR_SCALES, Complete, Hyper,
+                                Method, Registry, complete)
 
 HYPER = {"mnist": Hyper(lr=0.01, mu=0.5, b1=0.9, b2=0.99, eps=1e-8),
          "cifar10": Hyper(lr=1e-4, mu=0.005, b1=0.9, b2=0.99, eps=1e-8)}
@@ -60,7 +68,9 @@ REGISTRY = Registry({
     "statzo_norm": {"k_min": 1, "k_max": 2, "c_norm": 0.5, "difference": "forward"},
     "zoar": {"k": 1, "n_hist": 8, "difference": "forward"},
     # The library's own defaults (never tuned for the attack).
-    "auto_k": {"difference": "forward"}})
+    "auto_k": {"difference": "forward"}},
+    names={"n_hist": "N_hist={}", "controller": "{}", "lr_scale": "lr x{:g}",
+           "schedule": "{} lr"})  # ZoAQ K∈[1,2], N_hist=4; R-AdaZO K=4, lr x2
 
 # Shared across the paper protocol's tables, the extended protocol, and the sweeps.
 PAPER_METHODS = ("radazo", "statzo", "zoar", "zoar:k=2", "zoaq")
@@ -70,33 +80,26 @@ SWEEPS = {
     "kmax": tuple(f"statzo:k_max={k}" if k != 2 else "statzo" for k in (2, 4, 6, 8, 10))}
 
 
-def parse(spec: str) -> Method:
-    """The method of ``spec`` (:meth:`benchmarks.methods.Registry.parse`).
+def parse(spec: str) -> Method | Complete:
+    """The method of ``spec``: a complete optimizer of the library
+    (:data:`benchmarks.methods.COMPLETE`, e.g. ``tuning_free``) or a chain of the registry
+    (:meth:`benchmarks.methods.Registry.parse`).
 
     Raises:
       ValueError: unknown base or key, or a malformed spec.
     """
-    return REGISTRY.parse(spec)
+    return complete(spec) or REGISTRY.parse(spec)
 
 
-def label(method: Method | str) -> str:
-    """A human-readable name in the paper's notation (``ZoAQ K∈[1,2], N_hist=4``)."""
-    method = parse(method) if isinstance(method, str) else method
-    p = dict(method.params)
-    if method.base == "zoaq":
-        extra = "" if p["n_hist"] == 8 else f", N_hist={p['n_hist']}"
-        extra += "" if p["controller"] == "adaptive" else f", {p['controller']}"
-        return f"ZoAQ K∈[{p['k_min']},{p['k_max']}]{extra}"
-    if method.base in ("radazo", "zo_adamm"):
-        return f"{'R-AdaZO' if method.base == 'radazo' else 'ZO-AdaMM'} K={p['k']}"
-    if method.base == "statzo":
-        tail = "" if p["backbone"] == "radazo" else ", ZO-AdaMM backbone"
-        return f"StatZO K∈[{p['k_min']},{p['k_max']}]{tail}"
-    if method.base == "statzo_norm":
-        return f"StatZO-norm K∈[{p['k_min']},{p['k_max']}]"
-    if method.base == "zoar":
-        return f"ZoAR K={p['k']}"
-    return method.label  # auto_k: K∈[1,16] and the keys that differ from its defaults
+def base_of(method: Method | Complete) -> str:
+    """The record's ``base``: the registry base, or a complete optimizer's spec."""
+    return method.spec if isinstance(method, Complete) else method.base
+
+
+def label(method: Method | Complete | str) -> str:
+    """The label of a method, complete optimizer or spec (:attr:`Method.label`:
+    ``ZoAQ K∈[1,2], N_hist=4``, ``R-AdaZO K=4, lr x2``)."""
+    return (parse(method) if isinstance(method, str) else method).label
 
 
 # The anytime comparison: the adaptive budgets against fixed K in {1, 2, 4} of each
@@ -104,9 +107,23 @@ def label(method: Method | str) -> str:
 ADAPTIVE = ("zoaq", "statzo", "auto_k")
 FAMILIES = ("radazo", "zo_adamm", "zoar")
 FIXED_K = tuple(parse(f"{base}:k={k}").spec for base in FAMILIES for k in (1, 2, 4))
-COMPARISONS = {"anytime": ADAPTIVE + FIXED_K}
+# Issue 32's reference: the (learning rate, K) grid of R-AdaZO (the dataset's lr times
+# LR_SCALES, times K in GRID_KS; its x1 points at K <= 4 are FIXED_K's), and the baselines
+# run without tuning: K = 1 with a cosine decay over the told budget, Optax's
+# parameter-free optimizers after the R-AdaZO estimator, reduce-on-plateau on the free
+# value estimate, and the library's tuning_free (both forms).
+GRID_KS = (1, 2, 4, 8, 16)
+GRID = tuple(dict.fromkeys(parse(f"radazo:k={k},lr_scale={s}").spec
+                           for s in LR_SCALES for k in GRID_KS))
+BASELINES = tuple(s for s in BASELINES if s not in ADAPTIVE) + tuple(COMPLETE)
+TOLD_BUDGET = 10_000  # queries: the budget a method told the budget is given (its cap)
+COMPARISONS = {"anytime": ADAPTIVE + FIXED_K,
+               "grid": BASELINES + tuple(s for s in GRID if s not in FIXED_K)}
+SCORED = ADAPTIVE + BASELINES  # the methods scored against the fixed K and the grid
 
 
-def build(method: Method, dataset: str, key: Any) -> optax.GradientTransformationExtraArgs:
-    """The optimizer chain of ``method`` for ``dataset`` (:data:`HYPER`), seeded by ``key``."""
-    return method.build(HYPER[dataset], key)
+def build(method: Method | Complete, dataset: str,
+          key: Any) -> optax.GradientTransformationExtraArgs:
+    """The optimizer of ``method`` for ``dataset`` (:data:`HYPER`), seeded by ``key``; a
+    method told the budget is told :data:`TOLD_BUDGET` queries."""
+    return method.build(HYPER[dataset], key, budget=TOLD_BUDGET)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import pages
+from benchmarks import anytime, pages
 from benchmarks import record as run_record
 from benchmarks.attack import methods as methods_lib
 from benchmarks.attack.results import (GROUP, anytime_regret, by_group, has_comparison,
@@ -146,7 +146,8 @@ def _group(results: dict, group: tuple, by_method: dict[str, list[dict]], report
     parts += _sweep_tables(group, by_method)
     regret = anytime_regret(by_method) if has_comparison(by_method) else None
     if regret is not None:
-        parts += _anytime_tables(regret, _commands(results, group, regret["methods"]))
+        parts += _anytime_tables(regret, _commands(results, group,
+                                                   [*regret["methods"], *regret["grid"]]))
     parts += _speed_table(results, group, _order(by_method))
     title = f"{dataset.upper()} {protocol} protocol, {goal}"
     tag = f"{dataset}_{protocol}_{goal}"
@@ -210,15 +211,21 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
         grid.append([*row, _fmt(regret["family_oracle"][base])])
     best = regret["best_fixed"]
     best_name = "none" if best is None else f"{methods_lib.label(best)} (`{best}`)"
+    # the grid ran when a point off the dataset's lr is present
+    with_grid = regret.get("best_grid") is not None and any(
+        methods_lib.parse(spec).get("lr_scale") != 1.0 for spec in regret["grid"])
     rows = [[methods_lib.label(spec), f"`{spec}`", f"{m['success_rate']:.0%}", _fmt(m["mean"]),
-             _fmt(m["calls_per_step"], 2), _fmt(m["regret"], 2), _fmt(m["median_regret"], 2),
-             *(_fmt(m["family_regret"][base], 2) for base in families)]
+             _fmt(m["calls_per_step"], 2), _regret(m["regret"]), _regret(m["median_regret"]),
+             *(_regret(m["family_regret"][base]) for base in families),
+             *([_regret(m["grid_regret"])] if with_grid else [])]
             for spec, m in methods.items() if "regret" in m]
     excluded = regret["excluded"]
     return [
         f"Anytime comparison: queries to success of the adaptive budgets against fixed K. "
         f"Only the {regret['common_attacks']} of {regret['attacks']} attacks that every "
-        f"method below solved within the cap are counted"
+        f"fixed K and every adaptive budget of the original comparison (ZoAQ, StatZO, "
+        f"auto_k) solved within the cap are counted; a method added since (the baselines, "
+        f"tuning_free) that failed one of them has no mean (—) and regret ∞"
         + (f" (the {len(excluded)} others are listed under `anytime` in `attack.json.xz`)"
            if excluded else "")
         + "; success rates are over all attacks. "
@@ -232,11 +239,45 @@ def _anytime_tables(regret: dict[str, Any], commands: Sequence[str] = ()) -> lis
         f"Per family, against its best K: "
         + ", ".join("none" if b is None else methods_lib.label(b)
                     for b in regret["family_best"].values()) + ".",
+        *(_grid_table(regret) if with_grid else []),
         pages.table(
             ["Method", "Spec", "Success", "Mean queries", "Calls/iter", "Query regret",
              "Median per-attack regret",
-             *(f"Regret vs {_family_name(base)} best K" for base in families)],
+             *(f"Regret vs {_family_name(base)} best K" for base in families),
+             *(["Regret vs (lr, K) grid"] if with_grid else [])],
             rows)]
+
+
+def _regret(x: float) -> str:
+    """A query regret: two decimals, ∞ for a failed attack, — when nothing counts."""
+    return pages.MISSING if np.isnan(x) else anytime.fmt(x)
+
+
+def _grid_table(regret: dict[str, Any]) -> list[str]:
+    """The (learning rate, K) grid of R-AdaZO: mean queries on the counted attacks (success
+    rate) of every point run, the best point in bold."""
+    grid, best = regret["grid"], regret["best_grid"]
+    scales = sorted({methods_lib.parse(s).get("lr_scale") for s in grid})
+    ks = sorted({methods_lib.parse(s).get("k") for s in grid})
+    rows = []
+    for scale in scales:
+        row = [f"x{scale:g}"]
+        for k in ks:
+            spec = methods_lib.parse(f"radazo:k={k},lr_scale={scale}").spec
+            e = grid.get(spec)
+            row.append(pages.MISSING if e is None else pages.bold(
+                f"{_fmt(e['mean'])} ({e['success_rate']:.0%})", spec == best))
+        rows.append(row)
+    failed = regret["grid_failed"]
+    return [
+        "The (learning rate, K) grid of R-AdaZO: the dataset's lr times the row's factor, "
+        "K = the column's; mean queries on the counted attacks (success rate over all "
+        "attacks); a point that failed a counted attack (—, or no mean) cannot be the best"
+        + (f" ({', '.join(f'`{s}`' for s in failed)})" if failed else "")
+        + ". The best point in hindsight among these and the fixed K above: "
+        + f"{methods_lib.label(best)} (`{best}`). Methods told the budget are told "
+        + f"{methods_lib.TOLD_BUDGET:,} calls.",
+        pages.table(["lr \\ K", *(f"K={k}" for k in ks)], rows)]
 
 
 def _run_facts(run: dict, commands: list[str], wall: float, load_after: float) -> list[str]:

@@ -23,11 +23,13 @@ import argparse
 from pathlib import Path
 
 from benchmarks import common, flags, presets
-from benchmarks.experiment import execute, read_results, split
+from benchmarks.experiment import Command, execute, split
+from benchmarks.experiment import main as run_command
 from benchmarks.generalization import experiment, report
 from benchmarks.generalization.objectives import SETS
-from benchmarks.record import Recorder, RunRecord
-from benchmarks.synthetic.methods import REGISTRY, parse_methods
+from benchmarks.record import RunRecord
+from benchmarks.methods import SYNTHETIC as REGISTRY
+from benchmarks.methods import parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,31 +73,39 @@ def config_of(args: argparse.Namespace) -> experiment.Config:
     return presets.from_args(config, fields)
 
 
-def write(config, results, record: RunRecord, args) -> Path:
+def _derived(results: list) -> tuple[list, list, dict]:
+    """The stored records (:func:`experiment.compact`), their regret rows and summary."""
     results = experiment.compact(results)
     rows = experiment.regret_rows(results)
-    summary = experiment.overall(rows)
+    return results, rows, experiment.overall(rows)
+
+
+def stored(config, results, record: RunRecord) -> dict:
+    results, rows, summary = _derived(results)
+    return {"record": record.as_dict(), "config": presets.as_dict(config), "regret": rows,
+            "summary": summary, "results": results}
+
+
+def page(config, data: dict, args) -> Path:
+    # A run's page shows what it stored; --render derives it again from the stored records.
+    results, rows, summary = (_derived(data["results"]) if args.render
+                              else (data["results"], data["regret"], data["summary"]))
     stem = f"generalization_{config.set}"
-    if not args.render:
-        common.write_json(args.out / f"{stem}{common.RESULTS}", {
-            "record": record.as_dict(), "config": presets.as_dict(config), "regret": rows,
-            "summary": summary, "results": results})
-    md = report.page(config, results, rows, summary, record, args.out,
-                     args.report or args.out / f"{stem}.md")
+    md = report.page(config, results, rows, summary, RunRecord.from_dict(data["record"]),
+                     args.out, args.report or args.out / f"{stem}.md")
     print(f"\n{config.set} -> {md}")
     print(report.summary_table(summary))
     return md
 
 
+COMMAND = Command(
+    "generalization", lambda args: [config_of(args)],
+    lambda config, args, _: execute(experiment.run, split(config, "problems", config.methods),
+                                    args.workers, f"generalization {config.set}",
+                                    cost=experiment.cost),
+    stored, lambda config, args: args.out / f"generalization_{config.set}{common.RESULTS}",
+    lambda data: presets.from_dict(experiment.Config, data["config"]), page)
+
+
 def main(args: argparse.Namespace) -> int:
-    if args.render:
-        data = read_results(args.render)
-        config = presets.from_dict(experiment.Config, data["config"])
-        write(config, data["results"], RunRecord.from_dict(data["record"]), args)
-        return 0
-    config = config_of(args)
-    with Recorder(flags.command_line("generalization", args, skip=("render",))) as run:
-        results = execute(experiment.run, split(config, "problems", config.methods),
-                          args.workers, f"generalization {config.set}", cost=experiment.cost)
-    write(config, results, run.record, args)
-    return 0
+    return run_command(COMMAND, args)

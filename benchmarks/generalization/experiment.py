@@ -26,27 +26,21 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, pages
+from benchmarks import anytime, loops
+from benchmarks.anytime import envelopes, scored_curves
 from benchmarks.generalization.objectives import SETS, Problem
-from benchmarks.methods import COMPLETE, SYNTHETIC_HYPER, Hyper
-from benchmarks.synthetic import budget as budget_mode
-from benchmarks.synthetic import runner
-from benchmarks.synthetic.methods import variant
+from benchmarks.methods import BASELINES, COMPLETE, LR_SCALES, SYNTHETIC_HYPER, Hyper, variant
 
 KS = (1, 2, 4, 8, 16)
-LR_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # multipliers of the rule's learning rate
 FIXED = tuple(f"radazo:k={k}" for k in KS)
-# Baselines run without tuning (issue 32): a cosine decay over the budget, Optax's
-# parameter-free optimizers after the R-AdaZO estimator, reduce-on-plateau on the free
-# value estimate, auto_k; and the library's tuning-free optimizer (both forms).
-BASELINES = ("radazo:k=1,schedule=cosine", "radazo:backbone=prodigy,k=1",
-             "radazo:backbone=dog,k=1", "radazo:backbone=dowg,k=1",
-             "radazo:k=1,schedule=plateau", "auto_k")
+# The baselines (benchmarks.methods.BASELINES) and the library's tuning-free optimizer
+# (both forms).
 ADAPTIVE = BASELINES + tuple(COMPLETE)
 FIRST_BUDGET = 1000  # calls: the smallest budget scored
 # Design rounds that scored the held-out set (round 1: b422e1f, round 2: 72a29a3, round 3:
-# issue 32); the coordinator sets it.
-HELDOUT_ROUNDS = 3
+# b5a1219, round 4: tuning_free's confirmation rule and start-up ramp); the coordinator sets
+# it.
+HELDOUT_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -116,43 +110,22 @@ def _start(p: Problem):
     return lambda key: jax.random.uniform(key, (p.dim,), minval=-p.box, maxval=p.box)
 
 
-def _lanes(config: Config, v, settings: Hyper, budgets) -> tuple[Any, Any, list[dict]]:
-    """What one program runs in its vmapped lanes: ``(build(key, lane), lane values, each
-    lane's record fields)``. A fixed K runs every learning rate of the grid; a cosine decay
-    every budget (its steps traced; lanes past their budget take zero steps); any other
-    method one lane."""
-    if v.fixed_k and config.lr_scales:
-        return (lambda key, s: v.build(replace(settings, lr=settings.lr * s), key),
-                config.lr_scales, [scaled(v, s) for s in config.lr_scales])
-    if v.told_budget and not v.told_by_rebuild:
-        return (lambda key, b: v.build(settings, key, b), budgets,
-                [{"told_budget": b} for b in budgets])
-    return (lambda key, _: v.build(settings, key), (0.0,), [{}])
-
-
-def scaled(v, scale: float) -> dict[str, Any]:
-    """The record fields of the fixed-K method ``v`` at ``scale`` x the rule's lr."""
-    spec = v.name if scale == 1.0 else v.name + (
-        "," if ":" in v.name else ":") + f"lr_scale={scale}"
-    w = variant(spec)
-    return {"method": w.name, "label": w.display, "fixed_k": w.fixed_k, "lr_scale": scale}
-
-
 def run(config: Config, spec: str) -> list[dict[str, Any]]:
     """One method on every problem of ``config``: compiled once a problem (once a budget
-    for a complete optimizer told its budget), run for every seed and lane (:func:`_lanes`)."""
+    for a complete optimizer told its budget), run for every seed and lane
+    (:func:`benchmarks.loops.lanes`)."""
     v = variant(spec)
     out = []
     for name in config.problems:
         p = config.problem(name)
         settings, budgets = settings_of(p), budgets_of(p.budget)
         for told in budgets if v.told_by_rebuild else (None,):
-            build, values, fields = _lanes(config, v, settings, budgets)
-            program = budget_mode.anytime_program(
+            build, values, fields = loops.lanes(v, settings, budgets, config.lr_scales)
+            program = loops.anytime_program(
                 (lambda key, lane: v.build(settings, key, told)) if told else build,
                 lambda x, batch, fid: p.fn(x, batch), lambda x, fid: p.gap(x), _start(p),
                 told or p.budget, config.log_every, lanes=values)
-            compile_seconds, [(log, seconds)] = runner.compiled_runs(
+            compile_seconds, [(log, seconds)] = loops.compiled_runs(
                 program, config.seeds, [[0, 0]])
             for lane, extra in enumerate(fields):
                 calls, gaps, ks = (a[lane] for a in log)
@@ -161,7 +134,7 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
                     "problem": name, "method": v.name, "label": v.display, "fixed_k": v.fixed_k,
                     "grid_k": v.grid_k, "lr_scale": v.lr_scale, "told_budget": told,
                     "seeds": list(config.seeds), "budget": p.budget, **extra,
-                    **budget_mode.logged_curves(calls, gaps, ks, grid_of(p.budget)),
+                    **loops.logged_curves(calls, gaps, ks, grid_of(p.budget)),
                     "k_changes": [int(np.count_nonzero(np.diff(k[r][1:])))
                                   for k, r in zip(ks, used)],
                     "lanes": len(fields), "compile_seconds": compile_seconds,
@@ -171,30 +144,10 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
 
 
 def compact(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records as stored: each curve as its mean over the seeds (all the regrets and
-    the figures read; per-seed final gaps and calls stay), no K curve for a grid point (its
-    K is fixed), and no curve for a grid point off the rule's lr that is nowhere the grid's
-    envelope (it changes no envelope); mean gaps at :data:`DIGITS` significant digits (the
-    1% near-tie tolerance is far coarser): docs/results stays small with 25 grid points a
-    problem. Regrets are computed from the records as stored."""
-    on_envelope = {name: set(envelopes(rs).get("grid", ((), ()))[1])
-                   for name, rs in pages.grouped(results, "problem").items()}
-    return [{**r, "curves": [] if _off_lr(r) and _grid_label(r) not in on_envelope[r["problem"]]
-             else [_digits(np.mean(r["curves"], axis=0))],
-             "k_curves": [] if r.get("grid_k") else [np.mean(r["k_curves"], axis=0).tolist()]}
-            for r in results]
-
-
-DIGITS = 4  # significant digits of a stored mean gap
-
-
-def _digits(curve: np.ndarray) -> list[float]:
-    return [float(f"{x:.{DIGITS}g}") for x in curve]
-
-
-def _off_lr(r: dict[str, Any]) -> bool:
-    """A grid point off the rule's learning rate."""
-    return bool(r.get("grid_k")) and r.get("lr_scale", 1.0) != 1.0
+    """The records as stored (:func:`benchmarks.anytime.compact`, by problem): docs/results
+    stays small with 25 grid points a problem. Regrets are computed from the records as
+    stored."""
+    return anytime.compact(results, lambda r: r["problem"])
 
 
 def cost(config: Config, spec: str) -> float:
@@ -204,37 +157,6 @@ def cost(config: Config, spec: str) -> float:
     k /= len(config.lr_scales) if v.fixed_k and config.lr_scales else 1
     return sum(config.problem(n).budget * SETS[config.set][n].dim ** 0.5 / k
                for n in config.problems)
-
-
-def _grid_label(r: dict[str, Any]) -> str:
-    """A grid point's name in the tables: ``x2 K=4`` (``K=4`` at the rule's lr)."""
-    scale = r.get("lr_scale", 1.0)
-    return (f"x{scale:g} " if scale != 1.0 else "") + f"K={r['grid_k'] or r['fixed_k']}"
-
-
-def envelopes(rs: list[dict[str, Any]]) -> dict[str, tuple[np.ndarray, list[str]]]:
-    """A problem's envelopes: ``fixed``, the best fixed K at the rule's learning rate, and
-    ``grid``, the best (learning rate, K) point (present when the grid was run)."""
-    fixed = {_grid_label(r): np.mean(r["curves"], axis=0) for r in rs if r["fixed_k"]}
-    grid = {_grid_label(r): np.mean(r["curves"], axis=0) for r in rs
-            if _off_lr(r) and r["curves"]}  # stored without a curve: never the envelope
-    out = {"fixed": anytime.envelope(fixed)}
-    if grid:
-        out["grid"] = anytime.envelope({**fixed, **grid})
-    return out
-
-
-def scored_curves(rs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per scored method (neither a fixed K nor a grid point), its mean curve for each
-    budget: one curve, or for a method told its budget the run told each budget."""
-    out: dict[str, Any] = {}
-    for r in rs:
-        if r["fixed_k"] or r.get("grid_k"):
-            continue
-        entry = out.setdefault(r["method"], {"curves": {}})
-        entry["record"] = r  # told: the last (longest) run, for its K
-        entry["curves"][r.get("told_budget")] = np.mean(r["curves"], axis=0)
-    return out
 
 
 def regret_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -269,8 +191,7 @@ def regret_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         **{f"{k}_grid": v for k, v in anytime.summarize(regrets).items()}})
         for method, entry in scored_curves(rs).items():
             curves, r = entry["curves"], entry["record"]
-            curve_of = (lambda b, c=curves: c[b]) if None not in curves else (
-                lambda b, c=curves: c[None])
+            curve_of = anytime.curve_at(curves)
             row = {"problem": name, "method": method, "label": r["label"],
                    "budgets": list(budgets), "best_fixed": best["fixed"],
                    "told_budget": None not in curves}

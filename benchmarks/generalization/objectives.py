@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.synthetic import objectives as synthetic
+from benchmarks import objectives as synthetic
 
 MAX_BUDGET = 1_000_000  # calls at d <= 100
 

@@ -138,19 +138,12 @@ def _label(name: str) -> str:
     return next((s[name].label for s in SETS.values() if name in s), name)
 
 
-def _plotted(rs) -> list[dict[str, Any]]:
-    """The runs a figure draws: fixed K at the rule's lr, and every scored method once (a
-    method told its budget: its run told the largest)."""
-    last = {r["method"]: r for r in rs}
-    return [r for r in rs if r["fixed_k"] or (not r.get("grid_k") and last[r["method"]] is r)]
-
-
 def plot_curves(results, path: Path, key: str, ylabel: str) -> Path:
     """Mean gap (or K) against calls per problem: fixed K thin, scored methods thick."""
     plots = [(_label(name), [
         (experiment.grid_of(r["budget"]), np.mean(r[key], axis=0), r["label"],
          {"lw": 0.8, "alpha": 0.7} if r["fixed_k"] else {"lw": 2.0, "alpha": 1.0})
-        for r in _plotted(rs) if not (key == "k_curves" and r["fixed_k"])], {})
+        for r in anytime.plotted(rs) if not (key == "k_curves" and r["fixed_k"])], {})
         for name, rs in pages.grouped(results, "problem").items()]
     return pages.curves(path, plots, cols=4, size=(4.4, 3.3), legend=(0, 6), title_size=9,
                         yscale="log" if key == "curves" else "linear", ylabel=ylabel,

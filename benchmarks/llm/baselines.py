@@ -55,13 +55,11 @@ def prompt_table(cfg, setup, *, calibration: int = 200) -> list[dict]:
     the run's own prompt does not apply); ``calibration`` unlabeled training examples set
     the threshold.
     """
-    from benchmarks.llm import experiment
-
     rows = []
     prompts = list(tasks.PROMPTS) if cfg.task == "sst2" else [None]
     for prompt in progress(prompts, desc="prompts"):
         splits = dataclasses.replace(setup.splits, train=setup.splits.train[:calibration])
-        layout, enc = experiment.encode_splits(cfg, splits, setup.tokenizer, prompt or "it_was")
+        layout, enc = tasks.encode_splits(cfg, splits, setup.tokenizer, prompt or "it_was")
         bundle = dataclasses.replace(setup.bundle, first=0, sequential=False, **enc)
         lora = lora_lib.init_adapters(bundle.lora, 0)
         m = {name: train.margins(bundle, lora, enc[name], cfg.eval_batch_size)

@@ -35,7 +35,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks import common, flags, pool, presets
+from benchmarks import common, experiment, flags, pool, presets
 from benchmarks.common import to_jsonable
 from benchmarks.experiment import read_results
 from benchmarks.llm.config import PRESETS
@@ -154,34 +154,82 @@ def configure(args: argparse.Namespace):
     return config.complete(cfg, n_dev_given=args.n_dev is not None)
 
 
-def main(args: argparse.Namespace) -> int:
+def _configs(args: argparse.Namespace) -> list:
+    cfg = configure(args)
+    if args.cores:
+        pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
+    args.methods = list(cfg.methods) if args.methods else None
+    args.seeds = cfg.seeds if args.seeds else None
+    return [cfg]
+
+
+def _compute(cfg, args: argparse.Namespace, recorder) -> dict | list:
+    """The payload (trained, or merged from ``--merge``), the prompt table's rows, or the
+    first-order reference's runs (:func:`benchmarks.llm.experiment.first_order`)."""
+    try:
+        if args.prompt_table_only or args.first_order_only:
+            from benchmarks.llm import baselines, experiment as llm
+
+            setup = llm.prepared(cfg)
+            return (baselines.prompt_table(cfg, setup) if args.prompt_table_only
+                    else llm.first_order(cfg, setup))
+        return _merge(args, cfg, recorder) if args.merge else _run(args, cfg, recorder)
+    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
+        flags.fail(str(err))
+
+
+def _stored(cfg, computed: dict | list, record) -> dict:
+    if isinstance(computed, list):
+        return {"record": record.as_dict(), "prompts": computed}
+    if "first_order_all" in computed:
+        return {"record": record.as_dict(), "config": presets.as_dict(cfg), **computed}
+    return computed
+
+
+def _out(args: argparse.Namespace) -> Path:
+    return args.out or Path(f"out/llm-{args.preset}")
+
+
+# The results file and its name of the commands that write no page.
+_ONLY = {"prompt_table_only": ("llm_prompts", "prompt table"),
+         "first_order_only": ("llm_first_order", "first-order runs")}
+
+
+def _only(args: argparse.Namespace) -> tuple[Path, str] | None:
+    """``(results file, what it holds)`` of ``--prompt-table-only`` or
+    ``--first-order-only``; ``None`` for a page's run (:func:`report.write` writes its
+    results)."""
+    for flag, (stem, what) in _ONLY.items():
+        if getattr(args, flag) and not args.render:
+            return _out(args) / f"{stem}{common.RESULTS}", what
+    return None
+
+
+def _page(cfg, payload: dict, args: argparse.Namespace) -> None:
+    """The page (and the results beside its figure and beside it: :func:`report.write`)."""
     from benchmarks.llm import report
 
-    if args.render:  # computes nothing
-        payload = read_results(args.render)
-        out_dir, page = args.out, args.render.parent / "llm.md"
-    else:
-        cfg = configure(args)
-        if args.cores:
-            pool.pin_to_cores(flags.seeds(args.cores, "--cores"))
-        args.methods = list(cfg.methods) if args.methods else None
-        args.seeds = cfg.seeds if args.seeds else None
-        try:
-            if args.prompt_table_only:
-                return _prompt_table_only(args, cfg)
-            if args.first_order_only:
-                return _first_order_only(args, cfg)
-            payload = _merge(args, cfg) if args.merge else _run(args, cfg)
-        except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
-            flags.fail(str(err))
-        out_dir = args.out or Path(f"out/llm-{args.preset}")
-        page = out_dir / "llm.md"
+    only = _only(args)
+    if only is not None:
+        print(f"wrote {only[1]}: {only[0]}", file=sys.stderr)
+        return
+    out_dir, page = ((args.out, args.render.parent / "llm.md") if args.render
+                     else (_out(args), _out(args) / "llm.md"))
     for name, path in report.write(out_dir, _report_path(args, page), payload).items():
         print(f"wrote {name}: {path}", file=sys.stderr)
-    return 0
 
 
-def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dict:
+COMMAND = experiment.Command(
+    "llm", _configs, _compute, _stored,
+    lambda cfg, args: (_only(args) or (None,))[0],  # None: report.write writes it
+    lambda payload: None, _page, skip=("render", "workers"))
+
+
+def main(args: argparse.Namespace) -> int:
+    return experiment.main(COMMAND, args)
+
+
+def _run(args: argparse.Namespace, cfg, recorder, merged: list[dict] | None = None) -> dict:
     """Trains the methods of ``cfg`` on its seeds (seeds outer; or takes the ``merged``
     results of earlier runs), with the zero-shot row and the baselines; the payload."""
     import jax
@@ -191,20 +239,19 @@ def _run(args: argparse.Namespace, cfg, merged: list[dict] | None = None) -> dic
     from benchmarks.llm import experiment, train
 
     prompts = _prompts(args.prompt_table) if args.prompt_table else None
-    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        setup = experiment.prepared(cfg)
-        print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
-              f"{setup.data['source']} {setup.data['sizes']}; length "
-              f"{setup.data['max_length']}; fast path {setup.data['fast_path']}; "
-              f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
-              f"{jax.default_backend()}", file=sys.stderr)
-        zero = train.zero_shot(setup.bundle, cfg)
-        results = merged if merged is not None else execute(
-            experiment.run, split(cfg, "seeds", cfg.methods), args.workers, "llm", done=_log)
-        extra = (experiment.run_baselines(cfg, setup, results, prompts=prompts)
-                 if cfg.baselines else None)
-    payload = experiment.payload(args.preset, cfg, setup, zero, results, run.record.as_dict(),
-                                 extra)
+    setup = experiment.prepared(cfg)
+    print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
+          f"{setup.data['source']} {setup.data['sizes']}; length "
+          f"{setup.data['max_length']}; fast path {setup.data['fast_path']}; "
+          f"{len(record.available_cores())} cores; JAX {jax.__version__} on "
+          f"{jax.default_backend()}", file=sys.stderr)
+    zero = train.zero_shot(setup.bundle, cfg)
+    results = merged if merged is not None else execute(
+        experiment.run, split(cfg, "seeds", cfg.methods), args.workers, "llm", done=_log)
+    extra = (experiment.run_baselines(cfg, setup, results, prompts=prompts)
+             if cfg.baselines else None)
+    payload = experiment.payload(args.preset, cfg, setup, zero, results,
+                                 recorder.snapshot().as_dict(), extra)
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
 
 
@@ -225,7 +272,7 @@ def _log(cfg, method: str, records: list[dict]) -> None:
               f"{100 * r['timing']['overhead_share']:.1f}%", file=sys.stderr)
 
 
-def _merge(args: argparse.Namespace, cfg) -> dict:
+def _merge(args: argparse.Namespace, cfg, recorder) -> dict:
     """One payload from the results of several runs of the same configuration (their
     seeds and methods may differ); the model is loaded here for the zero-shot row and the
     baselines, unless they come from earlier runs (``--baselines-from``)."""
@@ -259,49 +306,15 @@ def _merge(args: argparse.Namespace, cfg) -> dict:
         payloads[0] = {**payloads[0], "baselines": extra, "baselines_from": [
             str(path) for path in (args.baselines_from, *args.first_order)]}
     if not cfg.baselines or args.baselines_from:  # the runs' model, data and zero-shot row
-        first = {**payloads[0], "record": _command_record(args)}
+        first = {**payloads[0], "record": recorder.snapshot().as_dict()}
         payload = {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
                    "results": results, "merged_runs": trained,
                    **(experiment.regrets(results, cfg.budget, cfg.eval_every_fe)
                       if cfg.budget is not None else {})}
         return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
-    payload = _run(args, cfg, merged=results)
+    payload = _run(args, cfg, recorder, merged=results)
     payload["merged_runs"] = trained
     return payload
-
-
-def _command_record(args: argparse.Namespace) -> dict:
-    """The record of this command (it computes nothing: its machine line is the merge's)."""
-    from benchmarks import record
-
-    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        pass
-    return run.record.as_dict()
-
-
-def _first_order_only(args: argparse.Namespace, cfg) -> int:
-    from benchmarks import record
-    from benchmarks.llm import experiment
-
-    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        out = experiment.first_order(cfg, experiment.prepared(cfg))
-    path = (args.out or Path(f"out/llm-{args.preset}")) / f"llm_first_order{common.RESULTS}"
-    common.write_json(path, to_jsonable({"record": run.record.as_dict(),
-                                         "config": presets.as_dict(cfg), **out}))
-    print(f"wrote first-order runs: {path}", file=sys.stderr)
-    return 0
-
-
-def _prompt_table_only(args: argparse.Namespace, cfg) -> int:
-    from benchmarks import record
-    from benchmarks.llm import baselines, experiment
-
-    with record.Recorder(flags.command_line("llm", args, skip=("render", "workers"))) as run:
-        rows = baselines.prompt_table(cfg, experiment.prepared(cfg))
-    out = (args.out or Path(f"out/llm-{args.preset}")) / f"llm_prompts{common.RESULTS}"
-    common.write_json(out, {"record": run.record.as_dict(), "prompts": rows})
-    print(f"wrote prompt table: {out}", file=sys.stderr)
-    return 0
 
 
 def _report_path(args: argparse.Namespace, default: Path) -> Path | None:

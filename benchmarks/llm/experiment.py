@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks import anytime, pages, presets
-from benchmarks.llm import data, fetch, models, tasks, train
+from benchmarks.experiment import per_worker
+from benchmarks.llm import baselines, data, fetch, models, tasks, train
+from benchmarks.llm import methods as methods_lib
 from benchmarks.llm.config import Config
 from benchmarks.llm.methods import grid_k, is_fixed, parse_one
 from benchmarks.llm.models import lora
@@ -73,7 +75,7 @@ def prepare(cfg: Config) -> Setup:
     if splits is None:
         splits = _movie_review_splits(cfg, tokenizer)
     first = lora.first_tuned(model, cfg.lora_layers)
-    layout, encoded = encode_splits(cfg, splits, tokenizer, cfg.prompt)
+    layout, encoded = tasks.encode_splits(cfg, splits, tokenizer, cfg.prompt)
     lora.apply_lora(model, key=0, first=first)
     graphdef, adapters, base = lora.split(model)
     bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
@@ -86,33 +88,15 @@ def prepare(cfg: Config) -> Setup:
                  splits=splits, tokenizer=tokenizer)
 
 
-def encode_splits(cfg: Config, splits: data.Splits, tokenizer, prompt: str):
-    """``(layout, {train, dev, test: encoded})`` of ``splits`` with ``prompt``. The length
-    fits the prompt when the embedded reviews were filtered by length, else ``max_length``."""
-    task = tasks.get_task(cfg.task, prompt if cfg.task == "sst2" else None, splits.train)
-    filtered = cfg.data is None and cfg.task == "sst2"
-    layout = tasks.measure(task, tokenizer, splits.train + splits.dev + splits.test,
-                           max_length=None if filtered else cfg.max_length)
-    fast = layout.single_token and cfg.fast_path
-    return layout, {
-        name: tasks.encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
-                           only_correct=name == "train" and task.loss_kind == "option_lm")
-        for name in ("train", "dev", "test")}
-
-
 # What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
 SETUP_FIELDS = ("model", "dtype", "task", "data", "data_seed", "n_train", "n_dev", "n_test",
                 "max_length", "prompt", "fast_path", "lora_layers", "sequential")
-_SETUP: dict[tuple, Setup] = {}  # the last configuration's setup, one per process
 
 
+@per_worker(*SETUP_FIELDS)
 def prepared(cfg: Config) -> Setup:
     """:func:`prepare` of ``cfg``, loaded once per process (the last one kept)."""
-    key = tuple(getattr(cfg, name) for name in SETUP_FIELDS)
-    if key not in _SETUP:
-        _SETUP.clear()
-        _SETUP[key] = prepare(cfg)
-    return _SETUP[key]
+    return prepare(cfg)
 
 
 def run(cfg: Config, method: str) -> list[dict]:
@@ -129,8 +113,6 @@ def first_order(cfg: Config, setup: Setup) -> dict[str, Any]:
     timed back to back, so that the load of a shared machine, which changes the wall
     time of every run, cancels), evaluated on dev as often as the zeroth-order runs
     (:attr:`Config.evaluations`: the same schedule in its own steps)."""
-    from benchmarks.llm import baselines
-
     if cfg.budget is None:
         raise ValueError("The first-order reference takes the FE budget of anytime mode "
                          "(--budget).")
@@ -147,8 +129,6 @@ def with_first_order(base: dict[str, Any], parts: list[dict[str, Any]],
     """``base`` (the other baselines) with the first-order runs of ``parts`` (each from
     :func:`first_order`, e.g. one process a seed): all of them, and the ones at the rate
     chosen on dev (:func:`baselines.chosen_rate`) as ``first_order``."""
-    from benchmarks.llm import baselines
-
     runs = [r for p in parts for r in p["first_order_all"]]
     lr = baselines.chosen_rate(runs)
     return {**base, "first_order_all": runs, "first_order_lr": lr,
@@ -166,9 +146,6 @@ def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
     reference of :func:`first_order`) and the memory table (:mod:`baselines`).
     ``prompts``: a prompt table computed before (:func:`baselines.prompt_table`), else
     computed here."""
-    from benchmarks.llm import baselines
-    from benchmarks.llm import methods as methods_lib
-
     batch = tasks.take(setup.bundle.train, np.arange(cfg.batch_size))
     optimizers = {m.label: methods_lib.build(m, cfg.lr, cfg.mu, 0)
                   for m in methods_lib.parse(MEMORY_METHODS)}

@@ -81,19 +81,10 @@ def build(method: Method | Complete, learning_rate: float, mu: float, seed: int,
 _COMPLETE_PARAMS = {"k_min": 1, "k_max": 16, "k_step": 1, "difference": "central"}
 
 
-def _params(method: Method | Complete) -> dict:
-    return dict(_COMPLETE_PARAMS if isinstance(method, Complete) else method.params)
-
-
 def k_min(method: Method | Complete) -> int:
-    """The smallest K_t the method can use (its K for fixed-K methods)."""
-    p = _params(method)
-    return p["k_min"] if "k_min" in p else p["k"]
-
-
-def k_max(method: Method | Complete) -> int:
-    p = _params(method)
-    return p["k_max"] if "k_max" in p else p["k"]
+    """The smallest K_t the method can use (:attr:`Method.k_min`; a complete optimizer's
+    from its acquisition)."""
+    return _COMPLETE_PARAMS["k_min"] if isinstance(method, Complete) else method.k_min
 
 
 def chunks(method: Method | Complete, k: int) -> list[tuple[int, bool]]:
@@ -103,7 +94,7 @@ def chunks(method: Method | Complete, k: int) -> list[tuple[int, bool]]:
     call), then ``k_step`` more per call; forward differences first evaluate the centre
     (one unbatched pass), then one pass a direction in the same chunks.
     """
-    p = _params(method)
+    p = dict(_COMPLETE_PARAMS if isinstance(method, Complete) else method.params)
     first = k_min(method)
     step = p.get("k_step", 1) if "k_min" in p else first
     more = (k - first) // step
@@ -114,20 +105,15 @@ def chunks(method: Method | Complete, k: int) -> list[tuple[int, bool]]:
 
 def is_fixed(spec: str) -> bool:
     """Whether the method ``spec`` keeps K fixed at the run's learning rate (a method of
-    the fixed-K envelope of the anytime mode)."""
-    return _grid(spec)[1] is not None
+    the fixed-K envelope of the anytime mode; :meth:`Registry.fixed_k`)."""
+    return REGISTRY.fixed_k(spec) is not None
 
 
 def grid_k(spec: str) -> int | None:
     """K of a point of the (learning rate, K) grid (a fixed K at a constant learning rate,
-    any ``lr_scale``: :attr:`benchmarks.methods.Method.grid_k`), else ``None``."""
-    return _grid(spec)[0]
-
-
-def _grid(spec: str) -> tuple[int | None, int | None]:
-    """``(grid_k, fixed_k)`` of ``spec`` (``None`` for complete optimizers and bad specs)."""
+    any ``lr_scale``: :attr:`benchmarks.methods.Method.grid_k`), else ``None`` (complete
+    optimizers and specs that do not parse)."""
     try:
-        method = parse_one(spec)
+        return REGISTRY.parse(spec).grid_k
     except ValueError:
-        return None, None
-    return (None, None) if isinstance(method, Complete) else (method.grid_k, method.fixed_k)
+        return None

@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common, pages, record
+from benchmarks import anytime, common, experiment, pages, record
 from benchmarks.pages import mean_std
+from benchmarks.llm import tables
 from benchmarks.llm.experiment import fe_to_reach
 from benchmarks.llm.methods import grid_k, is_fixed, parse_one
 
@@ -43,10 +44,6 @@ PAPER_HEADERS = ["Method", "Total FE", "Avg K", "FE savings", "Best eval loss",
                  "Last eval loss", "Accuracy", "Dev acc", "Train loss"]
 
 
-def by_method(results: list[dict]) -> dict[str, list[dict]]:
-    return pages.grouped(results, "method")
-
-
 def _reference(groups: dict[str, list[dict]]) -> str | None:
     """The fixed-K reference of the savings: R-AdaZO K=4, else MeZO, if run."""
     return next((n for n in ("radazo", "mezo") if n in groups), None)
@@ -54,7 +51,7 @@ def _reference(groups: dict[str, list[dict]]) -> str | None:
 
 def summary_rows(results: list[dict]) -> list[list[str]]:
     """One row per method: means ± std over seeds; savings relative to fixed K=4."""
-    groups = by_method(results)
+    groups = tables.by_method(results)
     ref = _reference(groups)
     reference = None if ref is None else np.mean([r["total_fe"] for r in groups[ref]])
     rows = []
@@ -70,7 +67,8 @@ def summary_rows(results: list[dict]) -> list[list[str]]:
                 ("best_eval_loss", "{:.4f}"), ("last_eval_loss", "{:.4f}"),
                 ("accuracy", "{:.3f}"), ("dev_accuracy", "{:.3f}"))),
             mean_std(train, "{:.4f}") if train else "–",
-            "–" if is_fixed(name)  # share of steps accepted at K_min (adaptive methods)
+            # share of steps accepted at K_min (adaptive methods)
+            "–" if is_fixed(name)
             else f"{100 * np.mean([r['immediate_accept_rate'] for r in runs]):.1f}%"])
     return rows
 
@@ -88,7 +86,7 @@ def regret_rows(payload: dict[str, Any], key: str = "regret",
 
 def matched_rows(results: list[dict]) -> list[list[str]]:
     """FE the fixed-K reference (same seed) needs to reach each method's best dev loss."""
-    groups = by_method(results)
+    groups = tables.by_method(results)
     ref_name = _reference(groups)
     if ref_name is None:
         return []
@@ -120,7 +118,7 @@ def _interleaved(timings: list[dict]) -> str:
 
 def timing_rows(results: list[dict]) -> list[list[str]]:
     rows = []
-    for runs in by_method(results).values():
+    for runs in tables.by_method(results).values():
         t = [r["timing"] for r in runs]
         mean = {key: float(np.mean([x[key] for x in t])) for key in (
             "fe_per_s", "step_s_mean", "overhead_share", "compile_s", "eval_s", "wall_s")}
@@ -183,8 +181,6 @@ def title(payload: dict[str, Any]) -> str:
 def markdown(payload: dict[str, Any], figure: str) -> list[str]:
     """The sections of the generated part of the results page: setup, our table, timing,
     the paper's table, how the run differs from the paper."""
-    from benchmarks.llm import tables
-
     cfg, results, data = payload["config"], payload["results"], payload["data"]
     zs = payload.get("zero_shot") or {}
     run = record.RunRecord.from_dict(payload["record"])
@@ -241,7 +237,7 @@ def markdown(payload: dict[str, Any], figure: str) -> list[str]:
 
 def result_columns(results: list[dict]) -> str:
     """The definitions of the columns of :func:`summary_rows`."""
-    groups = by_method(results)
+    groups = tables.by_method(results)
     ref = _reference(groups)
     return pages.columns({
         "Total FE": "forward passes the method spent", "Avg K": "directions a step",
@@ -334,7 +330,7 @@ def write(out_dir: Path | None, report_path: Path | None,
     paths = {}
     if out_dir is not None:
         out_dir = Path(out_dir)
-        paths["json"] = common.write_json(out_dir / f"llm{common.RESULTS}", payload)
+        paths["json"] = experiment.save(out_dir / f"llm{common.RESULTS}", payload)
         paths["png"] = plot(payload["results"], out_dir / "llm.png", caption, **curves)
     if report_path is not None:
         report_path = Path(report_path)
@@ -342,8 +338,8 @@ def write(out_dir: Path | None, report_path: Path | None,
         fig = plot(payload["results"],
                    beside / f"{report_path.stem}_{cfg['preset']}_{cfg['task']}.png", caption,
                    **curves)
-        paths["report json"] = common.write_json(beside / f"{report_path.stem}{common.RESULTS}",
-                                          payload)
+        paths["report json"] = experiment.save(beside / f"{report_path.stem}{common.RESULTS}",
+                                               payload)
         paths["markdown"] = pages.page(report_path, title(payload),
                                       markdown(payload, pages.link(fig, report_path)), "llm")
         paths["figure"] = fig

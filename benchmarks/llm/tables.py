@@ -14,8 +14,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks import pages, record
+from benchmarks.llm.methods import grid_k, parse_one
 from benchmarks.pages import mean_std
-from benchmarks.llm.report import by_method
+
+
+def by_method(results: list[dict]) -> dict[str, list[dict]]:
+    return pages.grouped(results, "method")
+
 
 TARGET_ACCURACY = 0.84  # issue 22: best zeroth-order method, mean test accuracy
 TARGET_GAIN = 0.05  # ... and at least this much above its prompt's zero-shot accuracy
@@ -149,10 +154,6 @@ def grid_lines(payload: dict[str, Any]) -> list[str]:
     a schedule) against the best point of the (learning rate, K) grid run (fixed K at
     constant learning rates): best dev loss at equal FE (the run's budget), within the
     seed spread or not (one seed: no spread, :func:`resolved`)."""
-    from benchmarks.llm.methods import grid_k
-
-    from benchmarks.llm.methods import parse_one
-
     groups = by_method(payload["results"])
     grid = [n for n in groups if grid_k(n)]
     if not grid or len(grid) == len(groups):

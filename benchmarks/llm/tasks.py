@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.llm.data import CopaExample, SentimentExample
+from benchmarks.llm.data import CopaExample, SentimentExample, Splits
 from benchmarks.llm.models.tokenizer import Tokenizer
 
 LOSS_KINDS = ("classification", "option_lm")
@@ -289,3 +289,17 @@ def cache_states(hidden_below, encoded: dict[str, np.ndarray], first: int,
     parts = [np.asarray(hidden_below(flat[i : i + batch_size], first))
              for i in range(0, n * r, batch_size)]
     return {**encoded, "states": np.concatenate(parts).reshape(n, r, length, -1)}
+
+
+def encode_splits(cfg, splits: Splits, tokenizer, prompt: str):
+    """``(layout, {train, dev, test: encoded})`` of ``splits`` with ``prompt``. The length
+    fits the prompt when the embedded reviews were filtered by length, else ``max_length``."""
+    task = get_task(cfg.task, prompt if cfg.task == "sst2" else None, splits.train)
+    filtered = cfg.data is None and cfg.task == "sst2"
+    layout = measure(task, tokenizer, splits.train + splits.dev + splits.test,
+                     max_length=None if filtered else cfg.max_length)
+    fast = layout.single_token and cfg.fast_path
+    return layout, {
+        name: encode(task, tokenizer, getattr(splits, name), layout, fast_path=fast,
+                     only_correct=name == "train" and task.loss_kind == "option_lm")
+        for name in ("train", "dev", "test")}

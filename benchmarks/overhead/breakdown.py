@@ -72,7 +72,8 @@ def measure(d: int, lanes: int, steps: int, repeats: int) -> list[dict]:
     import zoaq_jax
 
     def zoaq(k_min, n_hist):
-        return functools.partial(zoaq_jax.zoaq_estimator, k_min=k_min, k_max=10, n_hist=n_hist)
+        return functools.partial(zoaq_jax.zoaq_estimator, k_min=k_min, k_max=10,
+                                 retention=zoaq_jax.retention.fifo(n_hist))
 
     configs = {"fixed K=10": functools.partial(zoaq_jax.fixed_estimator, k=10),
                "ZoAQ K=10, n_hist=0": zoaq(10, 0), "ZoAQ K=10, n_hist=8": zoaq(10, 8),

@@ -34,7 +34,7 @@ import argparse
 import resource
 from pathlib import Path
 
-from benchmarks import common, flags, pool, presets
+from benchmarks import common, experiment, flags, pool, presets
 from benchmarks import record as run_record
 from benchmarks.overhead import config, report, torch_loop
 from benchmarks.methods import EXTERNAL
@@ -107,14 +107,8 @@ def _previous(args: argparse.Namespace) -> dict | None:
     return None if args.previous is None else flags.read_results(args.previous)
 
 
-def main(args: argparse.Namespace) -> int:
-    if args.render is not None:
-        record = flags.read_results(args.render)
-        stem = args.render.name.removesuffix(common.RESULTS).removesuffix(".json")
-        target = args.report or args.render.parent / f"{stem}.md"
-        report.render(record, target, target.parent, _previous(args))
-        print(f"rendered {target}")
-        return 0
+def _configs(args: argparse.Namespace) -> list[config.Preset]:
+    """The preset of the command line, its optional dependencies checked."""
     preset = _preset(args)
     if "open_es" in preset.methods + preset.compile_methods:  # every section runs it
         try:
@@ -126,16 +120,36 @@ def main(args: argparse.Namespace) -> int:
             torch_loop.torch()
         except ImportError as err:
             flags.fail(str(err))
-    command = flags.command_line("overhead", args, skip=("render", "workers"))
-    with run_record.Recorder(command) as recorder:
-        record = run(preset, command=command)
-    record["record"] = recorder.record.as_dict()  # the harness's run record
-    report_path = args.report or args.out / "overhead.md"
-    json_path = args.out / f"{report_path.stem}{common.RESULTS}"
-    common.write_json(json_path, record)
-    report.render(record, report_path, args.out, _previous(args))
-    print(f"wrote {json_path} and {report_path}")
-    return 0
+    return [preset]
+
+
+def _report_path(args: argparse.Namespace) -> Path:
+    return args.report or args.out / "overhead.md"
+
+
+def _page(_, record: dict, args: argparse.Namespace) -> None:
+    if args.render:
+        stem = args.render.name.removesuffix(common.RESULTS).removesuffix(".json")
+        target = args.report or args.render.parent / f"{stem}.md"
+        report.render(record, target, target.parent, _previous(args))
+        print(f"rendered {target}")
+    else:
+        report.render(record, _report_path(args), args.out, _previous(args))
+        print(f"wrote {args.out / f'{_report_path(args).stem}{common.RESULTS}'} and "
+              f"{_report_path(args)}")
+
+
+COMMAND = experiment.Command(
+    "overhead", _configs,
+    lambda preset, args, recorder: run(preset, command=recorder.command),
+    # the harness's run record, beside the sections' own
+    lambda preset, record, run_record_: {**record, "record": run_record_.as_dict()},
+    lambda preset, args: args.out / f"{_report_path(args).stem}{common.RESULTS}",
+    lambda record: None, _page, skip=("render", "workers"), read=flags.read_results)
+
+
+def main(args: argparse.Namespace) -> int:
+    return experiment.main(COMMAND, args)
 
 
 def run(preset: config.Preset, command: str = "") -> dict:

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import common, flags, pages, presets
+from benchmarks import common, experiment, flags, pages, presets
 from benchmarks import record as run_record
 
 COMBINES = ("psum", "gather")
@@ -140,12 +140,8 @@ def render(record: dict, path: Path) -> None:
     ], "devices")
 
 
-def main(args: argparse.Namespace) -> int:
-    if args.render is not None:
-        target = args.report or args.render.parent / "devices.md"
-        render(flags.read_results(args.render), target)
-        print(f"rendered {target}")
-        return 0
+def _configs(args: argparse.Namespace) -> list[Preset]:
+    """The preset of the command line, checked, with its (fake CPU) devices started."""
     base = PRESETS[args.preset]
     steps = args.steps
     if steps is None:  # the preset's count at its dims, its smallest elsewhere
@@ -168,6 +164,14 @@ def main(args: argparse.Namespace) -> int:
     if len(jax.devices()) < most:
         flags.fail(f"{len(jax.devices())} devices, fewer than --devices {most} "
                    "(JAX was started before the flag for fake CPU devices could be set)")
+    return [preset]
+
+
+def _compute(preset: Preset, args: argparse.Namespace, _) -> dict:
+    """The record: the rows of :func:`measure` with the settings, machine and loads (the
+    command line spells out the preset's values)."""
+    import jax
+
     command = flags.command_line("devices", argparse.Namespace(
         **{**vars(args), **presets.as_dict(preset)}), skip=("render", "quiet", "workers"))
     record = {"command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -177,8 +181,25 @@ def main(args: argparse.Namespace) -> int:
     record["rows"] = measure(preset)
     record["load_after"] = run_record.load_average()
     record["machine"] = {**run_record.machine_info(), "device_count": len(jax.devices())}
-    common.write_json(args.out / f"devices{common.RESULTS}", record)
-    report = args.report or args.out / "devices.md"
-    render(record, report)
-    print(f"wrote {report}")
-    return 0
+    return record
+
+
+def _page(_, record: dict, args: argparse.Namespace) -> None:
+    if args.render:
+        target = args.report or args.render.parent / "devices.md"
+        render(record, target)
+        print(f"rendered {target}")
+    else:
+        report = args.report or args.out / "devices.md"
+        render(record, report)
+        print(f"wrote {report}")
+
+
+COMMAND = experiment.Command(
+    "devices", _configs, _compute, lambda preset, record, _: record,
+    lambda preset, args: args.out / f"devices{common.RESULTS}", lambda record: None, _page,
+    read=flags.read_results)
+
+
+def main(args: argparse.Namespace) -> int:
+    return experiment.main(COMMAND, args)

@@ -28,13 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import record as run_record
+from benchmarks.common import progress
 from benchmarks.overhead import methods as methods_mod
-
-
-def quadratic(x):
-    import jax.numpy as jnp
-
-    return 0.5 * jnp.sum(x**2)
+from benchmarks.overhead import torch_loop
+from benchmarks.overhead.methods import quadratic, record
 
 
 def over_lanes(fn, lanes: int, in_axes: Any = 0):
@@ -174,36 +172,11 @@ class Case:
                       out["gap"].tolist())
 
 
-def record(case, steps: int, useful_calls: int, lane_use: float, final_gap: list[float]) -> dict:
-    """The result record of a timed ``case`` (a :class:`Case` or ``torch_loop.Case``) whose
-    last run made ``steps`` and ``useful_calls``, with the timings of the minimum time over
-    the interleaved rounds (the round least disturbed by other processes; the median is
-    kept as ``run_seconds_median``)."""
-    seconds = float(np.min(case.times))
-    method = methods_mod.timed(case.name)
-    return {
-        "method": case.name, "label": method.label, "kind": method.kind,
-        "d": case.d, "seeds": case.lanes, "budget_per_seed": case.budget,
-        "steps": steps, "compile_seconds": case.compile_seconds,
-        "run_seconds": seconds, "run_seconds_all": case.times,
-        "run_seconds_median": float(np.median(case.times)),
-        "useful_calls": useful_calls, "calls_per_second": useful_calls / seconds,
-        "us_per_call": 1e6 * seconds / useful_calls,
-        "lane_use": lane_use, "wasted_fraction": 1.0 - lane_use,
-        "final_gap": final_gap, "state_bytes_per_seed": case.state_bytes,
-        "memory": case.memory,
-    }
-
-
 def measure(configs: list[tuple], repeats: int, section: str,
             loads: list | None = None) -> list[dict]:
     """Compiles every ``(method, d, seeds, budget)``, then times them round-robin, the
     order rotated from round to round; appends the 1-minute load before each round to
     ``loads``."""
-    from benchmarks import record as run_record
-    from benchmarks.common import progress
-    from benchmarks.overhead import torch_loop
-
     cases = [(torch_loop.Case if c[0] == torch_loop.NAME else Case)(*c)
              for c in progress(configs, desc=f"{section}: compile")]
     for r in progress(range(repeats), desc=f"{section}: timing rounds"):

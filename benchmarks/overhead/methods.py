@@ -24,8 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from benchmarks.methods import EXTERNAL, SYNTHETIC_HYPER
+import numpy as np
+
+from benchmarks.methods import BASES, EXTERNAL, SYNTHETIC_HYPER
 from benchmarks.methods import SYNTHETIC as REGISTRY
+
+
+def quadratic(x):
+    import jax.numpy as jnp
+
+    return 0.5 * jnp.sum(x**2)
 
 
 class Algo(NamedTuple):
@@ -73,9 +81,9 @@ def timed(name: str) -> Timed:
     evaluation = _SUFFIXES.get(suffix, "loop")
     built = m.spec if evaluation == "loop" else REGISTRY.parse(
         f"{spec}{',' if ':' in spec else ':'}evaluation={evaluation}").spec
-    fixed = m.base in ("radazo", "zo_adamm")
+    fixed = BASES[m.base].fixed_budget
     return Timed(m.spec + plus + suffix, m.label + (f", {suffix}" if suffix else ""),
-                 "fixed" if fixed else "adaptive", m.fixed_k or m.get("k_max"), evaluation,
+                 "fixed" if fixed else "adaptive", m.k_max, evaluation,
                  built)
 
 
@@ -140,3 +148,24 @@ def algo(name: str, value_fn, d: int) -> Algo:
         raise ValueError(f"{name} has no JAX program to compile")
     spec = REGISTRY.parse(method.spec)
     return _optax_algo(lambda key: spec.build(SYNTHETIC_HYPER, key, monitor=False), value_fn)
+
+
+def record(case, steps: int, useful_calls: int, lane_use: float, final_gap: list[float]) -> dict:
+    """The result record of a timed ``case`` (a :class:`Case` or ``torch_loop.Case``) whose
+    last run made ``steps`` and ``useful_calls``, with the timings of the minimum time over
+    the interleaved rounds (the round least disturbed by other processes; the median is
+    kept as ``run_seconds_median``)."""
+    seconds = float(np.min(case.times))
+    method = timed(case.name)
+    return {
+        "method": case.name, "label": method.label, "kind": method.kind,
+        "d": case.d, "seeds": case.lanes, "budget_per_seed": case.budget,
+        "steps": steps, "compile_seconds": case.compile_seconds,
+        "run_seconds": seconds, "run_seconds_all": case.times,
+        "run_seconds_median": float(np.median(case.times)),
+        "useful_calls": useful_calls, "calls_per_second": useful_calls / seconds,
+        "us_per_call": 1e6 * seconds / useful_calls,
+        "lane_use": lane_use, "wasted_fraction": 1.0 - lane_use,
+        "final_gap": final_gap, "state_bytes_per_seed": case.state_bytes,
+        "memory": case.memory,
+    }

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.methods import SYNTHETIC_HYPER
+from benchmarks.methods import EXTERNAL, SYNTHETIC_HYPER
+from benchmarks.overhead import methods
 
 NAME = "torch_loop"  # the method's name in :data:`benchmarks.methods.EXTERNAL`
 
@@ -78,8 +79,6 @@ class Case:
     after the other; nothing is compiled)."""
 
     def __init__(self, name: str, d: int, seeds: int | tuple[int, ...], budget: int):
-        from benchmarks.methods import EXTERNAL
-
         self.seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)
         self.name, self.d, self.lanes, self.budget = name, d, len(self.seeds), budget
         self.k = EXTERNAL[name].k
@@ -108,8 +107,6 @@ class Case:
         self.times.append(time.perf_counter() - start)
 
     def record(self) -> dict[str, Any]:
-        from benchmarks.overhead import measure
-
-        return measure.record(self, max(s for _, _, s in self.out),
+        return methods.record(self, max(s for _, _, s in self.out),
                               sum(c for _, c, _ in self.out), 1.0,
-                              [float(measure.quadratic(x)) for x, _, _ in self.out])
+                              [float(methods.quadratic(x)) for x, _, _ in self.out])

@@ -28,11 +28,12 @@ import argparse
 from pathlib import Path
 
 from benchmarks import common, experiment, flags, pool, presets
-from benchmarks.record import Recorder, RunRecord
+from benchmarks.record import RunRecord
 from benchmarks.synthetic import budget as budgets
 from benchmarks.synthetic import protocol as protocols
 from benchmarks.synthetic import report, runner
-from benchmarks.synthetic.methods import REGISTRY, parse_methods
+from benchmarks.methods import SYNTHETIC as REGISTRY
+from benchmarks.methods import parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,18 +106,20 @@ def protocols_of(args: argparse.Namespace) -> list:
     return chosen
 
 
-def write(p, results, record: RunRecord, args: argparse.Namespace) -> Path:
-    """The results file (unless re-rendering) and the page of a protocol of either mode."""
-    budget = p.mode == "budget"
-    rows = budgets.regret_rows(p, results) if budget else None
-    stem = report.stem(p)
-    if not args.render:
-        derived = {"grid": p.grid, "budgets": p.budgets, "regret": rows} if budget else {}
-        common.write_json(args.out / f"{stem}{common.RESULTS}", {
-            "record": record.as_dict(), "protocol": protocols.as_dict(p), **derived,
-            "results": results})
-    path = args.report or args.out / f"{stem}.md"
-    if budget:
+def stored(p, results, record: RunRecord) -> dict:
+    """The results file of a protocol of either mode."""
+    derived = ({"grid": p.grid, "budgets": p.budgets, "regret": budgets.regret_rows(p, results)}
+               if p.mode == "budget" else {})
+    return {"record": record.as_dict(), "protocol": protocols.as_dict(p), **derived,
+            "results": results}
+
+
+def page(p, data: dict, args: argparse.Namespace) -> Path:
+    """The page of a protocol of either mode."""
+    results, record = data["results"], RunRecord.from_dict(data["record"])
+    path = args.report or args.out / f"{report.stem(p)}.md"
+    if p.mode == "budget":
+        rows = budgets.regret_rows(p, results)
         md = report.budget_page(p, results, rows, record, args.out, path)
         table = report.budget_regret_table(p, rows)
     else:
@@ -127,18 +130,24 @@ def write(p, results, record: RunRecord, args: argparse.Namespace) -> Path:
     return md
 
 
+def compute(p, args: argparse.Namespace, _) -> list:
+    """Every method of ``p`` on the workers, ordered by function then method."""
+    mode = budgets if p.mode == "budget" else runner
+    methods = [v.name for v in p.variants]
+    results = experiment.execute(mode.run, [(p, m) for m in methods], args.workers,
+                                 f"synthetic {p.name}", cost=mode.cost)
+    order = budgets.record_methods(p) if p.mode == "budget" else methods
+    results = pool.ordered(results, "function", p.functions, order)
+    if p.mode == "budget" and p.lr_scales:  # the grid: stored compact (docs/results)
+        results = budgets.compact(results)
+    return results
+
+
+COMMAND = experiment.Command(
+    "synthetic", protocols_of, compute, stored,
+    lambda p, args: args.out / f"{report.stem(p)}{common.RESULTS}",
+    lambda data: protocols.from_dict(data["protocol"]), page)
+
+
 def main(args: argparse.Namespace) -> int:
-    if args.render:  # re-renders a results file of either mode (no computation)
-        data = experiment.read_results(args.render)
-        write(protocols.from_dict(data["protocol"]), data["results"],
-              RunRecord.from_dict(data["record"]), args)
-        return 0
-    command = flags.command_line("synthetic", args, skip=("render",))
-    mode = budgets if args.mode == "budget" else runner
-    for p in protocols_of(args):
-        methods = [v.name for v in p.variants]
-        with Recorder(command) as run:
-            results = experiment.execute(mode.run, [(p, m) for m in methods], args.workers,
-                                         f"synthetic {p.name}", cost=mode.cost)
-        write(p, pool.ordered(results, "function", p.functions, methods), run.record, args)
-    return 0
+    return experiment.main(COMMAND, args)

@@ -24,9 +24,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from benchmarks import anytime
-from benchmarks.methods import SYNTHETIC_HYPER, Hyper
-from benchmarks.synthetic.methods import MAIN_METHODS, Variant, variant
-from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
+from benchmarks.methods import (BASELINES, COMPLETE, LR_SCALES, SYNTHETIC_HYPER, Hyper, Variant,
+                                variant)
+from benchmarks.objectives import NOISY, OBJECTIVES
+from benchmarks.synthetic.methods import MAIN_METHODS
 
 SWITCH = "rosenbrock>levy"  # the controlled objective switch (Appendix "Sharp Turn")
 
@@ -46,6 +47,7 @@ class Protocol:
     functions: tuple[str, ...]
     variants: tuple[Variant, ...]
     settings: Hyper = SYNTHETIC_HYPER
+    lr_scales: tuple[float, ...] = ()  # budget mode: R-AdaZO's fixed K also run at these x lr
 
     @property
     def mode(self) -> str:
@@ -132,6 +134,8 @@ def ablation(name: str, preset: str) -> Protocol:
 
 FIXED = tuple(f"{p}:k={k}" for p in ("radazo", "zo_adamm") for k in (1, 2, 4, 8, 16))
 ADAPTIVE = ("zoaq", "statzo", "auto_k", "zoaq:backbone=zo_adamm", "auto_k:backbone=zo_adamm")
+# Issue 32: the baselines run without tuning and the library's tuning-free optimizer.
+SCORED = ADAPTIVE + tuple(m for m in BASELINES if m not in ADAPTIVE) + tuple(COMPLETE)
 FUNCTIONS = (*OBJECTIVES, *NOISY)
 
 
@@ -150,9 +154,11 @@ def budget(name: str, preset: str) -> Protocol:
     """The budget-mode protocol ``name`` (``budget``, ``budget_switch``, ``budget_auto_k``)."""
     dim, calls, seeds, log_every = _BUDGET_SCALE[preset]
     fixed_radazo = tuple(m for m in FIXED if m.startswith("radazo"))
+    lr_scales: tuple[float, ...] = ()
     if name == "budget":
         functions = FUNCTIONS if preset != "smoke" else ("quadratic", "least_squares")
-        variants = tuple(map(variant, _SMOKE if preset == "smoke" else FIXED + ADAPTIVE))
+        variants = tuple(map(variant, _SMOKE if preset == "smoke" else FIXED + SCORED))
+        lr_scales = LR_SCALES if preset != "smoke" else ()
     elif name == "budget_switch":
         functions = (SWITCH,)
         variants = tuple(map(variant, fixed_radazo + ("zoaq", "auto_k")))
@@ -164,7 +170,7 @@ def budget(name: str, preset: str) -> Protocol:
     else:
         raise ValueError(f"unknown budget protocol {name!r}")
     return Protocol(name, preset, dim, None, calls, tuple(range(seeds)), log_every, functions,
-                    variants)
+                    variants, lr_scales=lr_scales)
 
 
 def find(p: Protocol, spec: str) -> Variant:
@@ -185,7 +191,8 @@ def as_dict(p: Protocol) -> dict:
     its variants by spec (``methods``)."""
     return {"name": p.name, "preset": p.preset, "dim": p.dim, p.mode: getattr(p, p.mode),
             "seeds": list(p.seeds), "log_every": p.log_every, "functions": list(p.functions),
-            "methods": [v.name for v in p.variants], "settings": vars(p.settings)}
+            "methods": [v.name for v in p.variants], "settings": vars(p.settings),
+            "lr_scales": list(p.lr_scales)}
 
 
 def from_dict(d: dict) -> Protocol:
@@ -198,4 +205,4 @@ def from_dict(d: dict) -> Protocol:
     return replace(base, dim=d["dim"], **{size: d[size]}, seeds=tuple(d["seeds"]),
                    log_every=d["log_every"], functions=tuple(d["functions"]),
                    variants=tuple(known.get(m) or variant(m) for m in d["methods"]),
-                   settings=Hyper(**d["settings"]))
+                   settings=Hyper(**d["settings"]), lr_scales=tuple(d.get("lr_scales", ())))

@@ -9,8 +9,10 @@ import numpy as np
 from benchmarks import anytime, pages
 from benchmarks import record as run_record
 from benchmarks.synthetic import paper
-from benchmarks.synthetic.methods import REFERENCE, variant
-from benchmarks.synthetic.objectives import NOISY, OBJECTIVES
+from benchmarks.methods import variant
+from benchmarks.objectives import NOISY, OBJECTIVES
+from benchmarks.synthetic import budget as budgets
+from benchmarks.synthetic.methods import REFERENCE
 from benchmarks.synthetic.protocol import SWITCH, Protocol
 
 
@@ -80,7 +82,7 @@ def plot_budget_curves(p, results, path: Path, backbone: str) -> Path:
     """Mean gap against calls: fixed K thin, their envelope dashed, adaptive methods thick."""
     plots = []
     for function, rs in pages.grouped(results, "function").items():
-        rs = [r for r in rs if r["backbone"] == backbone]
+        rs = [r for r in anytime.plotted(rs) if budgets.family(r) == backbone]
         fixed = {r["label"]: np.mean(r["curves"], axis=0) for r in rs if r["fixed_k"]}
         lines = [(p.grid, c, label, {"lw": 0.8, "alpha": 0.6}) for label, c in fixed.items()]
         if fixed:
@@ -96,7 +98,8 @@ def plot_budget_curves(p, results, path: Path, backbone: str) -> Path:
 def plot_budget_k(p, results, path: Path) -> Path:
     """The adaptive methods' K against calls (mean over seeds)."""
     plots = [(function_label(f), [(p.grid, np.mean(r["k_curves"], axis=0), r["label"],
-                                   {"lw": 1.4}) for r in rs if not r["fixed_k"]], {})
+                                   {"lw": 1.4}) for r in anytime.plotted(rs) if not r["fixed_k"]],
+              {})
              for f, rs in pages.grouped(results, "function").items()]
     return pages.curves(path, plots, legend=(0, 6), ylabel="K at the last step")
 
@@ -212,22 +215,57 @@ def header(p, record: run_record.RunRecord, length: str, differences: str,
 FRACTIONS = ["1/64", "1/32", "1/16", "1/8", "1/4", "1/2", "1"]
 
 
-def budget_regret_table(p, rows) -> str:
-    """Regret per function, backbone and adaptive method at each budget, with the best fixed K."""
+def budget_regret_table(p, rows, key: str = "regret") -> str:
+    """Regret per function, backbone and scored method at each budget against the best
+    fixed K (``key="regret"``) or the (learning rate, K) grid's best point
+    (``"regret_grid"``)."""
+    tail = key.removeprefix("regret")
     table = [[function_label(row["function"]), row["backbone"], row["label"],
-              *(anytime.fmt(x) for x in (*row["regret"], row["median"], row["max"]))]
-             for row in rows]
+              *(anytime.fmt(x) for x in (*row[key], row["median" + tail], row["max" + tail]))]
+             for row in rows if key in row and not (key == "regret" and _envelope(row))]
     span = "after the switch" if p.switch_at else "of the run"
+    rule = anytime.rule() + ("" if key == "regret" else
+                             " Here the target is the best mean gap of any (learning rate, "
+                             "K) point of the grid at B instead of the best fixed K's.")
     return (f"Budgets are fractions of the {p.budget - p.origin:,} calls {span}. "
-            f"{anytime.rule()}\n\n" + pages.columns(REGRET_COLUMNS) + "\n\n"
+            f"{rule}\n\n" + pages.columns(REGRET_COLUMNS) + "\n\n"
             + pages.table(["function", "backbone", "method", *FRACTIONS, "median", "max"], table))
+
+
+def budget_summary_table(rows) -> str:
+    """Per scored method of the R-AdaZO family, over every (function, budget) cell: the
+    median and worst regret against the grid's and the fixed-K envelopes."""
+    table = []
+    for label, mine in pages.grouped([r for r in rows if r["backbone"] == "radazo"
+                                      and "regret_grid" in r], "label").items():
+        grid = np.concatenate([r["regret_grid"] for r in mine])
+        fixed = (np.concatenate([r["regret"] for r in mine]) if not _envelope(mine[0])
+                 else None)
+        table.append([label, len(grid), anytime.fmt(np.median(grid)), anytime.fmt(grid.max()),
+                      *((anytime.fmt(np.median(fixed)), anytime.fmt(fixed.max()))
+                        if fixed is not None else ("—", "—")),
+                      ", ".join(function_label(r["function"]) for r in mine
+                                if r["max_grid"] > 1.0) or "none"])
+    return pages.columns({
+        "cells": "the (function, budget) regrets of the tables below, pooled",
+        "median, worst vs (lr, K) grid": "their median and maximum against the grid's envelope",
+        "median, worst vs fixed K": "the same against the best fixed K at the lr",
+        "functions above 1 vs the grid": "where some budget has regret above 1 against the "
+                                         "grid's envelope"}) + "\n\n" + pages.table(
+        ["method", "cells", "median vs (lr, K) grid", "worst vs (lr, K) grid",
+         "median vs fixed K", "worst vs fixed K", "functions above 1 vs the grid"], table)
+
+
+def _envelope(row) -> bool:
+    """The row of the fixed-K envelope itself (scored against the grid only)."""
+    return row["method"] == "best_fixed_k"
 
 
 def budget_ratio_table(p, rows) -> str:
     """Mean gap of each adaptive method over the envelope's at the same budget."""
     table = [[function_label(row["function"]), row["backbone"], row["label"],
               *(f"{x:.3g}" for x in (*row["gap_ratio"], row["gap_ratio_median"]))]
-             for row in rows]
+             for row in rows if not _envelope(row)]
     return ("Mean gap divided by the best fixed K's mean gap at the same budget (1: as good; "
             "below 1: better). Where regret is ∞ this says by how much the method missed.\n\n"
             + pages.columns({"1/64 ... 1, median": "the ratio at that fraction of the budget, "
@@ -244,7 +282,8 @@ REGRET_COLUMNS = {
 
 def budget_final_table(results) -> str:
     rows = [[function_label(r["function"]), r["label"], *_gap_and_calls(r),
-             f"{r['run_seconds']:.1f}"] for r in results]
+             f"{r['run_seconds']:.1f}"]
+            for rs in pages.grouped(results, "function").values() for r in anytime.plotted(rs)]
     return pages.columns({
         "gap at the budget (mean ± std)": "f(x) - f* at the run's last log row, the first at "
                                           "or past the budget, mean ± population std over "
@@ -333,6 +372,21 @@ def steps_page(p: Protocol, results, record: run_record.RunRecord, out: Path,
     return pages.page(report_path, title, parts, "synthetic")
 
 
+def grid_note(p) -> str:
+    """What the grid is and which methods are told their budget."""
+    scales = ", ".join(f"x{s:g}" for s in p.lr_scales)
+    return (f"The (learning rate, K) grid: R-AdaZO at lr {p.settings.lr:g} times {scales}, "
+            "times the fixed K of the R-AdaZO family; its envelope at budget B is the best "
+            "mean gap any grid point reached within B calls (the row *best fixed K in "
+            "hindsight* scores the fixed-K envelope at lr x1 against it). The methods told "
+            "the budget (R-AdaZO K=1 with a cosine decay over the budget, `tuning_free:budget`)"
+            " are scored at each budget by their run told that budget; every other method "
+            "by its one anytime run. Parameter-free steps (Prodigy, DoG, DoWG after the "
+            "R-AdaZO estimator, optax.contrib defaults), reduce-on-plateau (optax.contrib "
+            "defaults, on the free value estimate) and tuning_free are scored against "
+            "R-AdaZO's envelopes.")
+
+
 BUDGET_TITLES = {
     "budget": "Synthetic benchmark at equal oracle calls",
     "budget_switch": "Synthetic, equal calls: the objective switch",
@@ -344,21 +398,38 @@ def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                 report_path: Path) -> Path:
     """Figures (into ``out/synthetic``) and the Markdown page of a budget-mode run."""
     folder, name = out / "synthetic", stem(p)
+    # With the grid (many more curves) only the R-AdaZO family's gap figure, the family the
+    # grid and the baselines are scored in: docs/results stays under its size cap.
     figures = [(f"Gap against oracle calls, {bb} backbone", plot_budget_curves(
         p, results, folder / f"{name}_{bb}.png", bb))
-        for bb in ("radazo", "zo_adamm") if any(r["backbone"] == bb for r in results)]
-    figures.append(("K against oracle calls", plot_budget_k(p, results, folder / f"{name}_k.png")))
+        for bb in ("radazo", "zo_adamm")[:1 if p.lr_scales else 2]
+        if any(r["backbone"] == bb for r in results)]
+    if not p.lr_scales:
+        figures.append(("K against oracle calls",
+                        plot_budget_k(p, results, folder / f"{name}_k.png")))
     switch = (f" (the objective switches at {p.switch_at:,} calls; regret counts calls after "
               "it)" if p.switch_at else "")
-    return pages.page(report_path, BUDGET_TITLES[p.name], [
+    title = BUDGET_TITLES[p.name] + (": the (learning rate, K) grid and untuned baselines"
+                                     if p.lr_scales else "")
+    return pages.page(report_path, title, [
         header(p, record, f"every run stops once it has spent {p.budget:,} oracle calls"
                f"{switch};", "StatZO: forward, one centre value a step",
                " auto_k runs at the library defaults everywhere."),
         "## Query regret against the best fixed K", budget_regret_table(p, rows),
+        *(["## Query regret against the (learning rate, K) grid", grid_note(p),
+           "Median and worst over the functions and budgets (R-AdaZO family):",
+           budget_summary_table(rows), budget_regret_table(p, rows, "regret_grid")]
+          if p.lr_scales else []),
         "## Gap against the best fixed K's at the same budget", budget_ratio_table(p, rows),
         "Best fixed K (the envelope) at each budget:", pages.table(
             ["function", "backbone", *FRACTIONS],
             {(r["function"], r["backbone"]): [function_label(r["function"]), r["backbone"],
                                               *r["best_fixed"]] for r in rows}.values()),
+        *(["Best (learning rate, K) point of the grid at each budget (xS: S times the lr):",
+           pages.table(["function", "backbone", *FRACTIONS],
+                       {(r["function"], r["backbone"]): [
+                           function_label(r["function"]), r["backbone"], *r["best_grid"]]
+                        for r in rows if "best_grid" in r}.values())]
+          if p.lr_scales else []),
         "## Gap at the budget", budget_final_table(results), "## Figures",
         pages.images(figures, report_path)], "synthetic")

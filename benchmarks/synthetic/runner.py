@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import common
-from benchmarks.synthetic.objectives import OBJECTIVES
+from benchmarks import loops
+from benchmarks.objectives import OBJECTIVES
 from benchmarks.synthetic.protocol import Protocol, find
 
 TRACE_POINTS = 200  # trace samples per seed kept in the results
@@ -20,11 +20,11 @@ TRACE_POINTS = 200  # trace samples per seed kept in the results
 
 def cost(protocol: Protocol, spec: str) -> float:
     """Rough relative cost of :func:`run`, to start the slowest first."""
-    method = find(protocol, spec).method
-    fixed_k = method.fixed_k if method.base != "zoar" else None
+    v = find(protocol, spec)
+    fixed_k = v.fixed_k
     k = fixed_k or 10
     per_step = 2 * k + (18 if fixed_k is None else 0)
-    if method.base == "zoar":
+    if v.method.base == "zoar":
         per_step += 9 * k  # regenerates (n_hist + 1) k directions a step
     return protocol.total_steps * protocol.dim * per_step * len(protocol.functions)
 
@@ -70,28 +70,10 @@ def run(protocol: Protocol, spec: str) -> list[dict[str, Any]]:
     lists and traces subsampled to :data:`TRACE_POINTS`."""
     v, functions = find(protocol, spec), protocol.functions
     fids = [[FUNCTION_IDS[f] for f in function.split(">")] for function in functions]
-    compile_seconds, runs = compiled_runs(_program(protocol, v, len(fids[0])), protocol.seeds,
+    compile_seconds, runs = loops.compiled_runs(_program(protocol, v, len(fids[0])), protocol.seeds,
                                           fids)
     return [_result(protocol, v, function, trace, compile_seconds, seconds)
             for function, (trace, seconds) in zip(functions, runs)]
-
-
-def compiled_runs(program, seeds, fids) -> tuple[float, list[tuple[Any, float]]]:
-    """Compiles ``program(seeds, fids)`` once and runs it on each objective-id vector of
-    ``fids``: the compile seconds and, per vector, its outputs (NumPy) and run seconds."""
-    import jax
-    import jax.numpy as jnp
-
-    seeds = jnp.asarray(seeds, jnp.int32)
-    fids = [jnp.asarray(f, jnp.int32) for f in fids]
-    with common.Stopwatch() as compile_time:
-        compiled = program.lower(seeds, fids[0]).compile()
-    runs = []
-    for f in fids:
-        with common.Stopwatch() as run_time:
-            out = jax.block_until_ready(compiled(seeds, f))
-        runs.append((jax.tree.map(np.asarray, out), run_time.seconds))
-    return compile_time.seconds, runs
 
 
 _LOGGED = ("value", "num_queries", "last_k", "last_score", "tau")  # trace fields kept

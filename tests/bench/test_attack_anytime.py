@@ -23,7 +23,8 @@ def test_fixed_k_family_specs_and_labels():
 
 
 def test_auto_k_spec_uses_the_library_defaults():
-    defaults = inspect.signature(zoaq_jax.auto_k_estimator).parameters
+    defaults = {**inspect.signature(zoaq_jax.auto_k_estimator).parameters,
+                **inspect.signature(zoaq_jax.budgets.progress).parameters}  # the rule's
     auto_k = methods.parse("auto_k")
     assert auto_k.spec == "auto_k" and methods.label(auto_k) == "auto_k K∈[1,16]"
     params = dict(auto_k.params)
@@ -152,3 +153,39 @@ def test_compare_anytime_specs():
                                      "--compare", "anytime"])).methods
     assert specs[:2] == ("zoar:k=2", "statzo_norm") and len(specs) == 13
     assert cli.config_of(parse_cli(["--preset", "paper"])).methods[-1] == "auto_k"
+
+
+def test_grid_regret_and_failed_baselines_on_hand_made_records():
+    """The (lr, K) grid's best point and a baseline that fails a counted attack: the
+    counted attacks stay those of the original comparison, the baseline scores ∞."""
+    table = {**TABLE, "radazo:k=1,lr_scale=2.0": [40, 50, None, 100],
+             "radazo:k=4,lr_scale=0.25": [10, None, 10, 10],  # fails a counted attack
+             "tuning_free": [100, None, 100, 100]}
+    out = results.anytime_regret(by_method(table))
+    assert out["common_attacks"] == 3 and out["excluded"] == [[1, 303]]  # as without them
+    assert out["best_fixed"] == "zoar"
+    assert out["best_grid"] == "radazo:k=1,lr_scale=2.0"  # 190 / 3 on the counted attacks
+    assert out["grid_failed"] == ["radazo:k=4,lr_scale=0.25"]
+    assert np.isnan(out["grid"]["radazo:k=4,lr_scale=0.25"]["mean"])
+    m = out["methods"]
+    assert m["zoaq"]["grid_regret"] == pytest.approx(700 / 190)
+    assert m["auto_k"]["grid_regret"] == pytest.approx(250 / 190)
+    assert m["tuning_free"]["regret"] == float("inf") and np.isnan(m["tuning_free"]["mean"])
+    assert m["tuning_free"]["per_attack_regret"] == [1.0, float("inf"), 0.5]
+    lines = "\n".join(report._anytime_tables(out))
+    assert "| x2 | **63 (75%)** |" in lines and "| x0.25 | — | — | — (75%) |" in lines
+    assert ("| tuning_free | `tuning_free` | 75% | — | 1.00 | ∞ | 1.00 | ∞ | ∞ | ∞ |"
+            in lines)
+
+
+def test_grid_and_baseline_specs_build_and_label():
+    assert len(methods.GRID) == 25 and set(methods.FIXED_K[:3]) < set(methods.GRID)
+    assert methods.label("radazo:k=8,lr_scale=0.5") == "R-AdaZO K=8, lr x0.5"
+    assert methods.label("radazo:backbone=dowg,k=1") == "R-AdaZO K=1 (DoWG)"
+    assert methods.label("tuning_free:budget") == "tuning_free, told the budget"
+    assert methods.base_of(methods.parse("tuning_free")) == "tuning_free"
+    # told the budget: the cosine decays over TOLD_BUDGET queries at K + 1 calls a step
+    opt = methods.build(methods.parse("radazo:k=1,schedule=cosine"), "mnist", jax.random.key(0))
+    assert opt is not None and methods.TOLD_BUDGET == 10_000
+    x, state = run_steps("tuning_free", 3)
+    assert bool(jnp.all(jnp.isfinite(x))) and int(optax.tree.get(state, "num_queries")) == 6

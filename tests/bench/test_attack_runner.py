@@ -42,8 +42,10 @@ def build(name, learning_rate=0.05):
             # differences from the plain loop then cannot accumulate in the running sum into
             # a different gate decision. The runner's bookkeeping is under test here, not
             # the rounding of ZoAQ's running sums (tests/library/test_retained.py).
-            opt = zoaq_jax.zoaq(learning_rate, k_min=1, k_max=2, n_hist=8, mu=0.5,
-                                difference="forward", refresh=1, key=key)
+            opt = zoaq_jax.chain(
+                zoaq_jax.zoaq_estimator(1, 2, mu=0.5, retention=zoaq_jax.retention.fifo(
+                    8, refresh=1), difference="forward", key=key),
+                zoaq_jax.scale_by_radazo(), optax.scale_by_learning_rate(learning_rate))
         else:
             opt = zoaq_jax.radazo(learning_rate, k=2, mu=0.5, difference="forward", key=key)
         return opt

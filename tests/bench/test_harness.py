@@ -222,16 +222,22 @@ def _run(opt, steps=30):
     return params, optax.tree.get(state, "num_queries")
 
 
+def _zoaq_chain(**policy):
+    """The chain of ``zoaq_jax.zoaq(1e-3, mu=5e-3)`` with one policy of its estimator
+    swapped."""
+    return zoaq_jax.chain(zoaq_jax.zoaq_estimator(k_max=10, mu=5e-3, **policy),
+                          zoaq_jax.scale_by_radazo(), optax.scale_by_learning_rate(1e-3))
+
+
 @pytest.mark.parametrize("spec, alias", [
     ("radazo:k=3", lambda key: zoaq_jax.radazo(1e-3, k=3, mu=5e-3, key=key)),
     ("zoaq:n_hist=4", lambda key: zoaq_jax.zoaq(1e-3, n_hist=4, k_max=10, mu=5e-3, key=key)),
     ("mezo", lambda key: zoaq_jax.mezo(1e-3, k=2, mu=5e-3, weight_decay=0.1, key=key)),
     ("zoar", lambda key: zoaq_jax.zoar(1e-3, k=2, n_hist=4, mu=5e-3, key=key)),
-    ('zoaq:budget=budgets.reset("half")', lambda key: zoaq_jax.zoaq(
-        1e-3, k_max=10, mu=5e-3, budget=zoaq_jax.budgets.reset("half"), key=key)),
-    ("zoaq:gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum())", lambda key: zoaq_jax.zoaq(
-        1e-3, k_max=10, mu=5e-3, gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum()),
-        key=key)),
+    ('zoaq:budget=budgets.reset("half")', lambda key: _zoaq_chain(
+        budget=zoaq_jax.budgets.reset("half"), key=key)),
+    ("zoaq:gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum())", lambda key: _zoaq_chain(
+        gate=zoaq_jax.gates.accept(zoaq_jax.gates.momentum()), key=key)),
 ])
 def test_built_methods_equal_the_library_aliases(spec, alias):
     """The registry's chain (with the consistency monitor) updates exactly as the alias."""
@@ -257,7 +263,7 @@ def test_an_ablation_written_as_in_the_library_is_the_same_method(library, short
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("zoaq:budget=budgets.progress(1,8)", "no spec spelling"),
+    ("zoaq:budget=budgets.progress(window=4)", "no spec spelling"),
     ("zoaq:gate=gates.momentum(b1=0.5)", "b1 is the benchmark's"),
     ('zoaq:gate=os.system("true")', "expected a call of a factory"),
     ("zoaq:gate=gates.momentum(tau=1)", "unexpected keyword argument 'tau'"),
@@ -275,3 +281,39 @@ def test_every_base_builds_and_counts_queries():
     for name in BASES:
         _, calls = _run(registry.parse(name).build(Hyper(1e-3, 5e-3), 0), steps=3)
         assert int(calls) > 0, name
+
+
+def test_command_template_writes_each_configs_results_once_and_renders_without_computing(
+        tmp_path):
+    computed, shown = [], []
+    command = experiment.Command(
+        "toy", lambda args: [2, 3],
+        lambda config, args, recorder: computed.append(config) or config * config,
+        lambda config, value, run: {"record": run.as_dict(), "config": config,
+                                    "results": [value]},
+        lambda config, args: tmp_path / f"toy{config}.json.xz",
+        lambda data: data["config"],
+        lambda config, data, args: shown.append((config, data["results"])))
+    assert experiment.main(command, argparse.Namespace(render=None, quiet=True)) == 0
+    assert computed == [2, 3] and shown == [(2, [4]), (3, [9])]
+    stored = experiment.read_results(tmp_path / "toy3.json.xz")
+    assert stored["results"] == [9]
+    assert stored["record"]["command"] == "python -m benchmarks toy --quiet"
+    render = argparse.Namespace(render=tmp_path / "toy3.json.xz", quiet=True)
+    assert experiment.main(command, render) == 0
+    assert computed == [2, 3] and shown[-1] == (3, [9])  # the page of the file, no run
+
+
+def test_per_worker_setup_runs_again_only_when_its_fields_change():
+    made = []
+
+    @experiment.per_worker("a")
+    def setup(config):
+        made.append(config)
+        return len(made)
+
+    One = dataclasses.make_dataclass("One", [("a", int), ("b", int)], frozen=True)
+    assert [setup(One(1, 0)), setup(One(1, 5)), setup(One(2, 0)), setup(One(1, 0))] == [
+        1, 1, 2, 3]  # b is not a setup field; only the last setup is kept
+    setup.cache_clear()
+    assert setup(One(1, 0)) == 4

@@ -72,7 +72,7 @@ def test_paper_preset_runs_on_cpu_at_tiny_size_with_a_seed_range(tmp_path):
 def test_run_trains_one_method_on_every_seed_from_one_cached_setup(monkeypatch):
     prepare, loaded = experiment.prepare, []
     monkeypatch.setattr(experiment, "prepare", lambda cfg: loaded.append(cfg) or prepare(cfg))
-    monkeypatch.setattr(experiment, "_SETUP", {})
+    experiment.prepared.cache_clear()
     cfg = presets.override(config.PRESETS["smoke"], steps=2, eval_every=1, n_train=8, n_dev=4,
                            n_test=4, batch_size=4, eval_batch_size=4, seeds=(0, 1))
     both = experiment.run(cfg, "radazo:k=1")

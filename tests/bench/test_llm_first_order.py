@@ -2,13 +2,15 @@
 learning rate chosen on dev), complete optimizers in the benchmark, and the (learning
 rate, K) envelope; tiny LLaMA, nothing downloaded."""
 
+import argparse
 import dataclasses
 
 import pytest
 from llm_helpers import tiny_bundle
 
-from benchmarks import anytime
-from benchmarks.llm import baselines, config, methods, train
+from benchmarks import anytime, experiment
+from benchmarks.common import read_json
+from benchmarks.llm import baselines, cli, config, methods, train
 from benchmarks.llm.experiment import regrets, with_first_order
 
 
@@ -92,3 +94,37 @@ def test_first_order_parts_of_several_processes_join_at_the_rate_chosen_on_dev()
     assert [(r["seed"], r["learning_rate"]) for r in out["first_order"]] == [(0, 1e-3), (1, 1e-3)]
     assert len(out["first_order_all"]) == 4 and out["zeroth_order_train_s"] == 100.0
     assert [c["forward_passes"] for c in out["first_order_cost"]] == [3.0, 4.0]
+
+
+def _cli(argv):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return cli.main(parser.parse_args(argv))
+
+
+def test_first_order_only_runs_then_joins_a_merged_page_without_loading_the_model(tmp_path):
+    run = ["--preset", "smoke", "--budget", "8", "--seeds", "0", "--quiet"]
+    fo, zo, merged, page = (tmp_path / "fo", tmp_path / "zo", tmp_path / "m",
+                            tmp_path / "llm.md")
+    assert _cli([*run, "--first-order-only", "--first-order-lrs", "1e-3", "1e-2",
+                 "--out", str(fo)]) == 0
+    part = read_json(fo / "llm_first_order.json.xz")
+    assert "--first-order-only" in part["record"]["command"] and part["config"]["budget"] == 8
+    assert sorted(r["learning_rate"] for r in part["first_order_all"]) == [1e-3, 1e-2]
+    assert {len(r["curve"]) for r in part["first_order_all"]} == {part["first_order_evals"] + 1}
+    assert sorted(p.name for p in fo.iterdir()) == ["llm_first_order.json.xz"]  # no page
+    assert _cli([*run, "--methods", "radazo:k=1", "--no-baselines", "--out", str(zo),
+                 "--report", "none"]) == 0
+    base = experiment.save(tmp_path / "base.json.xz", {"results": [], "baselines": {
+        "prompts": [], "memory": [{"what": "forward pass (loss)", "bytes": 2**20}],
+        "linear_probe": {"l2": 1e-4, "train_examples": 8, "dev_accuracy": 0.5,
+                         "accuracy": 0.5}}})
+    assert _cli([*run, "--merge", str(zo / "llm.json.xz"), "--baselines-from", str(base),
+                 "--first-order", str(fo / "llm_first_order.json.xz"), "--out", str(merged),
+                 "--report", str(page)]) == 0
+    payload = read_json(merged / "llm.json.xz")
+    lr = payload["baselines"]["first_order_lr"]
+    assert lr == baselines.chosen_rate(part["first_order_all"])
+    assert "--baselines-from" in payload["record"]["command"]
+    assert "--methods radazo:k=1" in payload["merged_runs"][0]["command"]
+    assert f"| backprop + Adam, lr {lr:g} (chosen) |" in page.read_text()

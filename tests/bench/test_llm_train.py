@@ -40,7 +40,7 @@ def test_fe_are_counted_exactly(name):
         ks.append(int(k))
     per_step = [(k + 1) if name == "statzo" else 2 * k for k in ks]
     assert int(fe) == sum(per_step) == calls["fe"]
-    assert all(methods.k_min(method) <= k <= methods.k_max(method) for k in ks)
+    assert all(method.k_min <= k <= method.k_max for k in ks)
     assert [sum(n for n, _ in methods.chunks(method, k)) for k in ks] == per_step
 
 

@@ -132,11 +132,15 @@ def test_errors_are_clear(argv, message, capsys):
     assert message in str(err.value) + capsys.readouterr().err
 
 
+def _on_radazo(estimator):
+    return zoaq_jax.chain(estimator, zoaq_jax.scale_by_radazo(), optax.scale_by_learning_rate(1e-2))
+
+
 MAKERS = {
-    "zoaq": lambda key, evaluation: zoaq_jax.zoaq(1e-2, k_min=1, k_max=4, n_hist=3,
-                                                  evaluation=evaluation, key=key),
-    "statzo-remainder": lambda key, evaluation: zoaq_jax.statzo(
-        1e-2, k_min=2, k_max=7, k_step=2, evaluation=evaluation, key=key),
+    "zoaq": lambda key, evaluation: _on_radazo(zoaq_jax.zoaq_estimator(
+        1, 4, retention=zoaq_jax.retention.fifo(3), evaluation=evaluation, key=key)),
+    "statzo-remainder": lambda key, evaluation: _on_radazo(zoaq_jax.statzo_estimator(
+        2, 7, k_step=2, evaluation=evaluation, key=key)),
 }
 
 
@@ -181,7 +185,8 @@ def test_evaluation_is_an_explicit_static_choice():
     x = jnp.ones(5)
 
     def loops(evaluation):
-        est = zoaq_jax.zoaq_estimator(k_max=4, n_hist=0, evaluation=evaluation, key=0)
+        est = zoaq_jax.zoaq_estimator(k_max=4, retention=zoaq_jax.retention.fifo(0),
+                                      evaluation=evaluation, key=0)
         step = jax.jit(lambda s: est.update(None, s, x, value_fn=jnp.sum))
         return step.lower(est.init(x)).as_text().count("stablehlo.while")
 

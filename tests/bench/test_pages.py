@@ -27,6 +27,10 @@ RENDERS = {  # page: the arguments that render it, RESULTS standing for the resu
     "devices": ["devices", "--render", "RESULTS/devices.json.xz"],
     "attack": ["attack", "--render", "RESULTS/attack/attack.json.xz", "--report",
                "RESULTS/attack.md"],
+    "synthetic_budget_grid": ["synthetic", "--render",
+                              "RESULTS/synthetic_grid/synthetic_budget.json.xz", "--out",
+                              "RESULTS/synthetic_grid", "--report",
+                              "RESULTS/synthetic_budget_grid.md"],
 }
 
 

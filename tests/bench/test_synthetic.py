@@ -12,8 +12,9 @@ from benchmarks import experiment, presets
 from benchmarks.common import read_json
 from benchmarks.synthetic import protocol, report, runner
 from benchmarks.methods import SYNTHETIC_HYPER
-from benchmarks.synthetic.methods import REGISTRY, variant
-from benchmarks.synthetic.objectives import OBJECTIVES
+from benchmarks.methods import SYNTHETIC as REGISTRY
+from benchmarks.methods import variant
+from benchmarks.objectives import OBJECTIVES
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
@@ -220,3 +221,42 @@ def test_budget_runs_match_plain_runs_of_the_same_optimizer():
     _, _, trace = zoaq_jax.run(opt, OBJECTIVES["quadratic"].fn, x0, 100, log_every=10)
     assert result["num_queries"] == [400]
     assert result["final_gap"][0] == pytest.approx(float(trace.value[-1]), rel=1e-4)
+
+
+def test_budget_regret_against_the_grid_on_hand_made_records():
+    """Budget mode's envelopes and regrets on hand-made curves: a grid point twice as good
+    as the fixed K at every call count, a method that is the grid's envelope (regret 1
+    against it) and a method told its budget, scored at each budget by its own run."""
+    from benchmarks.synthetic import budget
+
+    p = presets.override(protocol.budget("budget", "smoke"), functions=["quadratic"])
+    p = presets.override(p, lr_scales=(1.0, 2.0))
+    fixed, better = 1000 / p.grid, 500 / p.grid
+
+    def rec(method, curve, **fields):
+        return {"function": "quadratic", "method": method, "label": method,
+                "backbone": "radazo", "fixed_k": None, "grid_k": None, "lr_scale": 1.0,
+                "curves": [curve], **fields}
+
+    # the run told b is the grid's envelope from 0.75 b to b: scored with another budget's
+    # run it would reach the target too late or never
+    told = [rec("tuning_free:budget", np.where((p.grid >= 0.75 * b) & (p.grid <= b), better,
+                                               1e9), told_budget=b, backbone="")
+            for b in p.budgets]
+    results = [rec("radazo:k=1", fixed, fixed_k=1, grid_k=1),
+               rec("radazo:k=1,lr_scale=2.0", better, grid_k=1, lr_scale=2.0),
+               rec("tuning_free", better, backbone=""), *told]
+    rows = {r["method"]: r for r in budget.regret_rows(p, results)}
+    assert set(rows) == {"best_fixed_k", "tuning_free", "tuning_free:budget"}
+    # the grid's envelope itself: regret 1, or one grid point less (the 1% tolerance)
+    for method in ("tuning_free", "tuning_free:budget"):  # told: each budget's own run
+        assert all(0.98 < x <= 1.0 for x in rows[method]["regret_grid"])
+    assert rows["tuning_free"]["best_grid"] == ["x2 K=1"] * 7
+    assert rows["tuning_free"]["best_fixed"] == ["R-AdaZO K=1"] * 7
+    # the fixed-K envelope needs 2 / 1.01 x the calls of the grid's (to the grid spacing,
+    # 1.75%), and never gets there at the full budget
+    assert rows["best_fixed_k"]["regret_grid"][:6] == pytest.approx([1.98] * 6, rel=0.02)
+    assert rows["best_fixed_k"]["regret_grid"][6] == float("inf")
+    # against the fixed K the method at half its gap reaches it at about half the calls
+    assert rows["tuning_free"]["regret"][1:] == pytest.approx([0.505] * 6, rel=0.02)
+    assert rows["tuning_free"]["gap_ratio"] == pytest.approx([0.5] * 7)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import zoaq_jax
+from benchmarks import loops
 from benchmarks.generalization.experiment import _start
 from benchmarks.generalization.objectives import HELD_OUT, TUNING
-from benchmarks.synthetic import budget as budget_mode
 
 BUDGET = 2000
 PROBLEMS = [pytest.param(which, name, marks=[pytest.mark.slow] if problems[name].dim >= 10_000
@@ -26,7 +26,7 @@ PROBLEMS = [pytest.param(which, name, marks=[pytest.mark.slow] if problems[name]
 @pytest.mark.parametrize("which, name", PROBLEMS)
 def test_tuning_free_does_not_diverge(which, name):
     p = (HELD_OUT if which == "heldout" else TUNING)[name]
-    program = budget_mode.anytime_program(
+    program = loops.anytime_program(
         lambda key: zoaq_jax.tuning_free(BUDGET, key=key), lambda x, batch, fid: p.fn(x, batch),
         lambda x, fid: p.gap(x), _start(p), BUDGET, 8)
     seeds = jnp.arange(1 if p.dim > 10_000 else 2)  # one seed at d = 10^5 (test time)

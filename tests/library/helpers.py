@@ -41,3 +41,12 @@ def trajectory(opt, value_fn, params, steps, lr=0.0, **kw):
 def diag(state, name):
     """A diagnostic from any (chained) state as a Python number."""
     return optax.tree.get(state, name).item()
+
+
+def zoaq_chain(lr, **estimator):
+    """``zoaq_jax.zoaq(lr)`` with the estimator's own arguments (a policy, the grid's
+    ``k_step``, ``difference``, ``directions``): the chain the alias builds."""
+    import zoaq_jax
+
+    return zoaq_jax.chain(zoaq_jax.zoaq_estimator(**estimator), zoaq_jax.scale_by_radazo(),
+                          optax.scale_by_learning_rate(lr))

@@ -9,6 +9,7 @@ import pytest
 
 import zoaq_jax
 from helpers import trajectory, wavy
+from zoaq_jax.budgets import progress
 
 D = 6
 
@@ -34,7 +35,8 @@ def test_every_call_is_counted(difference, centre_calls):
         calls.append(1)
         return float(np.sum(np.cos(x) * x**2) + 0.1 * np.sum(x) ** 2)
 
-    est = zoaq_jax.auto_k_estimator(k_max=8, window=3, difference=difference, key=0)
+    est = zoaq_jax.auto_k_estimator(k_max=8, budget=progress(window=3), difference=difference,
+                                        key=0)
     steps, _ = trajectory(est, zoaq_jax.host_oracle(counted), jnp.ones(D), 30)
     ks = [int(optax.tree.get(s, "last_k")) for _, s in steps]
     per_direction = 2 if difference == "central" else 1
@@ -44,7 +46,7 @@ def test_every_call_is_counted(difference, centre_calls):
 
 
 def test_one_compilation_whatever_the_budget():
-    est = zoaq_jax.auto_k_estimator(k_max=8, window=2, key=0)
+    est = zoaq_jax.auto_k_estimator(k_max=8, budget=progress(window=2), key=0)
     traces = []
 
     def f(x):
@@ -82,7 +84,7 @@ def test_non_finite_responses_are_counted_and_leave_the_budget_state_alone():
     def poisoned(x):
         return jnp.where(x[0] > 1.0, jnp.nan, wavy(x))  # x + mu u for about half the u
 
-    est = zoaq_jax.auto_k_estimator(k_min=4, k_max=8, mu=0.5, window=2, key=1)
+    est = zoaq_jax.auto_k_estimator(k_min=4, k_max=8, mu=0.5, budget=progress(window=2), key=1)
     x = jnp.ones(D)
     steps, _ = trajectory(est, poisoned, x, 6)
     state = steps[-1][1]
@@ -91,7 +93,7 @@ def test_non_finite_responses_are_counted_and_leave_the_budget_state_alone():
         assert np.all(np.isfinite(np.asarray(g)))
         assert np.isfinite(float(s.budget.window_sum)) and np.isfinite(float(s.budget.prev_mean))
     # every direction NaN: zero updates, and the progress window does not move
-    blind = zoaq_jax.auto_k_estimator(k_max=8, window=2, key=1)
+    blind = zoaq_jax.auto_k_estimator(k_max=8, budget=progress(window=2), key=1)
     start = blind.init(x)
     out, _ = trajectory(blind, lambda y: jnp.nan * jnp.sum(y), x, 3)
     for g, s in out:
@@ -102,6 +104,17 @@ def test_non_finite_responses_are_counted_and_leave_the_budget_state_alone():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(k_min=5, k_max=2), "k_min must be <= k_max"),
     (dict(k_max=0), "k_max must be >= 1"),
+    (dict(mu=0.0), "mu must be a finite number > 0"),
+    (dict(difference="backward"), "difference must be one of"),
+])
+def test_bad_settings_fail_at_construction(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        zoaq_jax.auto_k_estimator(**kwargs)
+    with pytest.raises((ValueError, TypeError), match=match):
+        zoaq_jax.auto_k(1e-3, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
     (dict(window=1), "window must be >= 2"),
     (dict(growth=-0.1), "growth must lie in"),
     (dict(growth=1.5), "growth must lie in"),
@@ -111,11 +124,10 @@ def test_non_finite_responses_are_counted_and_leave_the_budget_state_alone():
     (dict(z_stall=-0.5), "z_stall must be a finite number >= 0"),
     (dict(ahead=1.0), "ahead must lie in"),
     (dict(ahead=-0.1), "ahead must lie in"),
-    (dict(mu=0.0), "mu must be a finite number > 0"),
-    (dict(difference="backward"), "difference must be one of"),
 ])
-def test_bad_settings_fail_at_construction(kwargs, match):
+def test_bad_rule_settings_fail_at_construction(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
-        zoaq_jax.auto_k_estimator(**kwargs)
-    with pytest.raises((ValueError, TypeError), match=match):
-        zoaq_jax.auto_k(1e-3, **kwargs)
+        progress(**kwargs)
+    if set(kwargs) <= {"window", "floor"}:  # the rule's settings the alias takes flat
+        with pytest.raises((ValueError, TypeError), match=match):
+            zoaq_jax.auto_k(1e-3, **kwargs)

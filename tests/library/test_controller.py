@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import zoaq_jax
-from helpers import diag, jitted_update, trajectory, wavy
+from zoaq_jax.retention import fifo
+from helpers import diag, jitted_update, trajectory, wavy, zoaq_chain
 
 D = 16
 A = jnp.linspace(-1.0, 2.0, D)
@@ -23,7 +24,8 @@ def _with_ema(state, ema, tau):
 
 
 def test_warm_start_accepts_at_k_min_and_keeps_tau():
-    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=6, tau0=0.7, b1=0.9, key=0)
+    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=6, gate=zoaq_jax.gates.momentum(tau0=0.7, b1=0.9),
+                                  key=0)
     x = jnp.ones(D)
     g, state = jitted_update(est, wavy)(est.init(x), x)
     assert diag(state, "last_k") == 2
@@ -34,7 +36,7 @@ def test_warm_start_accepts_at_k_min_and_keeps_tau():
 
 @pytest.mark.parametrize("n_hist", [0, 4])
 def test_accepts_at_k_min_when_the_ema_agrees_and_expands_when_it_points_away(n_hist):
-    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=6, n_hist=n_hist, key=3)
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=6, retention=fifo(n_hist), key=3)
     update = jitted_update(est, linear)
     x = jnp.zeros(D)
     state = est.init(x)
@@ -51,7 +53,7 @@ def test_accepts_at_k_min_when_the_ema_agrees_and_expands_when_it_points_away(n_
 
 def test_candidate_sets_are_nested():
     """Expanding from 1 to 5 buys directions 0..4 of the step: the fixed-K set."""
-    zoaq = zoaq_jax.zoaq_estimator(k_min=1, k_max=5, n_hist=0, key=5)
+    zoaq = zoaq_jax.zoaq_estimator(k_min=1, k_max=5, retention=fifo(0), key=5)
     fixed = zoaq_jax.fixed_estimator(k=5, key=5)
     x = jnp.zeros(D)  # no cancellation: the two sums differ only in summation order
     zs = _with_ema(zoaq.init(x), -A, 0.0)
@@ -63,7 +65,7 @@ def test_candidate_sets_are_nested():
 
 
 def _expanded_estimate(reuse_after_expand):
-    retention = zoaq_jax.retention.fifo(3, reuse_after_expand=reuse_after_expand)
+    retention = fifo(3, reuse_after_expand=reuse_after_expand)
     est = zoaq_jax.zoaq_estimator(k_min=1, k_max=4, retention=retention, key=9)
     update = jitted_update(est, linear)
     x = jnp.zeros(D)
@@ -97,14 +99,15 @@ def test_adaptive_controller_keeps_history_in_expanded_candidates():
 
 def test_always_accept_never_expands():
     gate = zoaq_jax.gates.accept(zoaq_jax.gates.momentum())  # AlwaysMomentum
-    opt = zoaq_jax.zoaq(1e-2, k_min=2, k_max=8, gate=gate, key=1)
+    opt = zoaq_chain(1e-2, k_min=2, k_max=8, gate=gate, key=1)
     _, _, trace = zoaq_jax.run(opt, wavy, jnp.ones(D), 30)
     assert set(np.asarray(trace.last_k[1:]).tolist()) == {2}
     assert np.all(np.isfinite(np.asarray(trace.last_score[2:])))  # the gate still scores
 
 
 def test_budget_grid_and_query_accounting_central():
-    opt = zoaq_jax.zoaq(1e-2, k_min=2, k_max=7, k_step=2, tau0=0.9, key=4)
+    opt = zoaq_chain(1e-2, k_min=2, k_max=7, k_step=2, gate=zoaq_jax.gates.momentum(tau0=0.9),
+                     key=4)
     _, _, trace = zoaq_jax.run(opt, wavy, jnp.ones(D), 60)
     ks = np.asarray(trace.last_k[1:])
     assert set(ks.tolist()) <= {2, 4, 6, 7} and len(set(ks.tolist())) > 1
@@ -112,7 +115,7 @@ def test_budget_grid_and_query_accounting_central():
 
 
 def test_query_accounting_forward_counts_one_centre_per_step():
-    opt = zoaq_jax.zoaq(1e-2, k_min=1, k_max=5, difference="forward", key=4)
+    opt = zoaq_chain(1e-2, k_min=1, k_max=5, difference="forward", key=4)
     _, _, trace = zoaq_jax.run(opt, wavy, jnp.ones(D), 40)
     np.testing.assert_array_equal(np.diff(trace.num_queries), 1 + np.asarray(trace.last_k[1:]))
 
@@ -140,14 +143,14 @@ def test_gate_and_threshold_calibration_follow_algorithm_1():
 
 
 def test_tau_band_projects_the_threshold():
-    opt = zoaq_jax.zoaq(1e-2, gate=zoaq_jax.gates.momentum(tau_band=(0.2, 0.5)), key=2)
+    opt = zoaq_chain(1e-2, gate=zoaq_jax.gates.momentum(tau_band=(0.2, 0.5)), key=2)
     _, _, tr = zoaq_jax.run(opt, wavy, jnp.ones(D), 60)
     assert float(tr.tau[0]) == pytest.approx(0.5)  # tau0 = 1 projected
     assert np.all((np.asarray(tr.tau) >= 0.2 - 1e-7) & (np.asarray(tr.tau) <= 0.5 + 1e-7))
 
 
 def test_norm_trigger_uses_c_norm():
-    opt = zoaq_jax.zoaq(1e-2, k_max=5, gate=zoaq_jax.gates.momentum_norm(c_norm=0.8), key=2)
+    opt = zoaq_chain(1e-2, k_max=5, gate=zoaq_jax.gates.momentum_norm(c_norm=0.8), key=2)
     _, _, tr = zoaq_jax.run(opt, wavy, jnp.ones(D), 60)
     assert np.all(np.asarray(tr.tau) == np.float32(0.8))
     k, s = np.asarray(tr.last_k[2:]), np.asarray(tr.last_score[2:])
@@ -156,7 +159,7 @@ def test_norm_trigger_uses_c_norm():
 
 @pytest.mark.parametrize("reset", ["linear", "half"])
 def test_reset_policies_set_the_next_starting_budget(reset):
-    opt = zoaq_jax.zoaq(1e-2, k_min=1, k_max=9, budget=zoaq_jax.budgets.reset(reset), key=6)
+    opt = zoaq_chain(1e-2, k_min=1, k_max=9, budget=zoaq_jax.budgets.reset(reset), key=6)
     _, _, tr = zoaq_jax.run(opt, wavy, jnp.ones(D), 60)
     k = np.asarray(tr.last_k[1:])
     start = k[:-1] if reset == "linear" else 1 + (k[:-1] - 1) // 2
@@ -166,7 +169,7 @@ def test_reset_policies_set_the_next_starting_budget(reset):
 
 def test_buffer_holds_the_newest_records_with_their_acquisition_responses():
     n_hist, mu = 5, 1e-2
-    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, n_hist=n_hist, mu=mu, key=8)
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, retention=fifo(n_hist), mu=mu, key=8)
     x0 = jax.random.normal(jax.random.key(1), (D,))
     steps, _ = trajectory(est, wavy, x0, 6, lr=0.05)
     params, acquired = x0, []
@@ -189,7 +192,7 @@ def test_buffer_holds_the_newest_records_with_their_acquisition_responses():
 
 def test_state_memory_does_not_grow_with_history_times_dimension():
     d, n_hist = 64, 32
-    est = zoaq_jax.zoaq_estimator(k_max=4, n_hist=n_hist)
+    est = zoaq_jax.zoaq_estimator(k_max=4, retention=fifo(n_hist))
     state = est.init(jnp.zeros(d))
     sizes = [x.size for x in jax.tree.leaves(state)]
     assert max(sizes) <= max(d, n_hist)

@@ -15,6 +15,8 @@ import optax
 import pytest
 
 import zoaq_jax
+from zoaq_jax.retention import fifo
+from helpers import zoaq_chain
 from zoaq_jax._src import directions as dirs
 
 NEW = ("rademacher", "sparse:0.25", "lowrank:2")
@@ -126,7 +128,8 @@ def test_zoar_pools_unbiased_low_rank_records():
 def test_zoaq_pools_unbiased_sparse_records():
     """ZoAQ with k_min = k_max (the gate never selects) pools retained records."""
     g = _estimates(lambda s: zoaq_jax.zoaq_estimator(
-        k_min=2, k_max=2, n_hist=2, mu=0.05, directions="sparse:0.25", key=s), 2000, steps=3)
+        k_min=2, k_max=2, retention=fifo(2), mu=0.05, directions="sparse:0.25",
+        key=s), 2000, steps=3)
     _assert_mean(g, GRAD)
 
 
@@ -159,7 +162,7 @@ def test_rademacher_estimates_vary_less_than_gaussian_ones():
 
 
 ALIASES = {  # every public optimizer that draws directions
-    "zoaq": lambda d: zoaq_jax.zoaq(1e-2, k_max=3, n_hist=2, directions=d, key=1),
+    "zoaq": lambda d: zoaq_chain(1e-2, k_max=3, retention=fifo(2), directions=d, key=1),
     "radazo": lambda d: zoaq_jax.radazo(1e-2, k=2, directions=d, key=1),
     "zo_adamm": lambda d: zoaq_jax.zo_adamm(1e-2, k=2, directions=d, key=1),
     "zo_sgd": lambda d: zoaq_jax.zo_sgd(1e-2, k=2, difference="forward", directions=d, key=1),

@@ -7,6 +7,7 @@ import optax
 import pytest
 
 import zoaq_jax
+from zoaq_jax.retention import fifo
 from helpers import diag, jitted_update, wavy
 
 D = 8
@@ -18,24 +19,24 @@ D = 8
         (zoaq_jax.zoaq_estimator, dict(k_min=5, k_max=2), ValueError, "k_min must be <= k_max"),
         (zoaq_jax.zoaq_estimator, dict(k_min=0), ValueError, "k_min must be >= 1"),
         (zoaq_jax.zoaq_estimator, dict(k_step=0), ValueError, "k_step"),
-        (zoaq_jax.zoaq_estimator, dict(n_hist=-1), ValueError, "n_hist"),
+        (zoaq_jax.retention.fifo, dict(n_hist=-1), ValueError, "n_hist"),
+        (zoaq_jax.zoaq, dict(learning_rate=1e-3, n_hist=-1), ValueError, "n_hist"),
         (zoaq_jax.zoaq_estimator, dict(k_max=2.5), TypeError, "k_max must be an int"),
         (zoaq_jax.zoaq_estimator, dict(mu=0.0), ValueError, "mu must be a finite number > 0"),
         (zoaq_jax.zoaq_estimator, dict(mu=-1e-3), ValueError, "mu"),
         (zoaq_jax.zoaq_estimator, dict(mu=float("nan")), ValueError, "mu"),
-        (zoaq_jax.zoaq_estimator, dict(tau0=1.5), ValueError, "tau0"),
-        (zoaq_jax.zoaq_estimator, dict(beta_tau=1.0), ValueError, "beta_tau"),
-        (zoaq_jax.zoaq_estimator, dict(b1=-0.1), ValueError, "b1"),
+        (zoaq_jax.gates.momentum, dict(tau0=1.5), ValueError, "tau0"),
+        (zoaq_jax.gates.momentum, dict(beta_tau=1.0), ValueError, "beta_tau"),
+        (zoaq_jax.gates.momentum, dict(b1=-0.1), ValueError, "b1"),
+        (zoaq_jax.zoaq, dict(learning_rate=1e-3, tau0=1.5), ValueError, "tau0"),
         (zoaq_jax.budgets.reset, dict(kind="max"), ValueError, "reset must be one of"),
         (zoaq_jax.zoaq_estimator, dict(difference="backward"), ValueError, "difference"),
         (zoaq_jax.zoaq_estimator, dict(directions="uniform"), ValueError, "directions"),
         (zoaq_jax.gates.momentum, dict(tau_band=(0.6, 0.2)), ValueError, "lo <= hi"),
         (zoaq_jax.gates.momentum, dict(tau_band=(0.0, 1.5)), ValueError, "tau_band"),
-        (zoaq_jax.zoaq_estimator, dict(eps_anc=-1.0), ValueError, "eps_anc"),
-        (zoaq_jax.zoaq_estimator, dict(gate=zoaq_jax.gates.accept(), tau0=0.5), ValueError,
-         "default gate"),
-        (zoaq_jax.zoaq_estimator, dict(retention=zoaq_jax.retention.none(), n_hist=4),
-         ValueError, "default retention"),
+        (zoaq_jax.gates.momentum, dict(eps_anc=-1.0), ValueError, "eps_anc"),
+        (zoaq_jax.zoaq_estimator, dict(gate=zoaq_jax.gates.momentum), TypeError, "gate"),
+        (zoaq_jax.zoaq_estimator, dict(retention=4), TypeError, "retention"),
         (zoaq_jax.gates.momentum_norm, dict(c_norm=0.0), ValueError, "c_norm"),
         (zoaq_jax.retention.fifo, dict(n_hist=2, refresh=0), ValueError, "refresh"),
         (zoaq_jax.fixed_estimator, dict(k=0), ValueError, "k must be >= 1"),
@@ -46,7 +47,7 @@ D = 8
         (zoaq_jax.scale_by_zo_adamm, dict(eps=-1.0), ValueError, "eps"),
         (zoaq_jax.monitor_consistency, dict(b1=2.0), ValueError, "b1"),
         (zoaq_jax.zoaq, dict(learning_rate=-1e-3), ValueError, "learning_rate"),
-        (zoaq_jax.zoaq, dict(learning_rate=1e-3, backbone="adam"), ValueError, "backbone"),
+        (zoaq_jax.zoar, dict(learning_rate=1e-3, backbone="adam"), ValueError, "backbone"),
         (zoaq_jax.radazo, dict(learning_rate=0.0), ValueError, "learning_rate"),
         (zoaq_jax.mezo, dict(learning_rate=1e-3, weight_decay=-1.0), ValueError, "weight_decay"),
     ],
@@ -117,7 +118,8 @@ def holey(x):
 
 @pytest.mark.parametrize("difference", ["central", "forward"])
 def test_nonfinite_responses_are_discarded_and_counted(difference):
-    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=6, n_hist=4, mu=0.5, difference=difference,
+    est = zoaq_jax.zoaq_estimator(k_min=2, k_max=6, retention=fifo(4), mu=0.5,
+                                  difference=difference,
                                   key=0)
     update = jitted_update(est, holey)
     x = jnp.zeros(D)
@@ -133,7 +135,7 @@ def test_nonfinite_responses_are_discarded_and_counted(difference):
 
 
 def test_a_step_without_any_finite_response_changes_nothing():
-    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, n_hist=4, key=0)
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, retention=fifo(4), key=0)
     update = jitted_update(est, wavy)
     x = jnp.ones(D)
     state = est.init(x)
@@ -154,7 +156,7 @@ def test_a_step_without_any_finite_response_changes_nothing():
 @pytest.mark.parametrize("reset", ["min", "linear"])
 def test_nonfinite_forward_centre_ends_the_step_at_once(reset):
     est = zoaq_jax.zoaq_estimator(k_min=2, k_max=8, difference="forward",
-                                  budget=zoaq_jax.budgets.reset(reset), tau0=1.0, key=0)
+                                  budget=zoaq_jax.budgets.reset(reset), key=0)
     x = jnp.ones(D)
     state = est.init(x)
     update = jitted_update(est, wavy)
@@ -170,7 +172,7 @@ def test_nonfinite_forward_centre_ends_the_step_at_once(reset):
 
 def test_warm_start_without_a_finite_response_expands():
     """At warm start (m = 0) the gate passes any candidate, but not an empty one."""
-    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, n_hist=4, key=0)
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, retention=fifo(4), key=0)
     x = jnp.ones(D)
     state = est.init(x)
     g, after = jitted_update(est, lambda x: jnp.float32(jnp.inf) * jnp.sum(x))(state, x)

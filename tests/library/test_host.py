@@ -7,6 +7,7 @@ import optax
 import pytest
 
 import zoaq_jax
+from zoaq_jax.retention import fifo
 
 
 class Counter:
@@ -23,7 +24,8 @@ class Counter:
 def test_host_calls_equal_num_queries(difference):
     host = Counter()
     f = zoaq_jax.host_oracle(host)
-    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=5, n_hist=3, difference=difference, key=0)
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=5, retention=fifo(3), difference=difference,
+                                     key=0)
     step = jax.jit(lambda s, p: est.update(None, s, p, value_fn=f, shift=jnp.ones(6)))
     params, state = jnp.zeros(6), est.init(jnp.zeros(6))
     ks = []
@@ -39,7 +41,7 @@ def test_a_k_step_past_the_budget_evaluates_nothing_uncounted():
     """k_step > k_max - k_min gives the grid {k_min, k_max}: a retry evaluates exactly
     the directions it counts."""
     host = Counter()
-    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, k_step=100, n_hist=2, tau0=1.0, key=0)
+    est = zoaq_jax.zoaq_estimator(k_min=1, k_max=3, k_step=100, retention=fifo(2), key=0)
     step = jax.jit(lambda s, p: est.update(None, s, p, value_fn=zoaq_jax.host_oracle(host),
                                            shift=jnp.ones(6)))
     params, state = jnp.zeros(6), est.init(jnp.zeros(6))
@@ -83,7 +85,7 @@ def test_vectorized_host_oracle_under_vmap_over_seeds():
     x = jnp.linspace(-1, 1, 6)
 
     def one_seed(seed, f):
-        est = zoaq_jax.zoaq_estimator(k_min=2, k_max=2, n_hist=2, difference="forward",
+        est = zoaq_jax.zoaq_estimator(k_min=2, k_max=2, retention=fifo(2), difference="forward",
                                       key=seed)
         state = est.init(x)
         for _ in range(2):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import zoaq_jax
+from zoaq_jax.retention import fifo
 from helpers import diag, jitted_update, trajectory, wavy
 
 
@@ -15,8 +16,8 @@ from helpers import diag, jitted_update, trajectory, wavy
 def test_zoaq_without_history_at_fixed_k_is_the_fixed_estimator(difference, directions, k):
     x = jax.random.normal(jax.random.key(1), (12,))
     common = dict(difference=difference, directions=directions, key=7)
-    a, _ = trajectory(zoaq_jax.zoaq_estimator(k_min=k, k_max=k, n_hist=0, **common), wavy, x, 4,
-                      lr=1e-2)
+    a, _ = trajectory(zoaq_jax.zoaq_estimator(k_min=k, k_max=k, retention=fifo(0), **common),
+                      wavy, x, 4, lr=1e-2)
     b, _ = trajectory(zoaq_jax.fixed_estimator(k=k, **common), wavy, x, 4, lr=1e-2)
     for (ga, sa), (gb, sb) in zip(a, b):
         np.testing.assert_array_equal(ga, gb)  # bitwise
@@ -125,7 +126,7 @@ def test_streamed_directions_give_the_batched_estimates(monkeypatch):
     from zoaq_jax._src import directions
 
     x = jax.random.normal(jax.random.key(3), (16,))
-    make = lambda: zoaq_jax.zoaq_estimator(k_min=1, k_max=5, n_hist=6, key=2)  # noqa: E731
+    make = lambda: zoaq_jax.zoaq_estimator(k_min=1, k_max=5, retention=fifo(6), key=2)  # noqa: E731
     batched, _ = trajectory(make(), wavy, x, 5, lr=1e-2)
     monkeypatch.setattr(directions, "_BATCH_LIMIT", 0)
     streamed, _ = trajectory(make(), wavy, x, 5, lr=1e-2)

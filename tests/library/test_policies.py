@@ -108,25 +108,28 @@ def test_progress_decision_stall_and_significant_fast_progress():
     assert not bool(stalled) and not bool(fast)
 
 
-def _drive(rule, values, usable=True):
-    state, ks = rule.init(None, None), []
+GRID_16 = zoaq_jax.Grid(1, 16)
+
+
+def _drive(rule, values, usable=True, grid=zoaq_jax.Grid(1, 8)):
+    state, ks = rule.init(None, grid), []
     for v in values:
         state = rule.update(state, zoaq_jax.Outcome(rule.start(state), jnp.bool_(usable),
-                                                    jnp.float32(v), jnp.float32(0)))
+                                                    jnp.float32(v), jnp.float32(0), grid=grid))
         ks.append(int(rule.start(state)))
     return state, ks
 
 
 def test_progress_rule_doubles_on_stalls_up_to_k_max():
-    rule = budgets.progress(1, 8, window=3)
+    rule = budgets.progress(window=3)
     _, ks = _drive(rule, [5.0] * 18)
     # window 1 ends at step 3 (no previous window); every later window stalls
     assert ks == [1] * 5 + [2] * 3 + [4] * 3 + [8] * 7
 
 
 def test_progress_rule_halves_after_two_fast_windows_only():
-    rule = budgets.progress(1, 8, window=2)
-    start = rule.init(None, None)._replace(next_k=jnp.int32(8))
+    rule = budgets.progress(window=2)
+    start = rule.init(None, zoaq_jax.Grid(1, 8))._replace(next_k=jnp.int32(8))
     values = [100.0, 100.0, 50.0, 50.0, 25.0, 25.0, 12.0, 12.0, 6.0, 6.0]
     _, ks = _drive(rule._replace(init=lambda params, grid: start), values)
     # windows 2 and 3 are fast: halve at the end of window 3; windows 4 and 5 again
@@ -138,14 +141,14 @@ def test_progress_rule_doubles_ahead_of_the_next_stall():
     a L, then a^2 L, ...; without ``ahead`` only stalls double (and the same fast windows
     halve instead)."""
     values = [10.0] * 4 + [9.5] * 2 + [8.9] * 2 + [8.0] * 4  # windows of 2 steps
-    _, ks = _drive(budgets.progress(1, 16, window=2, ahead=0.9), values)
+    _, ks = _drive(budgets.progress(window=2, ahead=0.9), values, grid=GRID_16)
     # stall at step 4 (L = 10, target 9); 9.5 holds; 8.9 <= 9 doubles (target 8.1);
     # 8.0 <= 8.1 doubles; the last window stalls
     assert ks == [1, 1, 1, 2, 2, 2, 2, 4, 4, 8, 8, 16]
-    _, ks0 = _drive(budgets.progress(1, 16, window=2, ahead=0.0), values)
+    _, ks0 = _drive(budgets.progress(window=2, ahead=0.0), values, grid=GRID_16)
     assert max(ks0) == 2
     # a stall at a level <= 0 arms nothing: a later fall (a gain of 20%) is not a doubling
-    _, ks_neg = _drive(budgets.progress(1, 16, window=2), [-5.0] * 4 + [-6.0] * 2)
+    _, ks_neg = _drive(budgets.progress(window=2), [-5.0] * 4 + [-6.0] * 2, grid=GRID_16)
     assert ks_neg == [1, 1, 1, 2, 2, 2]
 
 
@@ -161,7 +164,7 @@ def test_next_target_arms_on_a_stall_lowers_on_each_early_doubling_and_clears_on
 
 
 def test_progress_rule_ignores_unusable_steps_and_non_finite_values():
-    rule = budgets.progress(1, 8, window=2)
+    rule = budgets.progress(window=2)
     state, _ = _drive(rule, [5.0, 4.0, 3.0])
     resumed = rule._replace(init=lambda params, grid: state)
     same, _ = _drive(resumed, [1.0] * 4, usable=False)
@@ -184,16 +187,17 @@ def _scan_rule(rule, values, k_values=None):
         t, v = inputs
         k = rule.start(state)
         v = v if k_values is None else k_values(k, t, v)
-        state = rule.update(state, zoaq_jax.Outcome(k, jnp.bool_(True), v, jnp.float32(0)))
+        state = rule.update(state, zoaq_jax.Outcome(k, jnp.bool_(True), v, jnp.float32(0),
+                                                    grid=GRID_16))
         return state, rule.start(state)
 
     steps = jnp.arange(len(values))
-    _, ks = jax.jit(lambda vs: jax.lax.scan(step, rule.init(None, None), (steps, vs)))(values)
+    _, ks = jax.jit(lambda vs: jax.lax.scan(step, rule.init(None, GRID_16), (steps, vs)))(values)
     return np.asarray(ks)
 
 
 def test_progress_defaults_double_within_tens_of_steps_on_a_stall():
-    ks = _scan_rule(budgets.progress(1, 16), jnp.full(300, 5.0, jnp.float32))
+    ks = _scan_rule(budgets.progress(), jnp.full(300, 5.0, jnp.float32))
     # windows close at 8, 16, 24, 32, 40 steps: K doubles at each close after the first
     changes = np.flatnonzero(np.diff(ks)) + 1
     np.testing.assert_array_equal(changes, [15, 23, 31, 39])
@@ -203,8 +207,8 @@ def test_progress_defaults_double_within_tens_of_steps_on_a_stall():
 def test_progress_defaults_hold_at_moderate_progress_and_halve_on_fast_progress():
     t = jnp.arange(1, 3001, dtype=jnp.float32)
     # v = t^-0.1: a window of 25% of the run gains about 2%, between r = 1% and r_up = 5%
-    rule = budgets.progress(1, 16)
-    start = rule.init(None, None)._replace(next_k=jnp.int32(4))
+    rule = budgets.progress()
+    start = rule.init(None, GRID_16)._replace(next_k=jnp.int32(4))
     held = _scan_rule(rule._replace(init=lambda params, grid: start), t**-0.1)
     assert set(held.tolist()) == {4}
     # v = exp(-t / 50): every window gains far more than r_up: K halves to k_min and stays
@@ -217,7 +221,7 @@ def test_progress_defaults_are_stable_at_a_noise_floor_for_1e5_steps():
     climbs to k_max and changes at most 10 times in 10^5 steps."""
     n = 100_000
     noise = jax.random.normal(jax.random.key(0), (n,))
-    ks = _scan_rule(budgets.progress(1, 16), noise,
+    ks = _scan_rule(budgets.progress(), noise,
                     lambda k, t, e: 1.0 + 0.3 * e / jnp.sqrt(k.astype(jnp.float32)))
     assert np.count_nonzero(np.diff(ks)) <= 10
     assert ks[-1] > 1  # the stall was detected
@@ -225,8 +229,8 @@ def test_progress_defaults_are_stable_at_a_noise_floor_for_1e5_steps():
 
 def test_accept_gate_with_a_constant_budget_is_the_fixed_estimator_bit_for_bit():
     fixed = zoaq_jax.fixed_estimator(k=3, key=4)
-    built = zoaq_jax.adaptive_estimator(gates.accept(), budgets.constant(3), k_min=3, k_max=3,
-                                        key=4)
+    built = zoaq_jax.adaptive_estimator(gates.accept(), budgets.constant(3),
+                                        grid=zoaq_jax.Grid(3, 3), key=4)
     x = jnp.linspace(-1.0, 1.0, D)
     (a, _), = trajectory(fixed, wavy, x, 1)[0]
     (b, _), = trajectory(built, wavy, x, 1)[0]
@@ -243,7 +247,7 @@ def test_a_user_budget_rule_runs_through_the_same_machinery():
         start=lambda t: jnp.where(t % 2 == 0, 1, 4),
         update=lambda t, outcome: t + 1,
     )
-    est = zoaq_jax.adaptive_estimator(gates.accept(), alternate, k_min=1, k_max=4, key=0)
+    est = zoaq_jax.adaptive_estimator(gates.accept(), alternate, grid=zoaq_jax.Grid(1, 4), key=0)
     steps, _ = trajectory(est, wavy, jnp.ones(D), 6)
     ks = [int(optax.tree.get(s, "last_k")) for _, s in steps]
     assert ks == [1, 4, 1, 4, 1, 4]
@@ -256,7 +260,7 @@ def test_value_estimate_is_the_mean_midpoint_of_central_pairs():
                                start=lambda s: jnp.int32(2),
                                update=lambda s, outcome: outcome.value)
     mu = 0.1
-    est = zoaq_jax.adaptive_estimator(gates.accept(), rule, k_min=2, k_max=2, mu=mu, key=1)
+    est = zoaq_jax.adaptive_estimator(gates.accept(), rule, grid=zoaq_jax.Grid(2, 2), mu=mu, key=1)
     x = jnp.ones(D)
     _, state = jitted_update(est, lambda p: 0.5 * p @ p)(est.init(x), x)
     keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(

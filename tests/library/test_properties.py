@@ -627,10 +627,11 @@ _MESH_SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np, zoaq_jax, sys
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
     sys.path.insert(0, "tests/library")
-    from registry import REGISTRY
+    from registry import REGISTRY, zoaq_chain
     assert len(jax.devices()) == 8
     params = {"w": jnp.linspace(-1, 1, 64), "m": jnp.ones((8, 16))}
-    OVERRIDES = {"zoaq": {"directions": "sphere"}}  # the buffer and sphere normalisation
+    MAKERS = {"zoaq": lambda: zoaq_chain(**REGISTRY["zoaq"].kwargs, directions="sphere",
+                                         key=1)}  # the buffer and sphere normalisation
 
     def f(p):
         return jnp.sum(p["w"] ** 2 * (1 + p["w"] ** 2)) + jnp.sum((p["m"] - 0.5) ** 2)
@@ -643,7 +644,7 @@ _MESH_SCRIPT = textwrap.dedent("""
         return jax.lax.scan(body, (p, opt.init(p)), length=3)[0]
 
     for name in sys.argv[1:]:
-        opt = REGISTRY[name].make(key=1, **OVERRIDES.get(name, {}))
+        opt = MAKERS[name]() if name in MAKERS else REGISTRY[name].make(key=1)
         scale = -1e-3 if REGISTRY[name].estimator else 1.0  # raw estimates at d = 192
         (ref_p, ref_s) = jax.jit(lambda p: steps(opt, p))(params)
         for kind in (AxisType.Explicit, AxisType.Auto):

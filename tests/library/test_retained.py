@@ -7,7 +7,8 @@ import optax
 import pytest
 
 import zoaq_jax
-from helpers import diag, trajectory, wavy
+from zoaq_jax.retention import fifo
+from helpers import diag, wavy
 from zoaq_jax._src import directions, history
 
 D = 16
@@ -44,8 +45,8 @@ def _at(states, t, field):
 
 
 CASES = {  # estimator, records added or evicted a step at most (K)
-    "zoaq": (lambda refresh: zoaq_jax.zoaq_estimator(k_max=4, n_hist=8, refresh=refresh,
-                                                     key=3), 4),
+    "zoaq": (lambda refresh: zoaq_jax.zoaq_estimator(
+        k_max=4, retention=fifo(8, refresh=refresh), key=3), 4),
     "zoar_central": (lambda refresh: zoaq_jax.zoar_estimator(
         k=3, n_hist=2, difference="central", refresh=refresh, key=3), 3),
 }
@@ -116,12 +117,15 @@ def test_running_sums_give_the_regenerated_estimates(name):
     estimates of the exact regeneration every step (``refresh=1``, the estimator before
     running sums) to rounding, with the same budgets and the same query counts."""
     make = {
-        "zoaq": lambda r: zoaq_jax.zoaq_estimator(k_max=6, n_hist=8, refresh=r, key=5),
+        "zoaq": lambda r: zoaq_jax.zoaq_estimator(
+            k_max=6, retention=fifo(8, refresh=r), key=5),
         "zoaq_drawn_where_used": lambda r: zoaq_jax.adaptive_estimator(
             zoaq_jax.gates.momentum(), zoaq_jax.budgets.reset("min"),
-            zoaq_jax.retention.fifo(8, refresh=r), k_min=1, k_max=6, predraw=False, key=5),
+            fifo(8, refresh=r), grid=zoaq_jax.Grid(1, 6), predraw=False,
+            key=5),
         "zoaq_forward": lambda r: zoaq_jax.zoaq_estimator(
-            k_max=10, n_hist=4, difference="forward", refresh=r, key=5),
+            k_max=10, retention=fifo(4, refresh=r), difference="forward",
+            key=5),
         "zoar": lambda r: zoaq_jax.zoar_estimator(k=2, n_hist=8, refresh=r, key=5),
         "zoar_central": lambda r: zoaq_jax.zoar_estimator(k=2, n_hist=8, difference="central",
                                                           refresh=r, key=5),
@@ -168,7 +172,7 @@ def test_ring_buffer_leaving_records_are_the_evicted_ones():
     assert list(np.asarray(live)) == [True] * 5 + [False] * 3
 
 
-@pytest.mark.parametrize("factory", [zoaq_jax.zoaq_estimator, zoaq_jax.zoar_estimator,
+@pytest.mark.parametrize("factory", [zoaq_jax.retention.fifo, zoaq_jax.zoar_estimator,
                                      zoaq_jax.zoaq, zoaq_jax.zoar])
 def test_refresh_is_checked_at_construction(factory):
     args = (1e-2,) if factory in (zoaq_jax.zoaq, zoaq_jax.zoar) else ()

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import zoaq_jax
+from zoaq_jax.retention import fifo
+from helpers import zoaq_chain
 from zoaq_jax._src import loop
 
 D = 6
@@ -32,7 +34,8 @@ def counted(calls):
 
 
 @pytest.mark.parametrize("opt, budget", [
-    (zoaq_jax.zoaq(1e-2, k_min=2, k_max=7, k_step=2, n_hist=4, key=1), 101),  # adaptive
+    (zoaq_chain(1e-2, k_min=2, k_max=7, k_step=2, retention=fifo(4), key=1),
+     101),  # adaptive
     (zoaq_jax.zo_sgd(1e-2, k=3, difference="forward", key=2), 50),  # fixed, centre call
     (zoaq_jax.zoar(1e-2, k=2, n_hist=2, key=3), 31),  # ZoAR
 ])
@@ -53,7 +56,7 @@ def test_last_adaptive_step_is_capped_to_the_calls_left():
     # k_min=k_step=3, k_max=9, central: a step costs 6, 12 or 18 calls; the constant rule
     # buys 9 every step, so 40 calls give 2 full steps (36) and no room for a third.
     opt = zoaq_jax.adaptive_estimator(zoaq_jax.gates.accept(), zoaq_jax.budgets.constant(9),
-                                      k_min=3, k_max=9, k_step=3, key=0)
+                                      grid=zoaq_jax.Grid(3, 9, 3), key=0)
     _, _, trace = zoaq_jax.run(opt, quadratic, jnp.zeros(D), 5, max_queries=48,
                                log_values=False, a=jnp.ones(D))
     # 2 steps of 18 = 36, then 12 left: a capped step of k=6 (12 calls) exactly

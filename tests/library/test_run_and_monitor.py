@@ -42,7 +42,7 @@ def test_run_fills_missing_diagnostics():
 
 def test_monitor_equals_zoaq_score_after_warm_start():
     b1 = 0.8
-    opt = optax.chain(zoaq_jax.zoaq_estimator(k_max=5, b1=b1, key=2),
+    opt = optax.chain(zoaq_jax.zoaq_estimator(k_max=5, gate=zoaq_jax.gates.momentum(b1=b1), key=2),
                       zoaq_jax.monitor_consistency(b1=b1), optax.scale(-1e-2))
     step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=wavy))
     params, state = jnp.ones(8), opt.init(jnp.ones(8))

@@ -153,10 +153,11 @@ def test_unsupported_settings_fail_at_construction():
         zoaq_jax.radazo(1e-3, k=12, mesh=mesh)
     with pytest.raises(ValueError, match="fixed-budget estimators only.*k_min=1 != k_max=8"):
         zoaq_jax.adaptive_estimator(zoaq_jax.gates.accept(), zoaq_jax.budgets.constant(8),
-                                    k_min=1, k_max=8, mesh=mesh)
+                                    grid=zoaq_jax.Grid(1, 8), mesh=mesh)
     with pytest.raises(ValueError, match="n_hist=4"):
         zoaq_jax.adaptive_estimator(zoaq_jax.gates.accept(), zoaq_jax.budgets.constant(8),
-                                    zoaq_jax.retention.fifo(4), k_min=8, k_max=8, mesh=mesh)
+                                    zoaq_jax.retention.fifo(4), grid=zoaq_jax.Grid(8, 8),
+                                    mesh=mesh)
     with pytest.raises(TypeError, match="jax.sharding.Mesh"):
         zoaq_jax.mezo(1e-3, k=8, mesh=jax.devices())
     with pytest.raises(ValueError, match="combine"):

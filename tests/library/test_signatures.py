@@ -20,7 +20,7 @@ POSITIONAL = {
     "gates.momentum": (), "gates.momentum_norm": (), "gates.norm_test": (),
     "gates.accept": ("gate",),
     "budgets.constant": ("k",), "budgets.reset": ("kind",),
-    "budgets.progress": ("k_min", "k_max"),
+    "budgets.progress": (),
     "retention.fifo": ("n_hist",), "retention.none": (),
     "run": ("opt", "value_fn", "params", "num_steps"), "host_oracle": ("fn",),
     "tuning_free": ("budget",),

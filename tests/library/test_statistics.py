@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import zoaq_jax
+from zoaq_jax.retention import fifo
 
 D = 8
 _M = jax.random.normal(jax.random.key(42), (D, D))
@@ -64,8 +65,8 @@ def test_fixed_estimator_variance_matches_gaussian_theory():
 
 def test_zoaq_pooled_candidate_is_unbiased_without_the_gate():
     """With k_min = k_max the gate never selects; records pooled at one point stay unbiased."""
-    g = _estimates(lambda s: zoaq_jax.zoaq_estimator(k_min=2, k_max=2, n_hist=4, mu=0.05, key=s),
-                   steps=3)
+    g = _estimates(lambda s: zoaq_jax.zoaq_estimator(k_min=2, k_max=2, retention=fifo(4), mu=0.05,
+                                                     key=s), steps=3)
     _assert_mean(g, GRAD)
 
 

@@ -116,7 +116,7 @@ def test_chain_with_optax_clip_and_injected_learning_rate():
     """Clipping goes after the estimator (before it, it would receive ``updates=None``);
     ``inject_hyperparams`` of a :func:`zoaq_jax.chain` factory works like ``optax.chain``."""
     factory = optax.inject_hyperparams(
-        zoaq_jax.zoaq_estimator, static_args=("k_min", "k_max", "k_step", "n_hist"))
+        zoaq_jax.zoaq_estimator, static_args=("k_min", "k_max", "k_step"))
     opt = optax.inject_hyperparams(
         lambda learning_rate: zoaq_jax.chain(
             factory(k_max=4, key=0), optax.clip_by_global_norm(1e-3),

@@ -12,18 +12,17 @@ Dtypes).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
-import chex
 import jax
 import optax
 
-from zoaq_jax._src import checks, retained
+from zoaq_jax._src import budgets, checks, gates, retained
+from zoaq_jax._src import retention as retentions
 from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.chain import chain
 from zoaq_jax._src.fixed import fixed_estimator
-from zoaq_jax._src.policies import BudgetRule, Gate, Retention
+from zoaq_jax._src.policies import KeyLike
 from zoaq_jax._src.radazo import scale_by_radazo
 from zoaq_jax._src.statzo import statzo_estimator
 from zoaq_jax._src.zo_adamm import scale_by_zo_adamm
@@ -33,10 +32,11 @@ from zoaq_jax._src.zoar import zoar_estimator
 BACKBONES = ("radazo", "zo_adamm", "sgd")
 
 # A step size: a number, an array of shape (), or an Optax schedule (step count -> number).
-ScalarOrSchedule: TypeAlias = float | jax.Array | Callable[[Any], Any]
+ScalarOrSchedule: TypeAlias = optax.ScalarOrSchedule
 
 
-def backbone_transform(name: str, b1: float, b2: float, eps: float):
+def backbone_transform(name: str, b1: float, b2: float, eps: float
+                       ) -> optax.GradientTransformation:
     """The backbone called ``name``: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"`` (identity)."""
     checks.choice("backbone", name, BACKBONES)
     if name == "radazo":
@@ -49,36 +49,9 @@ def backbone_transform(name: str, b1: float, b2: float, eps: float):
     return optax.identity()
 
 
-def apply_updates(params: chex.ArrayTree, updates: chex.ArrayTree) -> chex.ArrayTree:
-    r""":func:`optax.apply_updates` that carries the leaves whose update is ``None``.
-
-    .. math:: x_{t+1} = x_t + u_t \quad\text{(leaves with } u_t = \text{None unchanged)}
-
-    The estimators return ``None`` for PRNG key leaves of the params (there is nothing to
-    add to a key), which :func:`optax.apply_updates` cannot take.
-
-    Args:
-      params: the parameters.
-      updates: updates shaped like ``params``, ``None`` on carried leaves.
-
-    Returns:
-      The updated parameters, each leaf in its own dtype.
-
-    Example:
-      >>> import jax, jax.numpy as jnp, zoaq_jax
-      >>> params = {"w": jnp.ones(2), "rng": jax.random.key(0)}
-      >>> new = zoaq_jax.apply_updates(params, {"w": jnp.ones(2), "rng": None})
-      >>> new["w"].tolist(), new["rng"] is params["rng"]
-      ([2.0, 2.0], True)
-
-    References:
-      Optax, ``optax.apply_updates``.
-    """
-    return jax.tree.map(lambda p, u: p if u is None else optax.apply_updates(p, u),
-                        params, updates)
-
-
-def _chain(estimator, backbone, learning_rate: ScalarOrSchedule):
+def _chain(estimator: optax.GradientTransformationExtraArgs,
+           backbone: optax.GradientTransformation,
+           learning_rate: ScalarOrSchedule) -> optax.GradientTransformationExtraArgs:
     checks.learning_rate(learning_rate)
     return chain(estimator, backbone, optax.scale_by_learning_rate(learning_rate))
 
@@ -88,7 +61,6 @@ def zoaq(
     *,
     k_min: int = 1,
     k_max: int = 10,
-    k_step: int = 1,
     n_hist: int = 8,
     mu: float = 5e-3,
     tau0: float = 1.0,
@@ -96,34 +68,29 @@ def zoaq(
     b1: float = 0.9,
     b2: float = 0.99,
     eps: float = 1e-8,
-    eps_anc: float = 1e-12,
-    gate: Gate | None = None,
-    budget: BudgetRule | None = None,
-    retention: Retention | None = None,
-    difference: str = "central",
-    directions: str = "gaussian",
-    backbone: str = "radazo",
     refresh: int = retained.REFRESH,
-    evaluation: str = "loop",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
 ) -> optax.GradientTransformationExtraArgs:
-    r"""ZoAQ on the R-AdaZO backbone, the paper's optimizer.
+    r"""ZoAQ on the R-AdaZO backbone, the paper's optimizer with its flat settings.
 
     .. math:: x_{t+1} = x_t - \eta\, \mathrm{RAdaZO}(g_t), \quad g_t = \text{ZoAQ candidate}
 
-    See :func:`zoaq_estimator` for the estimator and its arguments (``k_min``,
-    ``k_max``, ``k_step``, ``n_hist``, ``mu``, ``tau0``, ``beta_tau``, ``b1``,
-    ``eps_anc``, the policies ``gate``, ``budget`` and ``retention``, ``difference``,
-    ``directions``, ``refresh``, ``evaluation``, ``key``) and :func:`scale_by_radazo` for
-    the backbone; ``b1`` is shared by the default gate's EMA and the backbone's first
-    moment, as in the paper. An ablation is a policy swap, e.g.
-    ``zoaq(1e-2, budget=zoaq_jax.budgets.reset("half"))``.
+    Builds the paper's policies once, :func:`gates.momentum` (``tau0``, ``beta_tau``,
+    ``b1``) and :func:`retention.fifo` (``n_hist``, ``refresh``), for
+    :func:`zoaq_estimator`, and chains it with :func:`scale_by_radazo` (``b1``, ``b2``,
+    ``eps``); ``b1`` is shared by the gate's EMA and the backbone's first moment, as in
+    the paper. An ablation swaps one policy of the estimator in one line, e.g.
+    ``zoaq_jax.chain(zoaq_jax.zoaq_estimator(budget=zoaq_jax.budgets.reset("half")),
+    zoaq_jax.scale_by_radazo(), optax.scale_by_learning_rate(1e-2))``; ``k_step``,
+    ``difference``, ``directions``, ``evaluation`` and another backbone are chosen there
+    too.
 
     Args:
       learning_rate: step size :math:`\eta` or an Optax schedule.
-      b2: backbone second-moment decay.
-      eps: backbone stability term.
-      backbone: ``"radazo"`` (paper), ``"zo_adamm"`` or ``"sgd"``.
+      k_min, k_max, mu, key: see :func:`zoaq_estimator`.
+      n_hist, refresh: see :func:`retention.fifo`.
+      tau0, beta_tau, b1: see :func:`gates.momentum`.
+      b2, eps: see :func:`scale_by_radazo`.
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`.
@@ -147,12 +114,10 @@ def zoaq(
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling.
     """
     estimator = zoaq_estimator(
-        k_min=k_min, k_max=k_max, k_step=k_step, n_hist=n_hist, mu=mu, tau0=tau0,
-        beta_tau=beta_tau, b1=b1, eps_anc=eps_anc, gate=gate, budget=budget,
-        retention=retention, difference=difference, directions=directions,
-        refresh=refresh, evaluation=evaluation, key=key,
+        k_min, k_max, mu=mu, gate=gates.momentum(tau0=tau0, beta_tau=beta_tau, b1=b1),
+        retention=retentions.fifo(n_hist, refresh=refresh), key=key,
     )
-    return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
+    return _chain(estimator, scale_by_radazo(b1=b1, b2=b2, eps=eps), learning_rate)
 
 
 def radazo(
@@ -166,7 +131,7 @@ def radazo(
     eps_in_sqrt: bool = False,
     difference: str = "central",
     directions: str = "gaussian",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""R-AdaZO: a fixed ``k``-direction estimate on the refined adaptive backbone.
@@ -212,7 +177,7 @@ def zo_adamm(
     amsgrad: bool = False,
     difference: str = "central",
     directions: str = "gaussian",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZO-AdaMM: a fixed ``k``-direction estimate on Adam-style moments.
@@ -254,7 +219,7 @@ def zo_sgd(
     mu: float = 5e-3,
     difference: str = "central",
     directions: str = "gaussian",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZO-SGD: :math:`x_{t+1} = x_t - \eta g_t` with a fixed ``k``-direction estimate.
@@ -292,7 +257,7 @@ def mezo(
     mu: float = 1e-3,
     weight_decay: float = 0.0,
     directions: str = "gaussian",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""MeZO: ZO-SGD with central Gaussian differences and decoupled weight decay.
@@ -350,7 +315,7 @@ def zoar(
     eps: float = 1e-8,
     backbone: str = "radazo",
     refresh: int = retained.REFRESH,
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator on a backbone (R-AdaZO by default, as in the paper).
 
@@ -386,7 +351,6 @@ def statzo(
     *,
     k_min: int = 1,
     k_max: int = 10,
-    k_step: int = 1,
     theta: float = 0.5,
     mu: float = 5e-3,
     directions: str = "gaussian",
@@ -395,8 +359,7 @@ def statzo(
     b2: float = 0.99,
     eps: float = 1e-8,
     backbone: str = "radazo",
-    evaluation: str = "loop",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""StatZO: norm-test adaptive sampling on a backbone (stabilized: R-AdaZO default).
 
@@ -405,8 +368,8 @@ def statzo(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, k_step, theta, mu, directions, difference, evaluation, key: see
-        :func:`statzo_estimator`.
+      k_min, k_max, theta, mu, directions, difference, key: see
+        :func:`statzo_estimator` (which also takes ``k_step`` and ``evaluation``).
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"`` (the paper's stabilized StatZO), ``"zo_adamm"`` (the
         original configuration) or ``"sgd"``.
@@ -425,10 +388,8 @@ def statzo(
       Bollapragada, Karamanli and Wild, Derivative-free optimization via adaptive
       sampling strategies, 2024.
     """
-    estimator = statzo_estimator(
-        k_min=k_min, k_max=k_max, k_step=k_step, theta=theta, mu=mu, directions=directions,
-        difference=difference, evaluation=evaluation, key=key,
-    )
+    estimator = statzo_estimator(k_min, k_max, theta=theta, mu=mu, directions=directions,
+                                 difference=difference, key=key)
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
 
 
@@ -439,33 +400,26 @@ def auto_k(
     k_max: int = 16,
     mu: float = 5e-3,
     window: int = 8,
-    growth: float = 0.125,
-    r: float = 0.01,
-    r_up: float = 0.05,
-    z: float = 2.0,
-    z_stall: float = 1.0,
     floor: float = 0.0,
-    ahead: float = 0.9,
     difference: str = "central",
     directions: str = "gaussian",
     b1: float = 0.9,
     b2: float = 0.99,
     eps: float = 1e-8,
-    backbone: str = "radazo",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
 ) -> optax.GradientTransformationExtraArgs:
-    r"""A tuning-free query budget on a backbone (R-AdaZO by default, as :func:`zoaq`).
+    r"""A tuning-free query budget on the R-AdaZO backbone (as :func:`zoaq`).
 
     .. math:: x_{t+1} = x_t - \eta\, \mathrm{backbone}(g_t), \quad
       g_t = \frac1{K_t} \sum_{i \le K_t} r_i u_i, \ K_t \text{ from the progress rule}
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, mu, window, growth, r, r_up, z, z_stall, floor, ahead: the budget rule's
-        settings, see :func:`auto_k_estimator`.
-      difference, directions, key: the estimator's, see :func:`auto_k_estimator`.
-      b1, b2, eps: backbone moments.
-      backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
+      k_min, k_max, mu, difference, directions, key: see :func:`auto_k_estimator`.
+      window, floor: the settings of its rule :func:`budgets.progress` that a user may
+        want to set (the others, and another backbone, through
+        ``auto_k_estimator(budget=budgets.progress(...))`` in a chain).
+      b1, b2, eps: see :func:`scale_by_radazo`.
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`.
@@ -484,8 +438,7 @@ def auto_k(
       machine learning, Math. Program. 2012.
     """
     estimator = auto_k_estimator(
-        k_min=k_min, k_max=k_max, mu=mu, window=window, growth=growth, r=r, r_up=r_up, z=z,
-        z_stall=z_stall, floor=floor, ahead=ahead,
+        k_min, k_max, mu=mu, budget=budgets.progress(window=window, floor=floor),
         difference=difference, directions=directions, key=key,
     )
-    return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
+    return _chain(estimator, scale_by_radazo(b1=b1, b2=b2, eps=eps), learning_rate)

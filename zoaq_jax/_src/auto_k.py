@@ -5,26 +5,20 @@ from __future__ import annotations
 import jax
 import optax
 
-from zoaq_jax._src import budgets, checks, gates
+from zoaq_jax._src import budgets, gates
 from zoaq_jax._src.controller import adaptive_estimator
+from zoaq_jax._src.policies import BudgetRule, Grid, KeyLike
 
 
 def auto_k_estimator(
     k_min: int = 1,
     k_max: int = 16,
     *,
-    mu: float = 5e-3,
-    window: int = 8,
-    growth: float = 0.125,
-    r: float = 0.01,
-    r_up: float = 0.05,
-    z: float = 2.0,
-    z_stall: float = 1.0,
-    floor: float = 0.0,
-    ahead: float = 0.9,
+    mu: float | jax.Array = 5e-3,
+    budget: BudgetRule | None = None,
     difference: str = "central",
     directions: str = "gaussian",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""A fixed-K estimator whose K follows the objective's progress (``auto_k``).
 
@@ -67,23 +61,12 @@ def auto_k_estimator(
     objectives; every default was chosen on the tuning set of that protocol).
 
     Args:
-      k_min: first and smallest budget.
+      k_min: first and smallest budget (the grid's :math:`K_{\min}`).
       k_max: largest budget.
       mu: smoothing radius :math:`\mu > 0`.
-      window: steps of the first (shortest) progress window, :math:`w \ge 2`.
-      growth: window length as a fraction of the steps elapsed, :math:`0 \le g \le 1`
-        (0: fixed windows of ``window`` steps).
-      r: relative gain a window below which the budget doubles.
-      r_up: relative gain a window above which (by ``z`` standard errors, twice in a
-        row) the budget halves.
-      z: standard errors the fast-progress test must clear.
-      z_stall: standard errors a window's gain must exceed not to count as a stall (a
-        slow but significant gain keeps the budget).
-      floor: a lower bound of the objective (gains are relative to ``f - floor``; 0 suits
-        non-negative losses).
-      ahead: after a stall at level :math:`L`, the budget doubles again each time a
-        window's mean falls a further factor ``ahead`` below it (:math:`0 \le a < 1`;
-        0: only at stalls).
+      budget: the rule; None: ``budgets.progress()`` at its defaults (``window``
+        :math:`w`, ``growth`` :math:`g`, ``r``, ``r_up``, ``z``, ``z_stall``, ``floor``,
+        ``ahead`` :math:`a` above; e.g. ``budget=budgets.progress(window=50)``).
       difference: ``"central"`` (2 calls a direction) or ``"forward"``.
       directions: the family of directions (``"gaussian"``, ``"sphere"``,
         ``"rademacher"``, ``"sparse:P"``, ``"lowrank:R"``; math and references in
@@ -98,7 +81,8 @@ def auto_k_estimator(
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, zoaq_jax
-      >>> est = zoaq_jax.auto_k_estimator(k_max=8, window=5, key=0)
+      >>> est = zoaq_jax.auto_k_estimator(
+      ...     k_max=8, budget=zoaq_jax.budgets.progress(window=5), key=0)
       >>> flat = lambda x: 0 * x.sum() + 1  # no progress at all, so K doubles
       >>> step = jax.jit(lambda s, x: est.update(None, s, x, value_fn=flat))
       >>> params, state = jnp.zeros(4), est.init(jnp.zeros(4))
@@ -113,10 +97,8 @@ def auto_k_estimator(
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling (the budgets it
       is compared with).
     """
-    k_min, k_max, _ = checks.budget_grid(k_min, k_max, 1)
-    rule = budgets.progress(k_min, k_max, window=window, growth=growth, r=r, r_up=r_up, z=z,
-                            z_stall=z_stall, floor=floor, ahead=ahead)
     return adaptive_estimator(
-        gates.accept(), rule, k_min=1, k_max=k_max, mu=mu, difference=difference,
-        directions=directions, predraw=False, key=key,
+        gates.accept(), budgets.progress() if budget is None else budget,
+        grid=Grid(k_min, k_max), mu=mu, difference=difference, directions=directions,
+        predraw=False, key=key,
     )

@@ -161,8 +161,6 @@ def window_length(steps: jax.Array, window: int, growth: float) -> jax.Array:
 
 
 def progress(
-    k_min: int,
-    k_max: int,
     *,
     window: int = 8,
     growth: float = 0.125,
@@ -195,9 +193,10 @@ def progress(
     :math:`a`). The targets are relative to ``v - floor``, so an objective whose minimum
     lies far above ``floor`` only doubles at stalls (pass its ``floor`` to anticipate).
 
+    The budgets lie on the estimator's grid (``init``'s and ``outcome.grid``): the first
+    and smallest is its ``k_min``, the largest its ``k_max`` (a doubling is cut there).
+
     Args:
-      k_min: the first budget and the smallest.
-      k_max: the largest budget.
       window: steps of the shortest (first) window, :math:`w \ge 2`.
       growth: window length as a fraction of the usable steps elapsed, :math:`0 \le g \le 1`.
       r: relative gain a window below which progress has stalled.
@@ -225,19 +224,21 @@ def progress(
     checks.decay("ahead", ahead)
 
     def init(params: chex.ArrayTree, grid: Grid) -> ProgressState:
-        del params, grid  # the rule's own k_min, k_max (auto_k's grid starts at 1)
+        del params
 
         def f0():  # one buffer each, so that the state can be donated to jit
             return jnp.zeros((), jnp.float32)
 
         return ProgressState(
-            next_k=jnp.asarray(k_min, jnp.int32), elapsed=jnp.zeros((), jnp.int32),
+            next_k=jnp.asarray(grid.k_min, jnp.int32), elapsed=jnp.zeros((), jnp.int32),
             window_len=jnp.asarray(window, jnp.int32), window_n=jnp.zeros((), jnp.int32),
             window_sum=f0(), window_sq_diff=f0(), last_value=f0(), prev_mean=f0(),
             prev_se2=f0(), have_prev=jnp.zeros((), bool), fast=jnp.zeros((), bool),
             target=f0())
 
     def update(state: ProgressState, outcome: Outcome) -> ProgressState:
+        assert outcome.grid is not None  # the skeleton's outcomes carry their grid
+        k_min, k_max, _ = outcome.grid
         value = outcome.value.astype(jnp.float32) - floor
         ok = outcome.usable & jnp.isfinite(value)
         step_diff = jnp.where(state.window_n > 0, value - state.last_value, 0.0)

@@ -21,19 +21,21 @@ the skeleton.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 import jax
 import jax.numpy as jnp
 import optax
+from jax.typing import ArrayLike
 
 from zoaq_jax._src import checks
 from zoaq_jax._src import directions as dirs
 from zoaq_jax._src import expansion, host, ledger, oracle, retained, sharded
 from zoaq_jax._src.chain import Estimator
-from zoaq_jax._src.policies import (BudgetRule, Evidence, Gate, Grid, Outcome, Records,
-                                    Retention)
+from zoaq_jax._src.policies import (BudgetRule, Evidence, Gate, Grid, KeyLike, Outcome,
+                                    Params, PolicyState, Records, Retention, Updates,
+                                    ValueFn, check_policies, valid_grid)
 from zoaq_jax._src.retention import none as no_retention
 
 
@@ -45,10 +47,133 @@ class AdaptiveState(NamedTuple):
     """
 
     ledger: ledger.QueryLedger
-    gate: chex.ArrayTree  # the gate's state (e.g. the EMA and threshold)
-    budget: chex.ArrayTree  # the budget rule's state (e.g. next_k)
-    retention: chex.ArrayTree  # the retention policy's state (None without records)
+    gate: PolicyState  # the gate's state (e.g. the EMA and threshold)
+    budget: PolicyState  # the budget rule's state (e.g. next_k)
+    retention: PolicyState  # the retention policy's state (None without records)
     last_score: jax.Array  # float32
+
+
+class Policies(NamedTuple):
+    """The three policies of an adaptive estimator."""
+
+    gate: Gate
+    budget: BudgetRule
+    retention: Retention
+
+
+class Execution(NamedTuple):
+    """How an adaptive estimator runs its steps: validated settings, frozen at
+    construction (all static but ``mu``, which ``optax.inject_hyperparams`` may trace)."""
+
+    grid: Grid
+    mu: float | jax.Array
+    difference: str  # one of oracle.DIFFERENCES
+    family: dirs.Family
+    schedule: ledger.KeySchedule
+    predraw: bool = True
+    evaluation: str = "loop"  # one of expansion.EVALUATIONS
+    mesh: jax.sharding.Mesh | None = None
+    combine: str = "psum"  # one of sharded.COMBINES
+
+
+def init(params: Params, policies: Policies, execution: Execution) -> AdaptiveState:
+    """The state of an adaptive estimator at ``params`` before its first step."""
+    grid = execution.grid
+    return AdaptiveState(
+        ledger=execution.schedule.init(params),
+        gate=policies.gate.init(params, grid),
+        budget=policies.budget.init(params, grid),
+        retention=policies.retention.init(params, grid),
+        last_score=jnp.asarray(jnp.nan, jnp.float32),
+    )
+
+
+def update(
+    state: AdaptiveState, params: Params, value_fn: ValueFn, value: jax.Array | None,
+    extra_args: dict[str, Any], policies: Policies, execution: Execution,
+) -> tuple[Updates, AdaptiveState]:
+    """One step of an adaptive estimator, or none when the query limit cannot afford
+    ``k_min`` directions (:func:`ledger.skip_unaffordable`)."""
+    diff = oracle.FiniteDifference(value_fn, execution.mu, execution.difference)
+    min_calls = diff.step_calls(execution.grid.k_min, diff.centre_calls(value))
+    return ledger.skip_unaffordable(
+        state, params, min_calls,
+        lambda: step(state, params, value_fn, value, extra_args, policies, execution))
+
+
+def _predraw(state: AdaptiveState, params: Params, step_key: jax.Array,
+             policies: Policies, execution: Execution
+             ) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None]:
+    """The step's fresh candidates and the records they may evict, in one batch:
+    ``(oldest, drawn)``, or ``(None, None)`` where they are drawn where used."""
+    if not execution.predraw or execution.mesh is not None:
+        return None, None  # with a mesh, each device draws its own share
+    slots, n_hist = execution.grid.k_max, policies.retention.capacity
+    keys = None
+    if n_hist:
+        keys = execution.schedule.record_keys(
+            state.ledger, *policies.retention.oldest(state.retention, min(slots, n_hist)))
+    return expansion.draw_step(execution.family, step_key, slots, params, keys)
+
+
+def step(
+    state: AdaptiveState, params: Params, value_fn: ValueFn, value: jax.Array | None,
+    extra_args: dict[str, Any], policies: Policies, execution: Execution,
+) -> tuple[Updates, AdaptiveState]:
+    """One step that the query limit affords (at least ``k_min`` directions): bind the
+    objective, expand until the gate accepts, form the estimate, update every policy with
+    the step's :class:`Outcome`."""
+    gate, budget, retention = policies
+    grid, family = execution.grid, execution.family
+    schedule, n_hist = execution.schedule, retention.capacity
+    query = expansion.open_step(value_fn, params, extra_args, value, execution.mu,
+                               execution.difference, family)
+    step_key = schedule.step_key(state.ledger)
+    scale = dirs.estimator_scale(family, params)
+    k_start = jnp.where(query.centre_bad, grid.k_min, budget.start(state.budget))
+    k_cap, left = None, ledger.calls_left(state.ledger)
+    if left is not None:  # a query limit: the largest grid point it affords
+        k_cap = expansion.grid_cap(grid, (left - query.centre_calls)
+                                   // query.diff.calls_per_direction)
+    context = gate.prepare(state.gate)
+    oldest, drawn = _predraw(state, params, step_key, policies, execution)
+
+    def evidence(cand: expansion.Candidate) -> Evidence:
+        if not n_hist:
+            return Evidence(cand.total, cand.n_ok, cand.n_ok, cand.sq_norm, scale)
+        held, n_held = retention.pooled(state.retention, cand.k, k_start)
+        total = jax.tree.map(jnp.add, held, cand.total)
+        return Evidence(total, n_held + cand.n_ok, cand.n_ok, cand.sq_norm, scale)
+
+    def test(cand: expansion.Candidate) -> tuple[ArrayLike, ArrayLike]:
+        score, passed = gate.test(context, evidence(cand))
+        return score, passed | query.centre_bad
+
+    if execution.mesh is None:
+        acquirer = expansion.fresh_acquirer(query, params, step_key, family, drawn,
+                                            execution.evaluation)
+        cand = expansion.accept_or_expand(
+            expansion.Expansion(acquirer, test, params, grid, k_start, k_cap,
+                                gate.second_moment), execution.evaluation)
+    else:  # k_min == k_max: a query limit either affords the step or skips it
+        cand = sharded.candidate(execution.mesh, execution.combine, query, params, step_key,
+                                 family, grid.k_max, test)
+    ev = evidence(cand)
+    g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)
+    source = retained.Source(family, schedule, state.ledger, params,
+                             None if oldest is None else (drawn, oldest))
+    outcome = Outcome(
+        k=cand.k, usable=usable, value=query.value_estimate(cand), score=cand.score,
+        estimate=g, context=context,
+        records=Records(cand.responses, cand.ok, cand.total, source), grid=grid)
+    new_state = AdaptiveState(
+        ledger=query.charge(state.ledger, cand),
+        gate=gate.update(state.gate, outcome),
+        budget=budget.update(state.budget, outcome),
+        retention=retention.update(state.retention, outcome),
+        last_score=cand.score,
+    )
+    return dirs.cast_like(g, params), new_state
 
 
 def adaptive_estimator(
@@ -56,15 +181,13 @@ def adaptive_estimator(
     budget: BudgetRule,
     retention: Retention | None = None,
     *,
-    k_min: int,
-    k_max: int,
-    k_step: int = 1,
-    mu: float = 5e-3,
+    grid: Grid,
+    mu: float | jax.Array = 5e-3,
     difference: str = "central",
     directions: str = "gaussian",
     predraw: bool = True,
     evaluation: str = "loop",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
     combine: str = "psum",
 ) -> optax.GradientTransformationExtraArgs:
@@ -92,9 +215,9 @@ def adaptive_estimator(
       budget: the start-budget rule (:mod:`zoaq_jax.budgets`-style factories or your own).
       retention: the retention policy (:mod:`zoaq_jax.retention`-style factories); None:
         nothing is retained (``retention.none()``).
-      k_min: smallest fresh budget :math:`K_{\min} \ge 1`.
-      k_max: largest fresh budget :math:`K_{\max} \ge K_{\min}`.
-      k_step: grid spacing :math:`\Delta K`.
+      grid: the budget grid :class:`Grid` ``(k_min, k_max, k_step)``: smallest fresh
+        budget :math:`K_{\min} \ge 1`, largest :math:`K_{\max} \ge K_{\min}`, spacing
+        :math:`\Delta K` (static integers, validated here).
       mu: smoothing radius :math:`\mu > 0`.
       difference: ``"central"`` or ``"forward"``.
       directions: the family of directions: ``"gaussian"``, ``"sphere"``, ``"rademacher"``,
@@ -124,7 +247,7 @@ def adaptive_estimator(
     Example:
       >>> import jax.numpy as jnp, optax, zoaq_jax
       >>> est = zoaq_jax.adaptive_estimator(
-      ...     zoaq_jax.gates.accept(), zoaq_jax.budgets.constant(3), k_min=1, k_max=3)
+      ...     zoaq_jax.gates.accept(), zoaq_jax.budgets.constant(3), grid=zoaq_jax.Grid(1, 3))
       >>> params = jnp.ones(4)
       >>> g, state = est.update(None, est.init(params), params, value_fn=lambda x: x @ x)
       >>> int(optax.tree.get(state, "last_k")), int(optax.tree.get(state, "num_queries"))
@@ -133,94 +256,24 @@ def adaptive_estimator(
     References:
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling, Algorithm 1.
     """
-    k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
-    grid = Grid(k_min, k_max, k_step)
-    retention = no_retention() if retention is None else retention
-    n_hist = retention.capacity
+    grid = valid_grid(grid)
+    policies = Policies(gate, budget, no_retention() if retention is None else retention)
+    check_policies(*policies)
     checks.positive("mu", mu)
-    schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
-    family = dirs.family(directions)
     checks.choice("evaluation", evaluation, expansion.EVALUATIONS)
-    sharded.check(mesh, combine, k_min=k_min, k_max=k_max, n_hist=n_hist,
+    sharded.check(mesh, combine, grid=grid, n_hist=policies.retention.capacity,
                   evaluation=evaluation, second_moment=gate.second_moment)
-    slots = k_max  # fresh records of one step: every K grid ends exactly at k_max
+    execution = Execution(grid, mu, difference, dirs.family(directions),
+                          ledger.KeySchedule.of(key), predraw, evaluation, mesh, combine)
 
-    def init_fn(params):
-        return AdaptiveState(
-            ledger=schedule.init(params),
-            gate=gate.init(params, grid),
-            budget=budget.init(params, grid),
-            retention=retention.init(params, grid),
-            last_score=jnp.asarray(jnp.nan, jnp.float32),
-        )
+    def init_fn(params: Params) -> AdaptiveState:
+        return init(params, policies, execution)
 
-    def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
+    def update_fn(updates: Updates | None, state: AdaptiveState, params: Params, *,
+                  value_fn: ValueFn, value: jax.Array | None = None, **extra_args: Any
+                  ) -> tuple[Updates, AdaptiveState]:
         del updates
-        diff = oracle.FiniteDifference(value_fn, mu, difference)
-        min_calls = diff.step_calls(k_min, diff.centre_calls(value))
-        return ledger.skip_unaffordable(
-            state, params, min_calls,
-            lambda: step_fn(state, params, value_fn, value, extra_args))
-
-    def step_fn(state, params, value_fn, value, extra_args):
-        """One step that the query limit affords (at least ``k_min`` directions)."""
-        step = expansion.open_step(value_fn, params, extra_args, value, mu, difference, family)
-        step_key = schedule.step_key(state.ledger)
-        scale = dirs.estimator_scale(family, params)
-        k_start = jnp.where(step.centre_bad, k_min, budget.start(state.budget))
-        k_cap, left = None, ledger.calls_left(state.ledger)
-        if left is not None:  # a query limit: the largest grid point it affords
-            k_cap = expansion.grid_cap(k_min, k_max, k_step,
-                                       (left - step.centre_calls) // step.diff.calls_per_direction)
-        context = gate.prepare(state.gate)
-
-        drawn, oldest = None, None
-        # The fresh candidates and the records they may evict, in one batch (with a mesh,
-        # each device draws its own share instead).
-        if predraw and mesh is None:
-            keys = None
-            if n_hist:
-                keys = schedule.record_keys(
-                    state.ledger, *retention.oldest(state.retention, min(slots, n_hist)))
-            oldest, drawn = expansion.draw_step(family, step_key, slots, params, keys)
-
-        def evidence(cand: expansion.Candidate) -> Evidence:
-            if not n_hist:
-                return Evidence(cand.total, cand.n_ok, cand.n_ok, cand.sq_norm, scale)
-            held, n_held = retention.pooled(state.retention, cand.k, k_start)
-            total = jax.tree.map(jnp.add, held, cand.total)
-            return Evidence(total, n_held + cand.n_ok, cand.n_ok, cand.sq_norm, scale)
-
-        def test(cand):
-            score, passed = gate.test(context, evidence(cand))
-            return score, passed | step.centre_bad
-
-        if mesh is None:
-            cand = expansion.accept_or_expand(
-                expansion.fresh_acquirer(step, params, step_key, family, drawn, evaluation),
-                test, params, k_min=k_min, k_max=k_max, k_step=k_step, k_start=k_start,
-                second_moment=gate.second_moment, evaluation=evaluation,
-                k_cap=k_cap,
-            )
-        else:  # k_min == k_max: a query limit either affords the step or skips it
-            cand = sharded.candidate(mesh, combine, step, params, step_key, family, k_max,
-                                     test)
-        ev = evidence(cand)
-        g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)
-        source = retained.Source(family, schedule, state.ledger, params,
-                                 None if oldest is None else (drawn, oldest))
-        outcome = Outcome(
-            k=cand.k, usable=usable, value=step.value_estimate(cand), score=cand.score,
-            estimate=g, context=context,
-            records=Records(cand.responses, cand.ok, cand.total, source), grid=grid)
-        new_state = AdaptiveState(
-            ledger=step.charge(state.ledger, cand),
-            gate=gate.update(state.gate, outcome),
-            budget=budget.update(state.budget, outcome),
-            retention=retention.update(state.retention, outcome),
-            last_score=cand.score,
-        )
-        return dirs.cast_like(g, params), new_state
+        return update(state, params, value_fn, value, extra_args, policies, execution)
 
     return Estimator(init_fn, host.host_errors()(update_fn))

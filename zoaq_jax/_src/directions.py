@@ -347,7 +347,7 @@ def regenerate_sums(
     return jax.lax.while_loop(lambda carry: carry[0] < count, add_chunk, start)[1]
 
 
-def perturb(params: Any, directions: Any, step: jax.Array) -> Any:
+def perturb(params: Any, directions: Any, step: float | jax.Array) -> Any:
     """Returns ``params + step * directions`` in the compute dtypes (>= float32).
 
     The perturbed point is not rounded back to a low-precision leaf dtype: rounding

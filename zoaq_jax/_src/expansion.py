@@ -18,16 +18,19 @@ non-dividing grid adds the remainder chunk's evaluations as further uncounted wo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import chex
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from zoaq_jax._src import directions as dirs
 from zoaq_jax._src import ledger
 from zoaq_jax._src import oracle
+from zoaq_jax._src.policies import Grid
 
 
 class Candidate(NamedTuple):
@@ -122,7 +125,7 @@ class StepOracle(NamedTuple):
 
 
 def open_step(
-    value_fn: Callable[..., Any], params: chex.ArrayTree, extra_args: dict,
+    value_fn: Callable[..., jax.Array], params: chex.ArrayTree, extra_args: dict[str, Any],
     value: jax.Array | None, mu: float | jax.Array,
     difference: str, family: dirs.Family,
 ) -> StepOracle:
@@ -133,131 +136,71 @@ def open_step(
     return StepOracle(diff, centre, calls, bad, diff.coarse(params, family))
 
 
+class Acquirer(NamedTuple):
+    """``acquire(first, size)``: the fresh records ``first .. first+size-1`` of a step,
+    and whether all of them were computed up front (a static choice of strategy)."""
+
+    acquire: Callable[[jax.Array | int, int], tuple[jax.Array, jax.Array, chex.ArrayTree]]
+    precomputed: bool = False  # every response of the step is already computed
+
+
 def fresh_acquirer(
     step: StepOracle, params: chex.ArrayTree, key: jax.Array, kind: dirs.Family,
     drawn: chex.ArrayTree | None = None,
     evaluation: str = "loop",
-) -> Callable[[jax.Array | int, int], tuple[jax.Array, jax.Array, chex.ArrayTree]]:
-    """``acquire(first, size)`` for :func:`accept_or_expand` at ``params``.
+) -> Acquirer:
+    """The :class:`Acquirer` of the fresh directions of a step at ``params``.
 
     Fresh direction ``i`` of the step keyed by ``key`` comes from
     ``ledger.direction_keys(key, i, 1)``. ``drawn``, when given, holds all of them drawn
     in advance (leading axis ``k_max``): drawing them in one batch is much cheaper
     than one draw per retry when ``d`` is small, and gives the same numbers. With
     ``evaluation`` other than ``"loop"`` (see :data:`EVALUATIONS`) and ``drawn`` given,
-    every response is computed up front.
+    every response is computed up front (``precomputed``).
     """
+
+    def cut(x: jax.Array, first: jax.Array | int, size: int) -> jax.Array:
+        return jax.lax.dynamic_slice_in_dim(x, first, size)
 
     if drawn is not None and evaluation != "loop":
         all_r, all_v = step.diff.responses(params, drawn, step.centre)
 
         def acquire_precomputed(first: jax.Array | int, size: int
                                 ) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
-            def cut(x):
-                return jax.lax.dynamic_slice_in_dim(x, first, size)
+            return (cut(all_r, first, size), cut(all_v, first, size),
+                    jax.tree.map(lambda x: cut(x, first, size), drawn))
 
-            return cut(all_r), cut(all_v), jax.tree.map(cut, drawn)
-
-        # accept_or_expand may decide without a loop
-        acquire_precomputed.precomputed = True  # type: ignore[attr-defined]
-        return acquire_precomputed
+        return Acquirer(acquire_precomputed, precomputed=True)
 
     def acquire(first: jax.Array | int, size: int) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
         if drawn is None:
             u = dirs.sample_many(kind, ledger.direction_keys(key, first, size), params)
         else:
-            u = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, first, size), drawn)
+            u = jax.tree.map(lambda x: cut(x, first, size), drawn)
         return (*step.diff.responses(params, u, step.centre), u)
 
-    return acquire
+    return Acquirer(acquire)
 
 
-def accept_or_expand(
-    acquire: Callable[[jax.Array | int, int], tuple[jax.Array, jax.Array, chex.ArrayTree]],
-    test: Callable[[Candidate], tuple[jax.Array, jax.Array]],
-    like: chex.ArrayTree,
-    *,
-    k_min: int,
-    k_max: int,
-    k_step: int,
-    k_start: jax.Array | int,
-    second_moment: bool = False,
-    evaluation: str = "loop",
-    k_cap: jax.Array | None = None,
-) -> Candidate:
-    """Acquires fresh directions chunk by chunk until ``test`` accepts.
+class Expansion(NamedTuple):
+    """One step's accept-or-expand problem: what :func:`loop_init`, :func:`loop_step`
+    and the other strategies read (``k_start`` and ``k_cap`` may be traced)."""
 
-    Args:
-      acquire: ``acquire(first, size)`` returns the responses ``[size]``, their free
-        estimates of ``f(x)`` ``[size]`` and the directions (leading axis ``size``) of
-        fresh indices ``first .. first+size-1``.
-      test: ``test(candidate)`` returns ``(score, passed)`` for the candidate built from
-        the records acquired so far.
-      like: the params, for the shape of the running sum.
-      k_min: first grid point; the first acquisition buys ``k_min`` directions.
-      k_max: last grid point; a candidate at ``k_max`` is accepted whatever its score.
-      k_step: grid spacing, the size of every later acquisition.
-      k_start: the first grid point at which the test is consulted (reset policies
-        may start a step above ``k_min``); earlier chunks are bought without a test.
-      second_moment: also accumulate ``sum ||r_i u_i||^2`` (for variance tests).
-      evaluation: ``"vectorized"`` builds the candidates from cumulative sums when
-        ``acquire`` has precomputed its responses (see :data:`EVALUATIONS`).
-      k_cap: a grid point below ``k_max`` at which the step must stop (a query limit,
-        :func:`grid_cap`); the candidate there is accepted whatever its score, and the
-        test is consulted from ``min(k_start, k_cap)`` on. None: ``k_max``.
+    acquirer: Acquirer
+    test: Callable[[Candidate], tuple[ArrayLike, ArrayLike]]  # (score, passed)
+    like: chex.ArrayTree  # the params, for the shape of the running sum
+    grid: Grid
+    k_start: jax.Array | int  # the first grid point at which the test is consulted
+    k_cap: jax.Array | None = None  # a grid point the step must stop at (a query limit)
+    second_moment: bool = False  # also accumulate sum ||r_i u_i||^2
 
-    Returns:
-      The accepted :class:`Candidate`.
-    """
-    slots = k_max  # fresh records of one step: every K grid ends exactly at k_max
 
-    def absorb(cand: Candidate, first: jax.Array | int, size: int) -> Candidate:
-        # Directions drawn where they are used come in chunks of at most `chunk`: the same
-        # numbers and records, added one chunk after the other (a large vectorised draw
-        # and its 2 * size perturbed points cost more per number than chunks that stay
-        # in cache). Predrawn directions are sliced from one batch that fits anyway.
-        chunk = size if getattr(acquire, "precomputed", False) else dirs.batch_size(like)
-        if size > chunk:
-            cand = jax.lax.fori_loop(
-                0, size // chunk, lambda j, c: absorb_chunk(c, first + j * chunk, chunk), cand)
-            first, size = first + size // chunk * chunk, size % chunk
-            if not size:
-                return cand
-        return absorb_chunk(cand, first, size)
-
-    def absorb_chunk(cand: Candidate, first: jax.Array | int, size: int) -> Candidate:
-        responses, values, directions = acquire(first, size)
-        ok = jnp.isfinite(responses)
-        coeffs = jnp.where(ok, responses, 0.0)
-        total = jax.tree.map(jnp.add, cand.total, dirs.weighted_sum(coeffs, directions))
-        sq_norm = cand.sq_norm
-        if second_moment:
-            norms = sum(
-                jnp.sum(jnp.square(u).reshape(size, -1), axis=1).astype(jnp.float32)
-                for u in jax.tree.leaves(directions)
-            )
-            sq_norm = sq_norm + jnp.sum(jnp.square(coeffs) * norms)
-        return cand._replace(
-            k=jnp.asarray(first + size, jnp.int32),
-            total=total,
-            sq_norm=sq_norm,
-            value_sum=cand.value_sum + jnp.sum(jnp.where(ok, values, 0.0)),
-            n_ok=cand.n_ok + jnp.sum(ok, dtype=jnp.int32),
-            responses=_update_slice(cand.responses, responses, first),
-            ok=_update_slice(cand.ok, ok, first),
-        )
-
-    def decide(cand: Candidate) -> Candidate:
-        score, passed = test(cand)
-        if k_cap is None:
-            accepted = (cand.k >= k_start) & (passed | (cand.k >= k_max))
-        else:
-            accepted = (cand.k >= jnp.minimum(k_start, k_cap)) & (passed | (cand.k >= k_cap))
-        return cand._replace(score=jnp.asarray(score, jnp.float32), accepted=accepted)
-
-    empty = Candidate(
+def empty(ex: Expansion) -> Candidate:
+    """The candidate before any direction is bought."""
+    slots = ex.grid.k_max  # fresh records of one step: every K grid ends exactly at k_max
+    return Candidate(
         k=jnp.zeros((), jnp.int32),
-        total=dirs.zeros(like),
+        total=dirs.zeros(ex.like),
         sq_norm=jnp.zeros((), jnp.float32),
         value_sum=jnp.zeros((), jnp.float32),
         n_ok=jnp.zeros((), jnp.int32),
@@ -267,83 +210,200 @@ def accept_or_expand(
         accepted=jnp.zeros((), bool),
     )
 
+
+def _sq_norms(directions: chex.ArrayTree, size: int) -> jax.Array | int:
+    """``||u_i||^2`` of a batch of ``size`` directions (float32)."""
+    return sum(jnp.sum(jnp.square(u).reshape(size, -1), axis=1).astype(jnp.float32)
+               for u in jax.tree.leaves(directions))
+
+
+def absorb(ex: Expansion, cand: Candidate, first: jax.Array | int, size: int) -> Candidate:
+    """``cand`` with the fresh records ``first .. first+size-1`` added.
+
+    Directions drawn where they are used come in chunks of at most
+    :func:`directions.batch_size`: the same numbers and records, added one chunk after
+    the other (a large vectorised draw and its ``2 * size`` perturbed points cost more per
+    number than chunks that stay in cache). Precomputed ones are sliced from one batch.
+    """
+    chunk = size if ex.acquirer.precomputed else dirs.batch_size(ex.like)
+    if size > chunk:
+        cand = jax.lax.fori_loop(
+            0, size // chunk, lambda j, c: _absorb_chunk(ex, c, first + j * chunk, chunk), cand)
+        first, size = first + size // chunk * chunk, size % chunk
+        if not size:
+            return cand
+    return _absorb_chunk(ex, cand, first, size)
+
+
+def _absorb_chunk(ex: Expansion, cand: Candidate, first: jax.Array | int, size: int
+                  ) -> Candidate:
+    responses, values, directions = ex.acquirer.acquire(first, size)
+    ok = jnp.isfinite(responses)
+    coeffs = jnp.where(ok, responses, 0.0)
+    total = jax.tree.map(jnp.add, cand.total, dirs.weighted_sum(coeffs, directions))
+    sq_norm = cand.sq_norm
+    if ex.second_moment:
+        sq_norm = sq_norm + jnp.sum(jnp.square(coeffs) * _sq_norms(directions, size))
+    return cand._replace(
+        k=jnp.asarray(first + size, jnp.int32),
+        total=total,
+        sq_norm=sq_norm,
+        value_sum=cand.value_sum + jnp.sum(jnp.where(ok, values, 0.0)),
+        n_ok=cand.n_ok + jnp.sum(ok, dtype=jnp.int32),
+        responses=_update_slice(cand.responses, responses, first),
+        ok=_update_slice(cand.ok, ok, first),
+    )
+
+
+def decide(ex: Expansion, cand: Candidate) -> Candidate:
+    """``cand`` tested: its score, and whether the step stops there (the test passed
+    from ``k_start`` on, or the grid, or the query limit, is spent)."""
+    score, passed = ex.test(cand)
+    if ex.k_cap is None:
+        accepted = (cand.k >= ex.k_start) & (passed | (cand.k >= ex.grid.k_max))
+    else:
+        accepted = ((cand.k >= jnp.minimum(ex.k_start, ex.k_cap))
+                    & (passed | (cand.k >= ex.k_cap)))
+    return cand._replace(score=jnp.asarray(score, jnp.float32), accepted=accepted)
+
+
+def chunk_sizes(grid: Grid) -> list[int]:
+    """The sizes of a step's acquisitions when it buys the whole grid: ``k_min``, then
+    ``k_step`` each, the last one cut at ``k_max``."""
+    k_min, k_max, k_step = grid
     remainder = (k_max - k_min) % k_step
+    return [k_min] + [k_step] * ((k_max - k_min) // k_step) + ([remainder] if remainder else [])
 
-    def expand(cand: Candidate) -> Candidate:
-        if not remainder:
-            return decide(absorb(cand, cand.k, k_step))
-        # The last chunk is cut at k_max: evaluate exactly the directions it buys.
-        return decide(jax.lax.cond(
-            k_max - cand.k >= k_step,
-            lambda c: absorb(c, c.k, k_step),
-            lambda c: absorb(c, c.k, remainder),
-            cand,
-        ))
 
-    sizes = [k_min] + [k_step] * ((k_max - k_min) // k_step) + ([remainder] if remainder else [])
-    if getattr(acquire, "precomputed", False) and evaluation == "vectorized":
-        # Every candidate of the grid at once: prefix sums over the precomputed records
-        # (cumulative sums: the additions' order, hence rounding, may differ from the
-        # loop's), one batched test, the first accepted candidate per lane.
-        responses, values, directions = acquire(0, slots)
-        ok = jnp.isfinite(responses)
-        coeffs = jnp.where(ok, responses, 0.0)
-        ends = jnp.cumsum(jnp.asarray(sizes, jnp.int32))  # the grid points
-        pick = ends - 1
-
-        def prefix(x):
-            return jnp.cumsum(x, axis=0)[pick]
-
-        totals = jax.tree.map(
-            lambda u: prefix(coeffs.astype(u.dtype).reshape((slots,) + (1,) * (u.ndim - 1))
-                             * u), directions)
-        sq = jnp.zeros((slots,), jnp.float32)
-        if second_moment:
-            norms = sum(jnp.sum(jnp.square(u).reshape(slots, -1), axis=1).astype(jnp.float32)
-                        for u in jax.tree.leaves(directions))
-            sq = jnp.square(coeffs) * norms
-        grid = Candidate(
-            k=ends, total=totals, sq_norm=prefix(sq),
-            value_sum=prefix(jnp.where(ok, values, 0.0)),
-            n_ok=prefix(ok.astype(jnp.int32)),
-            responses=jnp.zeros((len(sizes), slots), jnp.float32),
-            ok=jnp.zeros((len(sizes), slots), bool),
-            score=jnp.zeros((len(sizes),), jnp.float32),
-            accepted=jnp.zeros((len(sizes),), bool))
-        decided = jax.vmap(decide)(grid)
-        index = jnp.argmax(decided.accepted.at[-1].set(True))
-        chosen = jax.tree.map(lambda x: x[index], decided)
-        bought = jnp.arange(slots) < chosen.k
-        return chosen._replace(responses=jnp.where(bought, responses, 0.0),
-                               ok=bought & ok)
-    if getattr(acquire, "precomputed", False) and len(sizes) <= _UNROLL_LIMIT:
-        # Responses are already computed: build every candidate of the
-        # grid with the same chunks and additions as the loop, test them all, and keep
-        # the first accepted one. No while_loop, so no lane waits for another under vmap.
-        cands, first = [], 0
-        cand = empty
-        for size in sizes:
-            cand = decide(absorb(cand, first, size))
-            cands.append(cand)
-            first += size
-        chosen = cands[-1]  # accepted: it is at k_max
-        for cand in reversed(cands[:-1]):  # the first accepted candidate wins
-            chosen = jax.tree.map(lambda a, b, ok=cand.accepted: jnp.where(ok, a, b),
-                                  cand, chosen)
-        return chosen
+def loop_init(ex: Expansion) -> Candidate:
+    """The while loop's first carry: ``k_min`` directions bought and tested; or nothing
+    bought when every chunk has the same size (``k_step == k_min < k_max``), so the first
+    chunk is an ordinary iteration and the objective is traced (and compiled) once."""
+    k_min, k_max, k_step = ex.grid
     if k_step == k_min and k_max > k_min:
-        # Every chunk has the same size, so the first one is an ordinary iteration and
-        # the objective is traced (and compiled) once rather than twice.
-        return jax.lax.while_loop(lambda c: ~c.accepted, expand, empty)
-    cand = decide(absorb(empty, jnp.zeros((), jnp.int32), k_min))
-    if k_max == k_min:
+        return empty(ex)
+    return decide(ex, absorb(ex, empty(ex), jnp.zeros((), jnp.int32), k_min))
+
+
+def loop_step(ex: Expansion, cand: Candidate) -> Candidate:
+    """One retry: the next ``k_step`` directions (exactly those up to ``k_max`` when
+    ``k_step`` does not divide the grid: a ``lax.cond`` between the two sizes), tested."""
+    k_min, k_max, k_step = ex.grid
+    remainder = (k_max - k_min) % k_step
+    if not remainder:
+        return decide(ex, absorb(ex, cand, cand.k, k_step))
+    return decide(ex, jax.lax.cond(
+        k_max - cand.k >= k_step,
+        lambda c: absorb(ex, c, c.k, k_step),
+        lambda c: absorb(ex, c, c.k, remainder),
+        cand,
+    ))
+
+
+def loop_cond(cand: Candidate) -> jax.Array:
+    """Whether the loop goes on: the candidate is not accepted."""
+    return ~cand.accepted
+
+
+def expand_loop(ex: Expansion) -> Candidate:
+    """The ``"loop"`` strategy: :func:`loop_init`, then :func:`loop_step` while
+    :func:`loop_cond`, in one ``lax.while_loop``; nothing beyond the budget bought is
+    evaluated."""
+    cand = loop_init(ex)
+    if ex.grid.k_max == ex.grid.k_min:
         return cand
-    return jax.lax.while_loop(lambda c: ~c.accepted, expand, cand)
+    return jax.lax.while_loop(loop_cond, functools.partial(loop_step, ex), cand)
 
 
-def grid_cap(k_min: int, k_max: int, k_step: int, affordable: jax.Array) -> jax.Array:
+def expand_unrolled(ex: Expansion) -> Candidate:
+    """The ``"unrolled"`` strategy over precomputed responses: every candidate of the grid
+    built with the loop's chunks and additions and tested, the first accepted one kept. No
+    ``while_loop``, so no lane waits for another under ``vmap``."""
+    cands, first = [], 0
+    cand = empty(ex)
+    for size in chunk_sizes(ex.grid):
+        cand = decide(ex, absorb(ex, cand, first, size))
+        cands.append(cand)
+        first += size
+    chosen = cands[-1]  # accepted: it is at k_max
+    for cand in reversed(cands[:-1]):  # the first accepted candidate wins
+        chosen = jax.tree.map(lambda a, b, ok=cand.accepted: jnp.where(ok, a, b),
+                              cand, chosen)
+    return chosen
+
+
+def expand_vectorized(ex: Expansion) -> Candidate:
+    """The ``"vectorized"`` strategy over precomputed responses: every candidate of the
+    grid at once from prefix sums (cumulative sums: the additions' order, hence rounding,
+    may differ from the loop's), one batched test, the first accepted candidate."""
+    slots = ex.grid.k_max
+    sizes = chunk_sizes(ex.grid)
+    responses, values, directions = ex.acquirer.acquire(0, slots)
+    ok = jnp.isfinite(responses)
+    coeffs = jnp.where(ok, responses, 0.0)
+    ends = jnp.cumsum(jnp.asarray(sizes, jnp.int32))  # the grid points
+    pick = ends - 1
+
+    def prefix(x):
+        return jnp.cumsum(x, axis=0)[pick]
+
+    totals = jax.tree.map(
+        lambda u: prefix(coeffs.astype(u.dtype).reshape((slots,) + (1,) * (u.ndim - 1)) * u),
+        directions)
+    sq = jnp.zeros((slots,), jnp.float32)
+    if ex.second_moment:
+        sq = jnp.square(coeffs) * _sq_norms(directions, slots)
+    points = Candidate(
+        k=ends, total=totals, sq_norm=prefix(sq),
+        value_sum=prefix(jnp.where(ok, values, 0.0)),
+        n_ok=prefix(ok.astype(jnp.int32)),
+        responses=jnp.zeros((len(sizes), slots), jnp.float32),
+        ok=jnp.zeros((len(sizes), slots), bool),
+        score=jnp.zeros((len(sizes),), jnp.float32),
+        accepted=jnp.zeros((len(sizes),), bool))
+    decided = jax.vmap(functools.partial(decide, ex))(points)
+    index = jnp.argmax(decided.accepted.at[-1].set(True))
+    chosen = jax.tree.map(lambda x: x[index], decided)
+    bought = jnp.arange(slots) < chosen.k
+    return chosen._replace(responses=jnp.where(bought, responses, 0.0), ok=bought & ok)
+
+
+STRATEGIES: dict[str, Callable[[Expansion], Candidate]] = {
+    "loop": expand_loop, "unrolled": expand_unrolled, "vectorized": expand_vectorized}
+"""The expansion strategies by name (see :data:`EVALUATIONS`)."""
+
+
+def strategy(evaluation: str, precomputed: bool, grid: Grid) -> str:
+    """The strategy a step runs: ``evaluation`` where the responses are precomputed (the
+    unrolled form only up to ``_UNROLL_LIMIT`` grid points), else ``"loop"``."""
+    if not precomputed or (evaluation == "unrolled"
+                           and len(chunk_sizes(grid)) > _UNROLL_LIMIT):
+        return "loop"
+    return evaluation
+
+
+def accept_or_expand(ex: Expansion, evaluation: str = "loop") -> Candidate:
+    """Acquires fresh directions chunk by chunk until ``ex.test`` accepts.
+
+    The first acquisition buys ``k_min`` directions, every later one ``k_step``; the test
+    is consulted from ``k_start`` on (``min(k_start, k_cap)`` under a query limit), and
+    the candidate at ``k_max`` (or ``k_cap``) is accepted whatever its score.
+
+    Args:
+      ex: the step's :class:`Expansion`.
+      evaluation: one of :data:`EVALUATIONS` (static); the strategy is
+        :func:`strategy` of it and ``ex.acquirer.precomputed``.
+
+    Returns:
+      The accepted :class:`Candidate`.
+    """
+    return STRATEGIES[strategy(evaluation, ex.acquirer.precomputed, ex.grid)](ex)
+
+
+def grid_cap(grid: Grid, affordable: jax.Array) -> jax.Array:
     """The largest grid point ``<= affordable`` (``k_min`` when none is: the caller then
     skips the step)."""
+    k_min, k_max, k_step = grid
     below = k_min + (jnp.maximum(affordable, k_min) - k_min) // k_step * k_step
     return jnp.where(affordable >= k_max, k_max, jnp.minimum(below, k_max)).astype(jnp.int32)
 

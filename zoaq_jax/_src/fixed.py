@@ -7,6 +7,7 @@ import optax
 
 from zoaq_jax._src import budgets, checks, gates
 from zoaq_jax._src.controller import adaptive_estimator
+from zoaq_jax._src.policies import Grid, KeyLike
 
 
 def fixed_estimator(
@@ -15,7 +16,7 @@ def fixed_estimator(
     mu: float = 5e-3,
     difference: str = "central",
     directions: str = "gaussian",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
     combine: str = "psum",
 ) -> optax.GradientTransformationExtraArgs:
@@ -69,6 +70,6 @@ def fixed_estimator(
     """
     k = checks.static_int("k", k, 1)
     return adaptive_estimator(
-        gates.accept(), budgets.constant(k), k_min=k, k_max=k, mu=mu, difference=difference,
+        gates.accept(), budgets.constant(k), grid=Grid(k, k), mu=mu, difference=difference,
         directions=directions, key=key, mesh=mesh, combine=combine,
     )

@@ -80,11 +80,11 @@ class KeySchedule(NamedTuple):
     traced); ``impl`` the name of its PRNG implementation (static).
     """
 
-    seed: Any
+    seed: int | jax.Array
     impl: str
 
     @classmethod
-    def of(cls, key: Any) -> "KeySchedule":
+    def of(cls, key: int | jax.Array) -> "KeySchedule":
         """Validates ``key`` (see :func:`checks.check_key`) and records its implementation."""
         checks.check_key(key)
         if checks.is_typed_key(key):
@@ -108,7 +108,7 @@ class KeySchedule(NamedTuple):
         return jax.vmap(lambda t, i: jax.random.fold_in(jax.random.fold_in(run_key, t), i))(
             steps, index)
 
-    def init(self, params: Any) -> QueryLedger:
+    def init(self, params: optax.Params) -> QueryLedger:
         """A fresh ledger for ``params`` (checked by :func:`oracle.check_params`).
 
         The key data is a new buffer, never the user's key.
@@ -166,8 +166,9 @@ def advance(ledger: QueryLedger, *, k: jax.Array, calls: ArrayLike, nonfinite: j
     )
 
 
-def skip_unaffordable(state: Any, params: Any, min_calls: int,
-                      take: Callable[[], tuple[Any, Any]]) -> tuple[Any, Any]:
+def skip_unaffordable(state: optax.OptState, params: optax.Params, min_calls: int | jax.Array,
+                      take: Callable[[], tuple[optax.Updates, optax.OptState]]
+                      ) -> tuple[optax.Updates, optax.OptState]:
     """``take()`` (an estimator's ``(update, state)``) if ``state.ledger`` can afford a
     step's ``min_calls``, else the skipped step: a zero update and ``state`` unchanged.
 
@@ -185,7 +186,8 @@ def skip_unaffordable(state: Any, params: Any, min_calls: int,
     return jax.lax.cond(left >= min_calls, take, skip)
 
 
-def limit_queries(state: Any, max_queries: Any, start: Any = None) -> Any:
+def limit_queries(state: optax.OptState, max_queries: int | jax.Array,
+                  start: jax.Array | None = None) -> optax.OptState:
     """``state`` allowed ``max_queries`` more oracle calls by every :class:`QueryLedger` in it.
 
     Args:
@@ -210,7 +212,7 @@ def limit_queries(state: Any, max_queries: Any, start: Any = None) -> Any:
     return jax.tree.map(set_limit, state, is_leaf=lambda n: isinstance(n, QueryLedger))
 
 
-def with_key(state: Any, key: Any) -> Any:
+def with_key(state: optax.OptState, key: int | jax.Array) -> optax.OptState:
     """``state`` with the run key of every :class:`QueryLedger` replaced by ``key``.
 
     ``key`` is an integer seed (a key of the default implementation) or a typed key of
@@ -232,7 +234,7 @@ def with_key(state: Any, key: Any) -> Any:
     return jax.tree.map(set_key, state, is_leaf=lambda n: isinstance(n, QueryLedger))
 
 
-def check_responses(state: Any, *, share: float = 0.1, stacklevel: int = 2) -> None:
+def check_responses(state: optax.OptState, *, share: float = 0.1, stacklevel: int = 2) -> None:
     """Warns on the host when many of a state's responses were exactly 0.
 
     Every response is exactly 0 when ``x + mu u`` rounds back to ``x``: ``mu`` below the

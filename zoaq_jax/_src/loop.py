@@ -15,7 +15,7 @@ import optax
 from jax.experimental import io_callback
 
 from zoaq_jax._src import checks, host, ledger, oracle
-from zoaq_jax._src.alias import apply_updates
+from zoaq_jax._src.updates import apply_updates
 
 STATUSES = ("running", "budget_spent", "diverged", "nonfinite", "finished", "stopped")
 """``Trace.status`` codes, why the run ended (the final row) or that it goes on (earlier
@@ -49,14 +49,14 @@ class Trace(NamedTuple):
     num_log_evaluations: jax.Array  # int32, cumulative value_fn calls made for ``value``
     best_value: jax.Array  # float32, lowest free value estimate so far (inf: none yet)
     status: jax.Array  # int32, a code of STATUSES (why the run ended, in the final row)
-    best_params: Any  # the iterate with the lowest free value estimate (final only)
+    best_params: optax.Params  # the iterate with the lowest free value estimate (final only)
 
 
-def _diagnostic(state: Any, name: str, default: Any, dtype) -> jax.Array:
+def _diagnostic(state: optax.OptState, name: str, default: float, dtype) -> jax.Array:
     return jnp.asarray(optax.tree.get(state, name, default), dtype)
 
 
-def _required(state: Any, name: str) -> jax.Array:
+def _required(state: optax.OptState, name: str) -> jax.Array:
     value = optax.tree.get(state, name)
     if value is None:
         raise KeyError(f"extras: no diagnostic named {name!r} in the optimizer state.")
@@ -153,19 +153,19 @@ def _foreign(exc: Exception) -> TypeError:
 def run(
     opt: optax.GradientTransformationExtraArgs,
     value_fn,
-    params: Any,
+    params: optax.Params,
     num_steps: int,
     *,
     log_every: int = 1,
-    init_state: Any = None,
+    init_state: optax.OptState | None = None,
     extras: tuple[str, ...] = (),
     max_queries: int | None = None,
-    seed: Any = None,
+    seed: int | jax.Array | None = None,
     progress: Callable[[int, int], Any] | None = None,
     divergence: float | None = 1e3,
     log_values: bool = True,
     **fn_kwargs: Any,
-) -> tuple[Any, Any, Trace]:
+) -> tuple[optax.Params, optax.OptState, Trace]:
     r"""Runs up to ``num_steps`` updates of ``opt`` on ``value_fn`` as one compiled program.
 
     .. math:: x_{t+1} = x_t + \mathrm{opt.update}(x_t), \qquad t = 0, \dots, T - 1
@@ -301,7 +301,7 @@ def run(
     return out
 
 
-def _warn(state: Any, trace: Trace, divergence: float | None) -> None:
+def _warn(state: optax.OptState, trace: Trace, divergence: float | None) -> None:
     """Host warnings about a finished (concrete) run: divergence, zero responses."""
     status = np.asarray(trace.status).reshape(-1, trace.status.shape[-1])
     steps = np.asarray(trace.step).reshape(-1, status.shape[-1])[0]
@@ -322,7 +322,7 @@ def _warn(state: Any, trace: Trace, divergence: float | None) -> None:
     ledger.check_responses(state, stacklevel=4)
 
 
-def _check_state(state: Any, expected: Any) -> None:
+def _check_state(state: optax.OptState, expected: optax.OptState) -> None:
     """Refuses an ``init_state`` that another configuration of the optimizer made."""
     got, want = (jax.tree_util.tree_flatten_with_path(x)[0] for x in (state, expected))
     got_paths = [jax.tree_util.keystr(p) for p, _ in got]
@@ -381,9 +381,9 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
         state = ledger.limit_queries(state, max_queries, start)
 
     class Carry(NamedTuple):
-        params: Any
-        state: Any
-        best_params: Any
+        params: optax.Params
+        state: optax.OptState
+        best_params: optax.Params
         best_value: jax.Array  # float32, the lowest estimate of this run
         status: jax.Array  # int32
         value: jax.Array  # float32, the last logged value

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +15,7 @@ from zoaq_jax._src import directions as dirs
 class ConsistencyState(NamedTuple):
     """State of :func:`monitor_consistency`."""
 
-    monitor_ema: Any  # EMA of the updates seen so far (not ``ema``: ZoAQ's gate has one)
+    monitor_ema: optax.Updates  # EMA of the updates seen so far (not ``ema``: ZoAQ's gate has one)
     consistency: jax.Array  # float32, cos(updates, previous ema); NaN if either is zero
 
 

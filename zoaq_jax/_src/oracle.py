@@ -24,7 +24,8 @@ _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONL
 RESERVED = frozenset({"value"})  # update()'s own keywords besides value_fn
 
 
-def bind(value_fn: Callable[..., Any], params: Any, extra_args: Mapping[str, Any]):
+def bind(value_fn: Callable[..., jax.Array], params: optax.Params,
+         extra_args: Mapping[str, Any]) -> Callable[[optax.Params], jax.Array]:
     """Returns ``x -> value_fn(x, **kw)`` with ``kw`` taken from ``extra_args`` by name.
 
     Args:
@@ -166,26 +167,27 @@ class FiniteDifference(NamedTuple):
     float64 objective keeps the digits a difference needs; responses are float32.
     """
 
-    fn: Callable[[Any], jax.Array]
-    mu: Any
+    fn: Callable[[optax.Params], jax.Array]
+    mu: float | jax.Array
     scheme: str
 
     @property
     def calls_per_direction(self) -> int:
         return 2 if self.scheme == "central" else 1
 
-    def centre_calls(self, value: Any) -> int:
+    def centre_calls(self, value: jax.Array | None) -> int:
         """Oracle calls of a step's centre value: 1 for forward differences that query
         ``f(x)``; 0 when the caller passes ``value`` (its call to count) and for central
         differences, which need no centre."""
         return int(self.scheme == "forward" and value is None)
 
-    def step_calls(self, k: Any, centre_calls: int) -> Any:
+    def step_calls(self, k: int | jax.Array, centre_calls: int) -> int | jax.Array:
         """Oracle calls of a step that buys ``k`` directions and ``centre_calls`` for its
         centre value (:meth:`centre_calls`; 0 for an estimator without a centre)."""
         return centre_calls + self.calls_per_direction * k
 
-    def centre(self, params: Any, value: Any) -> tuple[jax.Array | None, int]:
+    def centre(self, params: optax.Params, value: jax.Array | None
+               ) -> tuple[jax.Array | None, int]:
         """The centre value ``f(x)`` (``None`` for central differences; ``value`` when the
         caller already has it) and the oracle calls it cost (:meth:`centre_calls`)."""
         calls = self.centre_calls(value)
@@ -195,7 +197,7 @@ class FiniteDifference(NamedTuple):
             return _at_least_f32(jnp.reshape(jnp.asarray(value), ())), calls
         return _at_least_f32(self.fn(dirs.promote(params))), calls
 
-    def coarse(self, params: Any, family: dirs.Family) -> jax.Array | bool:
+    def coarse(self, params: optax.Params, family: dirs.Family) -> jax.Array | bool:
         """Whether an exactly-zero response may be blamed on ``mu`` (the
         ``num_zero_responses`` diagnostic). Sparse directions give the objective's own
         zeros (a support that misses every coordinate it reads): for them, only where a
@@ -210,12 +212,12 @@ class FiniteDifference(NamedTuple):
                 if dirs.optimised(x) and jnp.size(x)]
         return jnp.any(jnp.stack(lost)) if lost else jnp.asarray(False)
 
-    def values(self, params: Any, directions: Any) -> jax.Array:
+    def values(self, params: optax.Params, directions: optax.Updates) -> jax.Array:
         """``f(x + mu u_i)`` for a batch of directions, in one vectorised call."""
         return _at_least_f32(jax.vmap(self.fn)(dirs.perturb(params, directions, self.mu)))
 
     def responses(
-        self, params: Any, directions: Any, centre: jax.Array | None
+        self, params: optax.Params, directions: optax.Updates, centre: jax.Array | None
     ) -> tuple[jax.Array, jax.Array]:
         """Scalar float32 responses ``r_i`` for a batch of directions (leading axis).
 

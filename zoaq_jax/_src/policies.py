@@ -17,28 +17,45 @@ Factories live in :mod:`zoaq_jax.gates`, :mod:`zoaq_jax.budgets` and
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import chex
 import jax
+import optax
 from jax.typing import ArrayLike
 
-from zoaq_jax._src import retained
+from zoaq_jax._src import checks, retained
+
+Params: TypeAlias = optax.Params  # the PyTree an estimator optimizes
+Updates: TypeAlias = optax.Updates  # an estimate shaped like the params
+PolicyState: TypeAlias = chex.ArrayTree  # a policy's own PyTree state
+GateContext: TypeAlias = chex.ArrayTree  # what Gate.prepare computes once a step
+ValueFn: TypeAlias = Callable[..., jax.Array]  # value_fn(params, **data) -> a scalar
+KeyLike: TypeAlias = int | jax.Array  # an integer seed or a typed PRNG key
 
 
 class Grid(NamedTuple):
     """The static budget grid :math:`\\{K_{\\min}, K_{\\min} + \\Delta K, \\dots, K_{\\max}\\}`
-    of a step."""
+    of a step (Python integers; :func:`adaptive_estimator` validates it once)."""
 
     k_min: int
     k_max: int
-    k_step: int
+    k_step: int = 1
+
+
+def valid_grid(grid: Grid) -> Grid:
+    """``grid`` checked (:func:`checks.budget_grid`: static integers, ``1 <= k_min <=
+    k_max``), with a ``k_step`` beyond ``k_max - k_min`` cut to it."""
+    if not isinstance(grid, Grid):
+        raise TypeError(f"grid must be a zoaq_jax.Grid(k_min, k_max, k_step), got "
+                        f"{type(grid).__name__}.")
+    return Grid(*checks.budget_grid(*grid))
 
 
 class Evidence(NamedTuple):
     """What a gate sees of a candidate: the pooled records, before averaging."""
 
-    total: chex.ArrayTree  # sum of r_i u_i over the candidate's records (retained and fresh)
+    total: Updates  # sum of r_i u_i over the candidate's records (retained and fresh)
     n: jax.Array  # int32, records in ``total``
     n_fresh: jax.Array  # int32, finite fresh records
     sq_norm: jax.Array  # float32, sum of ||r_i u_i||^2 over fresh records (second_moment)
@@ -50,7 +67,7 @@ class Records(NamedTuple):
 
     responses: jax.Array  # [k_max] float32 raw fresh responses (0 where not bought)
     ok: jax.Array  # [k_max] bool, bought and finite
-    total: chex.ArrayTree  # sum of r_i u_i over the finite fresh records
+    total: Updates  # sum of r_i u_i over the finite fresh records
     source: retained.Source  # where the step's directions come from (and those drawn)
 
 
@@ -64,8 +81,8 @@ class Outcome(NamedTuple):
     usable: jax.Array  # bool, the estimate had a finite fresh response
     value: jax.Array  # float32, the step's own estimate of f(x_t) (NaN without one)
     score: jax.Array  # float32, the gate's score of the accepted candidate
-    estimate: chex.ArrayTree | None = None  # g_t in the compute dtypes (zeros if unusable)
-    context: Any = None  # the gate's context of the step (Gate.prepare)
+    estimate: Updates | None = None  # g_t in the compute dtypes (zeros if unusable)
+    context: GateContext = None  # the gate's context of the step (Gate.prepare)
     records: Records | None = None  # the step's fresh records
     grid: Grid | None = None  # the step's budget grid
 
@@ -80,10 +97,10 @@ class Gate(NamedTuple):
       step's context).
     """
 
-    init: Callable[[chex.ArrayTree, Grid], chex.ArrayTree]
-    prepare: Callable[[chex.ArrayTree], Any]
-    test: Callable[[Any, Evidence], tuple[ArrayLike, ArrayLike]]  # (score, passed)
-    update: Callable[[chex.ArrayTree, Outcome], chex.ArrayTree]
+    init: Callable[[Params, Grid], PolicyState]
+    prepare: Callable[[PolicyState], GateContext]
+    test: Callable[[GateContext, Evidence], tuple[ArrayLike, ArrayLike]]  # (score, passed)
+    update: Callable[[PolicyState, Outcome], PolicyState]
     second_moment: bool = False  # the test needs Evidence.sq_norm
 
 
@@ -95,9 +112,9 @@ class BudgetRule(NamedTuple):
     * ``update(state, outcome) -> state``: after the step.
     """
 
-    init: Callable[[chex.ArrayTree, Grid], chex.ArrayTree]
-    start: Callable[[chex.ArrayTree], jax.Array]
-    update: Callable[[chex.ArrayTree, Outcome], chex.ArrayTree]
+    init: Callable[[Params, Grid], PolicyState]
+    start: Callable[[PolicyState], jax.Array]
+    update: Callable[[PolicyState, Outcome], PolicyState]
 
 
 class Retention(NamedTuple):
@@ -114,9 +131,20 @@ class Retention(NamedTuple):
     calls ``oldest`` or ``pooled``.
     """
 
-    init: Callable[[chex.ArrayTree, Grid], chex.ArrayTree]
-    oldest: Callable[[chex.ArrayTree, int], tuple[jax.Array, jax.Array]]
-    pooled: Callable[[chex.ArrayTree, jax.Array, jax.Array],
-                     tuple[chex.ArrayTree, jax.Array]]
-    update: Callable[[chex.ArrayTree, Outcome], chex.ArrayTree]
+    init: Callable[[Params, Grid], PolicyState]
+    oldest: Callable[[PolicyState, int], tuple[jax.Array, jax.Array]]
+    pooled: Callable[[PolicyState, jax.Array, jax.Array], tuple[Updates, jax.Array]]
+    update: Callable[[PolicyState, Outcome], PolicyState]
     capacity: int = 0
+
+
+def check_policies(gate: object, budget: object, retention: object) -> None:
+    """Raises a ``TypeError`` naming the argument that is not a policy value (a factory
+    passed uncalled, a plain tuple)."""
+    for name, value, kind, example in (
+            ("gate", gate, Gate, "gates.momentum()"),
+            ("budget", budget, BudgetRule, "budgets.reset()"),
+            ("retention", retention, Retention, "retention.fifo()")):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be a zoaq_jax.{kind.__name__} (e.g. zoaq_jax."
+                            f"{example}), got {type(value).__name__}.")

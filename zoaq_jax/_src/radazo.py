@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,11 +19,11 @@ class ScaleByRAdaZOState(NamedTuple):
     estimators' smoothing radius: every name in a chained state is unique.
     """
 
-    m: Any  # first moment m
-    v: Any  # second moment of the first moment, v
+    m: optax.Updates  # first moment m
+    v: optax.Updates  # second moment of the first moment, v
 
 
-def refined_moments(updates: Any, state: ScaleByRAdaZOState, b1: float,
+def refined_moments(updates: optax.Updates, state: ScaleByRAdaZOState, b1: float,
                     b2: float) -> ScaleByRAdaZOState:
     """R-AdaZO's moments after one estimate: :math:`m_t = \beta_1 m_{t-1} + (1 - \beta_1)
     g_t`, :math:`v_t = \beta_2 v_{t-1} + (1 - \beta_2) m_t^2` (shared with

@@ -38,7 +38,7 @@ def none() -> Retention:
                      pooled=_nothing_retained, update=lambda state, outcome: state)
 
 
-def fifo(n_hist: int, *, refresh: int | jax.Array = retained.REFRESH,
+def fifo(n_hist: int = 8, *, refresh: int | jax.Array = retained.REFRESH,
          reuse_after_expand: bool = True) -> Retention:
     r"""ZoAQ's retention: the newest ``n_hist`` finite records of usable steps.
 
@@ -51,7 +51,7 @@ def fifo(n_hist: int, *, refresh: int | jax.Array = retained.REFRESH,
     changes nothing.
 
     Args:
-      n_hist: records kept :math:`N_{hist} \ge 0` (0: :func:`none`).
+      n_hist: records kept :math:`N_{hist} \ge 0` (0: :func:`none`; 8 in the paper).
       refresh: steps between exact recomputations of the running sum.
       reuse_after_expand: pool the records into candidates beyond the start budget.
 

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import jax
 
 
-def sequential(value_fn: Callable[..., Any]) -> Callable[..., Any]:
+def sequential(value_fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
     """``value_fn``, but any ``jax.vmap`` of it runs one mapped slice at a time.
 
     .. math::

@@ -52,26 +52,27 @@ regenerate directions of earlier steps; splitting those is not implemented, and
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
+import chex
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
+from jax.typing import ArrayLike
 
 from zoaq_jax._src import checks, expansion, ledger
 from zoaq_jax._src import directions as dirs
+from zoaq_jax._src.policies import Grid, Params, Updates
 
 COMBINES = ("psum", "gather")
 
 
-def check(mesh: Any, combine: str, *, k_min: int, k_max: int, n_hist: int,
+def check(mesh: jax.sharding.Mesh | None, combine: str, *, grid: Grid, n_hist: int,
           evaluation: str, second_moment: bool) -> None:
     """Raises a clear error (at construction) for a ``mesh`` the estimator cannot split on.
 
     Args:
       mesh: ``None`` (one device, nothing to check) or a :class:`jax.sharding.Mesh`.
       combine: one of :data:`COMBINES`.
-      k_min, k_max, n_hist, evaluation: the estimator's settings.
+      grid, n_hist, evaluation: the estimator's settings.
       second_moment: whether the gate's test needs ``sum ||r_i u_i||^2``.
 
     Raises:
@@ -86,6 +87,7 @@ def check(mesh: Any, combine: str, *, k_min: int, k_max: int, n_hist: int,
     if not isinstance(mesh, jax.sharding.Mesh):
         raise TypeError(f"mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((n,), "
                         f"('directions',))) or None, got {type(mesh).__name__}.")
+    k_min, k_max, _ = grid
     unsupported = [text for text, bad in [
         (f"k_min={k_min} != k_max={k_max}", k_min != k_max), (f"n_hist={n_hist}", n_hist),
         (f"evaluation={evaluation!r}", evaluation != "loop"),
@@ -103,9 +105,9 @@ def check(mesh: Any, combine: str, *, k_min: int, k_max: int, n_hist: int,
 
 
 def split_records(
-    mesh: jax.sharding.Mesh, combine: str, step: expansion.StepOracle, params: Any,
+    mesh: jax.sharding.Mesh, combine: str, step: expansion.StepOracle, params: Params,
     key: jax.Array, kind: dirs.Family, k: int,
-) -> tuple[jax.Array, jax.Array, Any]:
+) -> tuple[jax.Array, jax.Array, Updates]:
     """The responses, their summed free values and ``sum_i r_i u_i`` of a step's ``k``
     directions.
 
@@ -138,11 +140,12 @@ def split_records(
         drawn = None
         if combine == "gather" and dirs.fits_in_batch(k, params):
             drawn = dirs.sample_many(kind, ledger.direction_keys(key, 0, k), params)
-        acquire = expansion.fresh_acquirer(step._replace(centre=centre), params, key, kind,
-                                           drawn)
-        own = expansion.accept_or_expand(
-            lambda i, size: acquire(first + i, size), lambda cand: (0.0, True), params,
-            k_min=per_device, k_max=per_device, k_step=per_device, k_start=per_device)
+        acquirer = expansion.fresh_acquirer(step._replace(centre=centre), params, key, kind,
+                                            drawn)
+        own = expansion.accept_or_expand(expansion.Expansion(
+            acquirer._replace(acquire=lambda i, size: acquirer.acquire(first + i, size)),
+            lambda cand: (0.0, True), params, Grid(per_device, per_device, per_device),
+            k_start=per_device))
         r_all = jax.lax.all_gather(own.responses, axes, tiled=True)
         value_sum = jnp.sum(jax.lax.all_gather(own.value_sum, axes))  # n partial sums
         if combine == "psum":
@@ -163,9 +166,9 @@ def split_records(
 
 
 def candidate(
-    mesh: jax.sharding.Mesh, combine: str, step: expansion.StepOracle, params: Any,
+    mesh: jax.sharding.Mesh, combine: str, step: expansion.StepOracle, params: Params,
     key: jax.Array, kind: dirs.Family, k: int,
-    test: Callable[[expansion.Candidate], tuple[jax.Array, jax.Array]],
+    test: Callable[[expansion.Candidate], tuple[ArrayLike, ArrayLike]],
 ) -> expansion.Candidate:
     """The accepted :class:`expansion.Candidate` of a fixed budget of ``k`` directions
     split over ``mesh``: the one :func:`expansion.accept_or_expand` returns for
@@ -184,7 +187,7 @@ def candidate(
     return cand._replace(score=jnp.asarray(test(cand)[0], jnp.float32))
 
 
-def replicate(tree: Any, mesh: jax.sharding.Mesh) -> Any:
+def replicate(tree: chex.ArrayTree, mesh: jax.sharding.Mesh) -> chex.ArrayTree:
     """``tree`` placed on every device of ``mesh``, each leaf replicated.
 
     .. math:: x \\mapsto (x, x, \\dots, x) \\text{ on the } n \\text{ devices}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import jax
 import optax
 
-from zoaq_jax._src import budgets, checks, gates
+from zoaq_jax._src import budgets, gates
 from zoaq_jax._src.controller import adaptive_estimator
+from zoaq_jax._src.policies import Grid, KeyLike, valid_grid
 
 
 def statzo_estimator(
@@ -19,7 +19,7 @@ def statzo_estimator(
     directions: str = "gaussian",
     difference: str = "forward",
     evaluation: str = "loop",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""Adaptive sampling: grow K until the classical norm test holds.
 
@@ -75,9 +75,8 @@ def statzo_estimator(
       Bollapragada, Karamanli and Wild, Derivative-free optimization via adaptive
       sampling strategies, 2024.
     """
-    k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
+    grid = valid_grid(Grid(k_min, k_max, k_step))  # k_min, named as such, before the rule
     return adaptive_estimator(
-        gates.norm_test(theta=theta), budgets.constant(k_min), k_min=k_min, k_max=k_max,
-        k_step=k_step, mu=mu, difference=difference, directions=directions,
-        evaluation=evaluation, key=key,
+        gates.norm_test(theta=theta), budgets.constant(grid.k_min), grid=grid, mu=mu,
+        difference=difference, directions=directions, evaluation=evaluation, key=key,
     )

@@ -16,13 +16,8 @@ from zoaq_jax._src import directions as dirs
 from zoaq_jax._src.budgets import ResetState, window_length, window_statistics
 from zoaq_jax._src.chain import Estimator
 from zoaq_jax._src.controller import AdaptiveState, adaptive_estimator
-from zoaq_jax._src.policies import BudgetRule
+from zoaq_jax._src.policies import BudgetRule, Grid
 from zoaq_jax._src.radazo import ScaleByRAdaZOState, refined_moments
-
-
-PATIENCE = 1.25
-"""How much longer the windows get after each stall blamed on data noise (chosen on the
-tuning set: ``docs/design.md``, tuning_free)."""
 
 
 DECAY = 0.25
@@ -53,6 +48,26 @@ def _dimension_factor(params: chex.ArrayTree) -> float:
     return min(1.0, math.sqrt(TUNED_DIMENSION / max(dirs.dimension(params), 1)))
 
 
+def start_ramp(c: StepControl, fell, halted, gain_rate, *, ceiling: float):
+    r"""The start-up ramp of a run that began below ``ceiling`` (:math:`d > 100`).
+
+    While it is on, a window that falls significantly and faster per step than the last
+    (:math:`\Delta_j / n_j > \Delta_{j-1} / n_{j-1}`, or the first fall) doubles the step,
+    up to ``ceiling``; a significant fall no faster than the last says the last doubling
+    bought nothing: the step halves back. Either that, a stall or a rise (``halted``) or the
+    ceiling ends the ramp for good, so the step only falls afterwards; a window too noisy
+    to decide leaves the ramp on.
+
+    Returns:
+      ``(factor, ramping)``: the step's factor (2, 1/2 or 1) and whether the ramp goes on.
+    """
+    faster = (c.prev_rate <= 0.0) | (gain_rate > c.prev_rate)
+    up = c.ramping & fell & faster & (2.0 * c.learning_rate <= ceiling * (1.0 + 1e-6))
+    back = c.ramping & fell & ~faster
+    undecided = ~fell & ~halted
+    return jnp.where(up, 2.0, jnp.where(back, 0.5, 1.0)), c.ramping & (up | undecided)
+
+
 class StepControl(NamedTuple):
     """The step-size and budget controller of :func:`tuning_free` (diagnostics included).
 
@@ -77,6 +92,10 @@ class StepControl(NamedTuple):
     num_lr_down: jax.Array  # int32, step-size halvings so far
     num_data_noise: jax.Array  # int32, stalls blamed on data noise so far
     num_k_up: jax.Array  # int32, K doublings so far (stalls blamed on direction noise)
+    pending: jax.Array  # bool, the last window stalled on data noise (unconfirmed)
+    ramping: jax.Array  # bool, the start-up ramp is on (:func:`start_ramp`)
+    prev_rate: jax.Array  # float32, the last closed window's fall per step (0: none yet)
+    num_lr_up: jax.Array  # int32, step-size doublings of the start-up ramp so far
 
 
 class TuningFreeState(NamedTuple):
@@ -196,19 +215,21 @@ def tuning_free(
     steps, decisions evenly spaced in :math:`\log t`). At the end of a window,
     :func:`noise_diagnosis` against the previous window decides:
 
-    * a significant rise, or a stall from **data noise**: :math:`\eta \leftarrow \eta/2`;
+    * a significant rise: :math:`\eta \leftarrow \eta/2`;
+    * a stall from **data noise**: :math:`\eta \leftarrow \eta/2` when the window
+      before stalled on data noise too (one such stall alone changes nothing);
     * a stall from **direction noise**: :math:`K \leftarrow \min(2K, K_{\max})` (at
       :math:`K_{\max}`, :math:`\eta \leftarrow \eta / 2`);
     * otherwise (a significant fall) nothing changes.
 
-    After a stall blamed on data noise the windows grow 1.25 times longer (the halved step
-    gains half as much a window against the same noise).
-
-    The step size only ever falls: it starts above the step that suits most objectives
-    (a too-large step shows as a rise within the first windows, at a cost of a few
-    windows) and halves each time the run stops gaining at its level, so a run of any
-    length passes through the step sizes that suit it, in the manner of a
-    reduce-on-plateau schedule whose plateaus are tested statistically.
+    At :math:`d \le 100` the step size only ever falls: it starts above the step that
+    suits most objectives (a too-large step shows as a rise within the first windows, at
+    a cost of a few windows) and halves each time the run stops gaining at its level, so
+    a run of any length passes through the step sizes that suit it, in the manner of a
+    reduce-on-plateau schedule whose plateaus are tested statistically. Above, the first
+    step is :math:`\eta_0 \sqrt{100 / d}` and a start-up ramp (:func:`start_ramp`)
+    doubles it, up to :math:`\eta_0`, while windows fall faster; after the ramp it only
+    falls.
 
     The starting :math:`\eta`, :math:`\mu` and window rule were chosen on the tuning set
     of ``benchmarks/generalization`` and scored on its held-out set
@@ -219,7 +240,8 @@ def tuning_free(
       key: integer seed or typed key. Every lane of a ``vmap`` over starting points with
         one optimizer shares it (give each lane its own key for independent directions).
       learning_rate: the first step size :math:`\eta_0`, in units of :math:`s`, at
-        dimension :math:`d \le 100` (the tuning set's); above, :math:`\eta_0 \sqrt{100 / d}`.
+        dimension :math:`d \le 100` (the tuning set's); above, the first step is
+        :math:`\eta_0 \sqrt{100 / d}` and :math:`\eta_0` the start-up ramp's ceiling.
       k_max: the largest number of directions a step, :math:`K_{\max}`.
       mu: smoothing radius in units of :math:`s`.
       window: steps of the first (shortest) window, :math:`w \ge 2`.
@@ -236,7 +258,8 @@ def tuning_free(
       ``updates`` and returns the step to add to ``params`` (apply it with
       :func:`zoaq_jax.apply_updates`; chain nothing after it). Diagnostics:
       ``num_queries``, ``num_nonfinite``, ``last_k``, ``next_k``, ``value_estimate``,
-      ``learning_rate``, ``scale``, ``num_lr_down``, ``num_data_noise``, ``num_k_up``.
+      ``learning_rate``, ``scale``, ``num_lr_down``, ``num_data_noise``, ``num_k_up``,
+      ``num_lr_up``.
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, zoaq_jax
@@ -283,13 +306,14 @@ def tuning_free(
         checks.positive("scale", scale)
     b1, b2, eps = 0.9, 0.99, 1e-8  # R-AdaZO's moments (the benchmarks' betas)
     estimator = adaptive_estimator(
-        gates.accept(), _external_budget(1), k_min=1, k_max=k_max, mu=mu, predraw=False,
+        gates.accept(), _external_budget(1), grid=Grid(1, k_max), mu=mu, predraw=False,
         key=key)
     f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
 
     def init_fn(params):
         s = _start_scale(params) if scale is None else f32(scale)
         z0 = _scaled(params, 1.0 / s)
+        factor = _dimension_factor(z0)
         est = estimator.init(z0)
         if budget is not None:
             est = ledger.limit_queries(est, budget)
@@ -301,14 +325,15 @@ def tuning_free(
             return jnp.zeros((), jnp.int32)
 
         control = StepControl(
-            scale=s, learning_rate=f32(learning_rate * _dimension_factor(z0)),
+            scale=s, learning_rate=f32(learning_rate * factor),
             elapsed=zero_i(),
             window_len=jnp.asarray(window, jnp.int32), window_n=zero_i(),
             window_ref=zero_f(), window_sum=zero_f(), window_sq=zero_f(),
             window_sq_diff=zero_f(), last_value=zero_f(), prev_mean=zero_f(),
             prev_se2=zero_f(), have_prev=jnp.zeros((), bool), origin=zero_f(),
             num_lr_down=zero_i(), num_data_noise=zero_i(),
-            num_k_up=zero_i())
+            num_k_up=zero_i(), pending=jnp.zeros((), bool),
+            ramping=jnp.asarray(factor < 1.0), prev_rate=zero_f(), num_lr_up=zero_i())
         return TuningFreeState(est, ScaleByRAdaZOState(m=dirs.zeros(z0), v=dirs.zeros(z0)),
                                control)
 
@@ -335,8 +360,8 @@ def tuning_free(
         dz = jax.tree.map(lambda d: -lr * d, direction)
         took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
         dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
-        control = _control(c, est, took, k_max=k_max, window=window, growth=growth, z=z,
-                           q_data=q_data, precision=precision)
+        control = _control(c, est, took, ceiling=learning_rate, k_max=k_max, window=window,
+                           growth=growth, z=z, q_data=q_data, precision=precision)
         new_est = est._replace(budget=ResetState(control[1]))
         moments = jax.tree.map(lambda new, old: jnp.where(took, new, old),
                                ScaleByRAdaZOState(m, v), state.moments)
@@ -346,8 +371,8 @@ def tuning_free(
     return Estimator(init_fn, update_fn)
 
 
-def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth, z, q_data,
-             precision):
+def _control(c: StepControl, est: AdaptiveState, took, *, ceiling, k_max, window, growth, z,
+             q_data, precision):
     """The controller after one step: ``(StepControl, next_k)``."""
     value = est.ledger.value_estimate
     k = est.budget.next_k
@@ -366,23 +391,29 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
         mean_shifted, se2, c.prev_mean - ref, c.prev_se2, sq, sq_diff, n, origin - mean, z=z,
         q_data=q_data, precision=precision)
     stalled, rose = stalled & c.have_prev, rose & c.have_prev
+    # Data noise halves the step only when two windows in a row stall on it (one such stall
+    # is as likely a slow fall that one window's noise hides: docs/design.md).
+    data_stall = stalled & ~rose & data_noise
+    blamed = data_stall & c.pending
     grow_k = stalled & ~rose & ~data_noise & (k < k_max)
-    lr_down = (stalled | rose) & ~grow_k
-    lr = c.learning_rate * jnp.where(lr_down, 0.5, 1.0)
-    # After a halving for data noise the run gains half as much a step against the same
-    # noise: the next windows are PATIENCE times as long (docs/design.md).
-    blamed = stalled & data_noise
-    patience = PATIENCE ** (c.num_data_noise + blamed).astype(jnp.float32)
-    length = window_length(elapsed, window, growth).astype(jnp.float32) * patience
+    lr_down = ((stalled & ~data_noise) | blamed | rose) & ~grow_k
+    gain = c.prev_mean - mean
+    gain_rate = gain / n.astype(jnp.float32)
+    fell = c.have_prev & ~stalled & ~rose & (gain > z * jnp.sqrt(c.prev_se2 + se2))
+    ramp, ramping = start_ramp(c, fell, stalled | rose, gain_rate, ceiling=ceiling)
+    lr = c.learning_rate * jnp.where(lr_down, 0.5, 1.0) * ramp
     closed = c._replace(
         learning_rate=lr, elapsed=elapsed,
-        window_len=jnp.minimum(length, 2.0**30).astype(jnp.int32),
-        window_n=jnp.zeros((), jnp.int32), window_sum=jnp.zeros((), jnp.float32),
+        window_len=window_length(elapsed, window, growth), window_n=jnp.zeros((), jnp.int32),
+        window_sum=jnp.zeros((), jnp.float32),
         window_sq=jnp.zeros((), jnp.float32), window_sq_diff=jnp.zeros((), jnp.float32),
         last_value=value, prev_mean=mean, prev_se2=se2, have_prev=jnp.ones((), bool),
         origin=origin,
-        num_lr_down=c.num_lr_down + lr_down, num_data_noise=c.num_data_noise + blamed,
-        num_k_up=c.num_k_up + grow_k)
+        num_lr_down=c.num_lr_down + (lr_down | (ramp < 1.0)),
+        num_data_noise=c.num_data_noise + blamed,
+        num_k_up=c.num_k_up + grow_k, pending=data_stall & ~c.pending, ramping=ramping,
+        prev_rate=jnp.where(c.have_prev, gain_rate, 0.0),
+        num_lr_up=c.num_lr_up + (ramp > 1.0))
     running = c._replace(elapsed=elapsed, window_n=n, window_ref=ref, window_sum=total,
                          window_sq=sq, window_sq_diff=sq_diff, last_value=value)
     close = n >= c.window_len

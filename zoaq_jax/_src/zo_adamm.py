@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,9 +19,9 @@ class ScaleByZOAdaMMState(NamedTuple):
     estimators' smoothing radius: every name in a chained state is unique.
     """
 
-    m: Any  # first moment
-    v: Any  # second moment
-    v_max: Any  # running maximum of v (AMSGrad), or None
+    m: optax.Updates  # first moment
+    v: optax.Updates  # second moment
+    v_max: optax.Updates | None  # running maximum of v (AMSGrad), or None
 
 
 def scale_by_zo_adamm(

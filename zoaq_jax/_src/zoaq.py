@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
-
 import jax
-import numpy as np
 import optax
 
-from zoaq_jax._src import budgets, checks, gates, retained
+from zoaq_jax._src import budgets, gates
 from zoaq_jax._src import retention as retentions
 from zoaq_jax._src.controller import adaptive_estimator
-from zoaq_jax._src.policies import BudgetRule, Gate, Retention
-
-
-def _changed(value: object, default: float) -> bool:
-    """``value`` is known to differ from ``default`` (in float32: hyperparameters injected
-    by ``optax.inject_hyperparams`` arrive as float32 arrays, traced ones are unknown)."""
-    concrete = checks.concrete_value(value)
-    return concrete is not None and np.float32(concrete) != np.float32(default)
+from zoaq_jax._src.policies import BudgetRule, Gate, Grid, KeyLike, Retention
 
 
 def zoaq_estimator(
@@ -26,20 +16,14 @@ def zoaq_estimator(
     k_max: int = 10,
     *,
     k_step: int = 1,
-    n_hist: int = 8,
-    mu: float = 5e-3,
-    tau0: float = 1.0,
-    beta_tau: float = 0.9,
-    b1: float = 0.9,
-    eps_anc: float = 1e-12,
+    mu: float | jax.Array = 5e-3,
     gate: Gate | None = None,
     budget: BudgetRule | None = None,
     retention: Retention | None = None,
     difference: str = "central",
     directions: str = "gaussian",
-    refresh: int = retained.REFRESH,
     evaluation: str = "loop",
-    key: int | jax.Array = 0,
+    key: KeyLike = 0,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAQ's accept-or-expand estimator with query reuse (Algorithm 1 of the paper).
 
@@ -76,29 +60,24 @@ def zoaq_estimator(
       k_min: smallest fresh budget :math:`K_{\min} \ge 1`.
       k_max: largest fresh budget :math:`K_{\max} \ge K_{\min}`.
       k_step: grid spacing :math:`\Delta K`.
-      n_hist: retained records :math:`N_{hist} \ge 0` (0 disables reuse).
       mu: smoothing radius :math:`\mu > 0`.
-      tau0: initial cosine threshold :math:`\tau_0 \in [-1, 1]`.
-      beta_tau: threshold EMA factor :math:`\beta_\tau \in [0, 1)`.
-      b1: estimate EMA factor :math:`\beta_1 \in [0, 1)` of the default gate (unused with
-        ``gate=...``: a given gate has its own).
-      eps_anc: warm-start radius :math:`\varepsilon_{anc} \ge 0` on :math:`\|m\|`.
-      gate: the candidate test; None: ``gates.momentum(tau0, beta_tau, b1, eps_anc)``
-        (the paper's cosine gate). Ablations: ``gates.momentum_norm(c_norm)``
-        (ZoAQ-Norm), ``gates.accept(gates.momentum())`` (AlwaysMomentum: accept at the
-        start budget), ``gates.momentum(tau_band=(lo, hi))`` (a projected threshold).
+      gate: the candidate test; None: ``gates.momentum()`` (the paper's cosine gate with
+        its :math:`\tau_0`, :math:`\beta_\tau`, :math:`\beta_1` and
+        :math:`\varepsilon_{anc}`; pass ``gates.momentum(tau0=0.5)`` to change one).
+        Ablations: ``gates.momentum_norm(c_norm)`` (ZoAQ-Norm),
+        ``gates.accept(gates.momentum())`` (AlwaysMomentum: accept at the start budget),
+        ``gates.momentum(tau_band=(lo, hi))`` (a projected threshold).
       budget: where each step starts; None: ``budgets.reset("min")`` (paper default);
         ``budgets.reset("half")`` or ``budgets.reset("linear")``.
-      retention: the records kept; None: ``retention.fifo(n_hist, refresh=refresh)``;
-        ``retention.fifo(n_hist, reuse_after_expand=False)`` is AlwaysGradient
-        (candidates after a failed test use fresh records only).
+      retention: the records kept; None: ``retention.fifo()`` (the newest
+        :math:`N_{hist} = 8`; ``retention.fifo(0)`` disables reuse);
+        ``retention.fifo(8, reuse_after_expand=False)`` is AlwaysGradient (candidates
+        after a failed test use fresh records only).
       difference: ``"central"`` (2 calls a direction) or ``"forward"`` (1 call a
         direction plus one centre value a step).
       directions: the family of directions: ``"gaussian"``, ``"sphere"``, ``"rademacher"``,
         ``"sparse:P"`` (mask density P) or ``"lowrank:R"`` (rank R on matrix leaves);
         math and references in :mod:`zoaq_jax._src.directions`.
-      refresh: steps between exact recomputations of the running sum of the retained
-        records (see :func:`retention.fifo`).
       evaluation: ``"loop"``, ``"unrolled"`` or ``"vectorized"``: how a step evaluates
         its candidates (see :func:`adaptive_estimator`).
       key: integer seed or typed key; the default 0 is the same in every lane of a
@@ -114,7 +93,7 @@ def zoaq_estimator(
 
     Example:
       >>> import jax.numpy as jnp, optax, zoaq_jax
-      >>> est = zoaq_jax.zoaq_estimator(k_min=1, k_max=4, n_hist=4, key=0)
+      >>> est = zoaq_jax.zoaq_estimator(1, 4, retention=zoaq_jax.retention.fifo(4), key=0)
       >>> params = jnp.ones(10)
       >>> state = est.init(params)
       >>> g, state = est.update(None, state, params, value_fn=lambda x: 0.5 * x @ x)
@@ -124,24 +103,10 @@ def zoaq_estimator(
     References:
       ZoAQ: Adaptive Zeroth-Order Querying via Query-Reuse Coupling, Algorithm 1.
     """
-    k_min, k_max, k_step = checks.budget_grid(k_min, k_max, k_step)
-    given = dict(tau0=tau0, beta_tau=beta_tau, eps_anc=eps_anc, n_hist=n_hist, refresh=refresh)
-    if gate is None:
-        gate = gates.momentum(tau0=tau0, beta_tau=beta_tau, b1=b1, eps_anc=eps_anc)
-    elif any(_changed(given[k], _DEFAULTS[k]) for k in ("tau0", "beta_tau", "eps_anc")):
-        raise ValueError("tau0, beta_tau and eps_anc set the default gate; with gate=..., "
-                         "pass them to the gate (e.g. gates.momentum(tau0=0.5)).")
-    if retention is None:
-        retention = retentions.fifo(n_hist, refresh=refresh)
-    elif any(_changed(given[k], _DEFAULTS[k]) for k in ("n_hist", "refresh")):
-        raise ValueError("n_hist and refresh set the default retention; with retention=..., "
-                         "pass them to it (e.g. retention.fifo(4, refresh=100)).")
     return adaptive_estimator(
-        gate, budgets.reset() if budget is None else budget, retention, k_min=k_min,
-        k_max=k_max, k_step=k_step, mu=mu, difference=difference, directions=directions,
-        evaluation=evaluation, key=key,
+        gates.momentum() if gate is None else gate,
+        budgets.reset() if budget is None else budget,
+        retentions.fifo() if retention is None else retention,
+        grid=Grid(k_min, k_max, k_step), mu=mu, difference=difference,
+        directions=directions, evaluation=evaluation, key=key,
     )
-
-
-# The arguments that only build a default policy; given with a policy, they must keep these.
-_DEFAULTS = {name: p.default for name, p in inspect.signature(zoaq_estimator).parameters.items()}
