@@ -88,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-layers", type=flags.positive_int,
                         help="LoRA on the top N layers only; the layers below are computed "
                         "once per example and cached (default: every layer)")
+    parser.add_argument("--lora-rank", type=flags.positive_int,
+                        help="LoRA rank, with alpha / rank = 2 as MeZO's r = 8, alpha = 16 "
+                        "(default 8)")
     parser.add_argument("--sequential", action="store_const", const=True,
                         help="evaluate a step's 2K perturbed forward passes one after "
                         "another (zoaq_jax.sequential) instead of in one vmapped call: "
@@ -286,8 +289,9 @@ def _merge(args: argparse.Namespace, cfg, recorder) -> dict:
             if k not in ignore}
     for path, p in zip(args.merge, payloads):
         got = {k: v for k, v in p["config"].items() if k not in ignore}
-        if got != want:
-            diff = sorted(k for k in want if got.get(k) != want[k])
+        # a setting an older run did not record is at its default, None
+        diff = sorted(k for k in want.keys() | got.keys() if got.get(k) != want.get(k))
+        if diff:
             flags.fail(f"{path} was run with other settings ({', '.join(diff)}); pass the "
                        "same preset and options as its run.")
     results = [r for p in payloads for r in p["results"]]

@@ -74,6 +74,7 @@ class Config:
     fast_path: bool = True  # score single-token options from one sequence
     prompt: str = "it_was"  # sst2 prompt (tasks.PROMPTS); MeZO's by default
     lora_layers: int | None = None  # LoRA on the top n layers, the rest cached; None: all
+    lora_rank: int | None = None  # LoRA rank, alpha / rank = 2 at any rank; None: MeZO's 8
     sequential: bool = False  # evaluate the 2K perturbations one by one (zoaq_jax.sequential)
     baselines: bool = False  # prompt list, linear probe, first-order reference, memory
     # Adam's learning rates of the first-order reference (chosen on dev)

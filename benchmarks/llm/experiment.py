@@ -76,7 +76,8 @@ def prepare(cfg: Config) -> Setup:
         splits = _movie_review_splits(cfg, tokenizer)
     first = lora.first_tuned(model, cfg.lora_layers)
     layout, encoded = tasks.encode_splits(cfg, splits, tokenizer, cfg.prompt)
-    lora.apply_lora(model, key=0, first=first)
+    rank = cfg.lora_rank or lora.RANK
+    lora.apply_lora(model, rank=rank, alpha=lora.ALPHA * rank / lora.RANK, key=0, first=first)
     graphdef, adapters, base = lora.split(model)
     bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
                           loss_kind=tasks.get_task(cfg.task).loss_kind, first=first,
@@ -90,7 +91,8 @@ def prepare(cfg: Config) -> Setup:
 
 # What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
 SETUP_FIELDS = ("model", "dtype", "task", "data", "data_seed", "n_train", "n_dev", "n_test",
-                "max_length", "prompt", "fast_path", "lora_layers", "sequential")
+                "max_length", "prompt", "fast_path", "lora_layers", "lora_rank",
+                "sequential")
 
 
 @per_worker(*SETUP_FIELDS)

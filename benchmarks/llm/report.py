@@ -184,10 +184,11 @@ def markdown(payload: dict[str, Any], figure: str) -> list[str]:
     cfg, results, data = payload["config"], payload["results"], payload["data"]
     zs = payload.get("zero_shot") or {}
     run = record.RunRecord.from_dict(payload["record"])
+    rank = cfg.get("lora_rank") or 8  # None, or a page written before the option: MeZO's
     setup = [
         f"Model: {payload['model']['name']} ({payload['model']['architecture']}), base "
-        f"weights {payload['model']['dtype']}, LoRA r=8, alpha=16 on q/v projections "
-        f"({payload['lora_params']:,} trainable parameters, float32).",
+        f"weights {payload['model']['dtype']}, LoRA r={rank}, alpha={2 * rank} on q/v "
+        f"projections ({payload['lora_params']:,} trainable parameters, float32).",
         f"Task: {cfg['task']} on {data['source']}; splits {data['sizes']}; sequences padded "
         f"to {data['max_length']} tokens; single-token fast path: {data['fast_path']}.",
         f"Preset `{cfg['preset']}`: {cfg['steps']} steps, eval every {cfg['eval_every']} steps, "

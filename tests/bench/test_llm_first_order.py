@@ -115,6 +115,9 @@ def test_first_order_only_runs_then_joins_a_merged_page_without_loading_the_mode
     assert sorted(p.name for p in fo.iterdir()) == ["llm_first_order.json.xz"]  # no page
     assert _cli([*run, "--methods", "radazo:k=1", "--no-baselines", "--out", str(zo),
                  "--report", "none"]) == 0
+    older = read_json(zo / "llm.json.xz")  # a run from before --lora-rank: not in its config
+    del older["config"]["lora_rank"]
+    experiment.save(zo / "llm.json.xz", older)
     base = experiment.save(tmp_path / "base.json.xz", {"results": [], "baselines": {
         "prompts": [], "memory": [{"what": "forward pass (loss)", "bytes": 2**20}],
         "linear_probe": {"l2": 1e-4, "train_examples": 8, "dev_accuracy": 0.5,
