@@ -9,8 +9,10 @@ compiled-memory table.
 * :func:`linear_probe`: logistic regression on the final hidden state at the scored
   position (base model, the run's prompt), L2 weight chosen on dev accuracy.
 * :func:`first_order`: backpropagation with Adam on the same adapters, data and batches
-  as the zeroth-order methods, stopped at a wall-clock budget (or a step count); dev
-  evaluations and the best checkpoint as in :func:`train.run`.
+  as the zeroth-order methods, for as many steps as cost their FE in forward-pass time
+  (:func:`step_cost`, :func:`steps_within`), evaluated on dev as often as they are
+  (the same schedule in its own steps); best checkpoint as in :func:`train.run`;
+  :func:`chosen_rate` chooses its learning rate on dev (:func:`first_order_runs`).
 * :func:`memory_rows`: compiled memory of a forward pass, zeroth-order steps (vectorized
   and sequential) and a backpropagation step.
 
@@ -18,7 +20,7 @@ Example (the tiny test model)::
 
     rows = prompt_table(cfg, setup, calibration=32)
     probe = linear_probe(setup.bundle, eval_batch_size=16)
-    ref = first_order(setup.bundle, seed=0, cfg=cfg, learning_rate=1e-3)
+    ref = first_order(setup.bundle, seed=0, cfg=cfg, learning_rate=1e-3, steps=64, evals=8)
     rows = memory_rows(setup.bundle, {"MeZO K=4": mezo_opt}, batch)
 """
 
@@ -144,9 +146,18 @@ def backprop_step(loss, opt):
 
 
 def first_order(bundle: train.Bundle, seed: int, cfg: Config, learning_rate: float,
-                *, wall_s: float | None = None) -> dict[str, Any]:
-    """Backpropagation + Adam on the adapters until ``cfg.steps`` or ``wall_s`` seconds of
-    training (compilation excluded, evaluation included, as in the zeroth-order runs)."""
+                *, steps: int, evals: int) -> dict[str, Any]:
+    """Backpropagation + Adam on the adapters for ``steps`` steps, dev loss before the
+    first step and after every ``steps / evals`` steps: the evaluation schedule of an
+    anytime zeroth-order run with ``evals`` evaluations (:meth:`Config.eval_due` with one
+    unit a step in place of FE); best checkpoint and test metrics as in :func:`train.run`.
+
+    Raises:
+      ValueError: ``steps`` is not a positive multiple of ``evals``.
+    """
+    if evals < 1 or steps < evals or steps % evals:
+        raise ValueError(f"steps ({steps}) must be a positive multiple of evals ({evals}).")
+    schedule = dataclasses.replace(cfg, budget=steps, eval_every_fe=steps // evals)
     opt = optax.adam(learning_rate)
     lora = lora_lib.init_adapters(bundle.lora, seed)
     state = opt.init(lora)
@@ -156,24 +167,70 @@ def first_order(bundle: train.Bundle, seed: int, cfg: Config, learning_rate: flo
                                                            batch).compile()
     tracker = train.Tracker(bundle, cfg.eval_batch_size)
     tracker.evaluate(0, 0, lora)
-    t0, losses = time.perf_counter(), []
-    for t in progress(range(1, cfg.steps + 1), desc=f"first-order seed {seed}"):
+    t0, train_s, losses = time.perf_counter(), 0.0, []
+    for t in progress(range(1, steps + 1), desc=f"first-order lr {learning_rate:g} seed {seed}"):
         if t > 1:
             batch = next(stream)
+        s0 = time.perf_counter()
         lora, state, value = step(lora, state, bundle.base, batch)
-        losses.append(float(value))
-        out_of_time = wall_s is not None and time.perf_counter() - t0 >= wall_s
-        if t % cfg.eval_every == 0 or t == cfg.steps or out_of_time:
-            tracker.evaluate(t, 0, lora, train_loss=float(np.mean(losses[-cfg.eval_every:])))
-        if out_of_time:
-            break
+        losses.append(float(value))  # waits for the step
+        train_s += time.perf_counter() - s0
+        if schedule.eval_due(t, t - 1, t):
+            since = tracker.curve[-1]["step"]
+            tracker.evaluate(t, 0, lora, train_loss=float(np.mean(losses[since:])))
+    for point in tracker.curve:
+        point["share"] = point["step"] / steps  # of the run (the x of the page's figure)
     test = tracker.test()
     return {"method": "first_order", "label": "Backprop + Adam", "seed": seed,
             "learning_rate": learning_rate, "steps": len(losses), "first_loss": losses[0],
-            "last_loss": float(np.mean(losses[-cfg.eval_every:])), "curve": tracker.curve,
-            "best_eval_loss": tracker.best["loss"], "dev_accuracy": tracker.best["accuracy"],
-            "accuracy": test["accuracy"], "test_loss": test["loss"],
+            "last_loss": tracker.curve[-1]["train_loss"], "curve": tracker.curve,
+            "best_eval_loss": tracker.best["loss"], "best_step": tracker.best["step"],
+            "dev_accuracy": tracker.best["accuracy"], "accuracy": test["accuracy"],
+            "test_loss": test["loss"], "train_s": train_s, "eval_s": tracker.eval_s,
             "wall_s": time.perf_counter() - t0}
+
+
+def step_cost(bundle: train.Bundle, cfg: Config, reps: int = 20) -> dict[str, float]:
+    """Wall time of a backpropagation + Adam step and of one forward pass (the loss) on
+    the same training batch, both compiled first and timed back to back ``reps`` times
+    (so that a change of machine load affects both): their medians and the ratio
+    ``forward_passes`` (the step's cost in forward passes)."""
+    opt = optax.adam(1e-3)
+    lora = lora_lib.init_adapters(bundle.lora, 0)
+    state = opt.init(lora)
+    batch = tasks.take(bundle.train, np.arange(cfg.batch_size))
+    step = backprop_step(bundle.differentiable, opt).lower(lora, state, bundle.base,
+                                                           batch).compile()
+    forward = jax.jit(bundle.differentiable).lower(lora, bundle.base, batch).compile()
+    times: dict[str, list[float]] = {"step_s": [], "forward_s": []}
+    for _ in range(reps):
+        for key, call in (("step_s", lambda: step(lora, state, bundle.base, batch)),
+                          ("forward_s", lambda: forward(lora, bundle.base, batch))):
+            s0 = time.perf_counter()
+            jax.block_until_ready(call())
+            times[key].append(time.perf_counter() - s0)
+    out = {key: float(np.median(v)) for key, v in times.items()}
+    return {**out, "forward_passes": out["step_s"] / out["forward_s"]}
+
+
+def steps_within(forward_passes: float, step_cost: float, evals: int) -> int:
+    """The most steps of ``step_cost`` forward passes within ``forward_passes``, rounded
+    down to a multiple of ``evals`` (at least ``evals``)."""
+    return evals * max(1, int(forward_passes / step_cost) // evals)
+
+
+def first_order_runs(bundle: train.Bundle, cfg: Config, learning_rates, *, steps: int,
+                     evals: int) -> list[dict[str, Any]]:
+    """:func:`first_order` at every rate of ``learning_rates`` from every seed of ``cfg``."""
+    return [first_order(bundle, seed, cfg, lr, steps=steps, evals=evals)
+            for seed in cfg.seeds for lr in learning_rates]
+
+
+def chosen_rate(runs: list[dict[str, Any]]) -> float:
+    """The learning rate of ``runs`` with the lowest mean best dev loss over its seeds."""
+    rates = sorted({r["learning_rate"] for r in runs})
+    return min(rates, key=lambda lr: np.mean([r["best_eval_loss"] for r in runs
+                                              if r["learning_rate"] == lr]))
 
 
 def compiled_bytes(fn, *args) -> int:

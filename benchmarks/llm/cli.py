@@ -88,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-layers", type=flags.positive_int,
                         help="LoRA on the top N layers only; the layers below are computed "
                         "once per example and cached (default: every layer)")
+    parser.add_argument("--lora-rank", type=flags.positive_int,
+                        help="LoRA rank, with alpha / rank = 2 as MeZO's r = 8, alpha = 16 "
+                        "(default 8)")
     parser.add_argument("--sequential", action="store_const", const=True,
                         help="evaluate a step's 2K perturbed forward passes one after "
                         "another (zoaq_jax.sequential) instead of in one vmapped call: "
@@ -103,12 +106,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "side) in one page, with the baselines of --baselines computed here")
     parser.add_argument("--prompt-table", type=Path, metavar="RESULTS",
                         help="with --baselines: reuse the zero-shot prompt table of this JSON "
-                        "(written by --prompt-table-only) instead of recomputing it")
+                        "(written by --prompt-table-only, or a page's llm.json.xz) instead of "
+                        "recomputing it")
     parser.add_argument("--prompt-table-only", action="store_true",
                         help="only score every prompt zero-shot (raw and calibrated); "
                         "writes OUT/llm_prompts.json.xz")
-    parser.add_argument("--first-order-lr", type=float,
-                        help="Adam's learning rate of the first-order reference (1e-3)")
+    parser.add_argument("--first-order-only", action="store_true",
+                        help="only run the first-order reference (every --first-order-lrs "
+                        "rate from every seed, anytime mode); writes "
+                        "OUT/llm_first_order.json.xz")
+    parser.add_argument("--baselines-from", type=Path, metavar="RESULTS",
+                        help="with --merge: the zero-shot prompt table, linear probe and "
+                        "memory table of this llm.json.xz and the first-order runs of "
+                        "--first-order, instead of computing the baselines (loads no model)")
+    parser.add_argument("--first-order", nargs="+", type=Path, metavar="RESULTS",
+                        help="with --baselines-from: the llm_first_order.json.xz files of "
+                        "--first-order-only runs (e.g. one seed each)")
+    parser.add_argument("--first-order-lrs", type=float, nargs="+", metavar="LR",
+                        help="Adam's learning rates of the first-order reference; the one "
+                        "with the lowest mean best dev loss is its row (1e-4 3e-4 1e-3)")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=False,
                         help="score single-token options with one sequence per candidate")
     parser.add_argument(
@@ -151,34 +167,54 @@ def _configs(args: argparse.Namespace) -> list:
 
 
 def _compute(cfg, args: argparse.Namespace, recorder) -> dict | list:
-    """The payload (trained, or merged from ``--merge``), or the prompt table's rows."""
+    """The payload (trained, or merged from ``--merge``), the prompt table's rows, or the
+    first-order reference's runs (:func:`benchmarks.llm.experiment.first_order`)."""
     try:
-        if args.prompt_table_only:
-            from benchmarks.llm import baselines
-            from benchmarks.llm.experiment import prepared
+        if args.prompt_table_only or args.first_order_only:
+            from benchmarks.llm import baselines, experiment as llm
 
-            return baselines.prompt_table(cfg, prepared(cfg))
+            setup = llm.prepared(cfg)
+            return (baselines.prompt_table(cfg, setup) if args.prompt_table_only
+                    else llm.first_order(cfg, setup))
         return _merge(args, cfg, recorder) if args.merge else _run(args, cfg, recorder)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
         flags.fail(str(err))
 
 
 def _stored(cfg, computed: dict | list, record) -> dict:
-    return {"record": record.as_dict(), "prompts": computed} if isinstance(
-        computed, list) else computed
+    if isinstance(computed, list):
+        return {"record": record.as_dict(), "prompts": computed}
+    if "first_order_all" in computed:
+        return {"record": record.as_dict(), "config": presets.as_dict(cfg), **computed}
+    return computed
 
 
 def _out(args: argparse.Namespace) -> Path:
     return args.out or Path(f"out/llm-{args.preset}")
 
 
+# The results file and its name of the commands that write no page.
+_ONLY = {"prompt_table_only": ("llm_prompts", "prompt table"),
+         "first_order_only": ("llm_first_order", "first-order runs")}
+
+
+def _only(args: argparse.Namespace) -> tuple[Path, str] | None:
+    """``(results file, what it holds)`` of ``--prompt-table-only`` or
+    ``--first-order-only``; ``None`` for a page's run (:func:`report.write` writes its
+    results)."""
+    for flag, (stem, what) in _ONLY.items():
+        if getattr(args, flag) and not args.render:
+            return _out(args) / f"{stem}{common.RESULTS}", what
+    return None
+
+
 def _page(cfg, payload: dict, args: argparse.Namespace) -> None:
     """The page (and the results beside its figure and beside it: :func:`report.write`)."""
     from benchmarks.llm import report
 
-    if args.prompt_table_only and not args.render:
-        print(f"wrote prompt table: {_out(args) / f'llm_prompts{common.RESULTS}'}",
-              file=sys.stderr)
+    only = _only(args)
+    if only is not None:
+        print(f"wrote {only[1]}: {only[0]}", file=sys.stderr)
         return
     out_dir, page = ((args.out, args.render.parent / "llm.md") if args.render
                      else (_out(args), _out(args) / "llm.md"))
@@ -188,8 +224,7 @@ def _page(cfg, payload: dict, args: argparse.Namespace) -> None:
 
 COMMAND = experiment.Command(
     "llm", _configs, _compute, _stored,
-    lambda cfg, args: (_out(args) / f"llm_prompts{common.RESULTS}"
-                       if args.prompt_table_only else None),  # else report.write writes it
+    lambda cfg, args: (_only(args) or (None,))[0],  # None: report.write writes it
     lambda payload: None, _page, skip=("render", "workers"))
 
 
@@ -206,8 +241,7 @@ def _run(args: argparse.Namespace, cfg, recorder, merged: list[dict] | None = No
     from benchmarks.experiment import execute, split
     from benchmarks.llm import experiment, train
 
-    prompts = (flags.read_results(args.prompt_table, "--prompt-table")["prompts"]
-               if args.prompt_table else None)
+    prompts = _prompts(args.prompt_table) if args.prompt_table else None
     setup = experiment.prepared(cfg)
     print(f"model {setup.model['name']}, {setup.lora_params:,} LoRA parameters; data "
           f"{setup.data['source']} {setup.data['sizes']}; length "
@@ -224,6 +258,15 @@ def _run(args: argparse.Namespace, cfg, recorder, merged: list[dict] | None = No
     return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
 
 
+def _prompts(path: Path) -> list[dict]:
+    """The zero-shot prompt table of a ``--prompt-table-only`` file or of a page's JSON."""
+    payload = flags.read_results(path, "--prompt-table")
+    table = payload.get("prompts") or payload.get("baselines", {}).get("prompts")
+    if not table:
+        flags.fail(f"{path} holds no prompt table.")
+    return table
+
+
 def _log(cfg, method: str, records: list[dict]) -> None:
     for r in records:
         print(f"{method} seed {r['seed']}: FE {r['total_fe']}, best dev loss "
@@ -234,29 +277,47 @@ def _log(cfg, method: str, records: list[dict]) -> None:
 
 def _merge(args: argparse.Namespace, cfg, recorder) -> dict:
     """One payload from the results of several runs of the same configuration (their
-    seeds may differ); the model is loaded here for the zero-shot row and the baselines."""
+    seeds and methods may differ); the model is loaded here for the zero-shot row and the
+    baselines, unless they come from earlier runs (``--baselines-from``)."""
     from benchmarks.llm import experiment
 
     payloads = [read_results(p, "--merge") for p in args.merge]
-    ignore = ("seeds", "baselines", "preset")
+    # What the merged runs may differ in: their seeds and methods (each record names its
+    # own), and the settings of the baselines, computed here.
+    ignore = ("seeds", "methods", "baselines", "preset", "first_order_lr", "first_order_lrs")
     want = {k: v for k, v in json.loads(json.dumps(presets.as_dict(cfg))).items()
             if k not in ignore}
     for path, p in zip(args.merge, payloads):
         got = {k: v for k, v in p["config"].items() if k not in ignore}
-        if got != want:
-            diff = sorted(k for k in want if got.get(k) != want[k])
+        # a setting an older run did not record is at its default, None
+        diff = sorted(k for k in want.keys() | got.keys() if got.get(k) != want.get(k))
+        if diff:
             flags.fail(f"{path} was run with other settings ({', '.join(diff)}); pass the "
                        "same preset and options as its run.")
     results = [r for p in payloads for r in p["results"]]
-    cfg = dataclasses.replace(cfg, seeds=tuple(sorted({r["seed"] for r in results})))
-    if not cfg.baselines:  # nothing to compute: the runs' model, data and zero-shot row
-        first = payloads[0]
-        return {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
-                "results": results, "merged_runs": [p["record"] for p in payloads],
-                **({"regret": experiment.regret(results, cfg.budget, cfg.eval_every_fe)}
-                   if cfg.budget is not None else {})}
+    cfg = dataclasses.replace(cfg, seeds=tuple(sorted({r["seed"] for r in results})),
+                              methods=tuple(dict.fromkeys(r["method"] for r in results)))
+    # The runs that trained (a merged page's own runs, not the command that merged them).
+    trained = [rec for p in payloads for rec in p.get("merged_runs") or [p["record"]]]
+    if args.baselines_from:  # nothing to compute: the baselines of earlier runs
+        if not args.first_order:
+            flags.fail("--baselines-from needs the first-order runs (--first-order).")
+        base = read_results(args.baselines_from, "--baselines-from")["baselines"]
+        parts = [flags.read_results(p, "--first-order") for p in args.first_order]
+        extra = experiment.with_first_order(
+            {k: base[k] for k in ("prompts", "linear_probe", "memory")}, parts, results)
+        cfg = dataclasses.replace(cfg, baselines=True)
+        payloads[0] = {**payloads[0], "baselines": extra, "baselines_from": [
+            str(path) for path in (args.baselines_from, *args.first_order)]}
+    if not cfg.baselines or args.baselines_from:  # the runs' model, data and zero-shot row
+        first = {**payloads[0], "record": recorder.snapshot().as_dict()}
+        payload = {**first, "config": {"preset": args.preset, **presets.as_dict(cfg)},
+                   "results": results, "merged_runs": trained,
+                   **(experiment.regrets(results, cfg.budget, cfg.eval_every_fe)
+                      if cfg.budget is not None else {})}
+        return json.loads(json.dumps(to_jsonable(payload)))  # as --render reads it back
     payload = _run(args, cfg, recorder, merged=results)
-    payload["merged_runs"] = [p["record"] for p in payloads]
+    payload["merged_runs"] = trained
     return payload
 
 

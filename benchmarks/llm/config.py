@@ -10,7 +10,8 @@ Presets:
            a dev sweep (see docs/results/llm.md), 3 seeds, equal-query (anytime) mode:
            every method spends CPU_BUDGET FE; fixed K in {1, 2, 4}, ZoAQ and auto_k;
            then the baselines (zero-shot per prompt raw and calibrated, demonstrations,
-           linear probe, backprop + Adam at the same wall time) and the memory table.
+           linear probe, backprop + Adam with the same compute in forward-pass time,
+           evaluated as often, its learning rate chosen on dev) and the memory table.
            Measured: 14 min per seed (5 methods, model loading included) on 2 shared
            CPU cores; about 45 min for 3 seeds before the baselines.
   mezo_cpu the previous cpu preset: MeZO's "<s> It was" terrible/great prompt, LoRA on
@@ -73,9 +74,11 @@ class Config:
     fast_path: bool = True  # score single-token options from one sequence
     prompt: str = "it_was"  # sst2 prompt (tasks.PROMPTS); MeZO's by default
     lora_layers: int | None = None  # LoRA on the top n layers, the rest cached; None: all
+    lora_rank: int | None = None  # LoRA rank, alpha / rank = 2 at any rank; None: MeZO's 8
     sequential: bool = False  # evaluate the 2K perturbations one by one (zoaq_jax.sequential)
     baselines: bool = False  # prompt list, linear probe, first-order reference, memory
-    first_order_lr: float = 1e-3  # Adam's learning rate of the first-order reference
+    # Adam's learning rates of the first-order reference (chosen on dev)
+    first_order_lrs: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
 
     def __post_init__(self):
         if self.budget is not None and self.eval_every_fe is None:
@@ -88,6 +91,14 @@ class Config:
     def done(self, t: int, fe: int) -> bool:
         """Whether the run ends after step ``t`` with ``fe`` FE spent."""
         return t >= self.steps if self.budget is None else fe >= self.budget
+
+    @property
+    def evaluations(self) -> int:
+        """Dev evaluations of a run after the one before its first step: one per period of
+        ``eval_every_fe`` FE (anytime mode) or ``eval_every`` steps, the last one at the end."""
+        if self.budget is None:
+            return -(-self.steps // self.eval_every)
+        return -(-self.budget // self.eval_every_fe)
 
     def eval_due(self, t: int, fe_before: int, fe: int) -> bool:
         """Whether step ``t`` (FE ``fe_before`` -> ``fe``) is followed by an evaluation."""

@@ -21,7 +21,7 @@ from benchmarks.experiment import per_worker
 from benchmarks.llm import baselines, data, fetch, models, tasks, train
 from benchmarks.llm import methods as methods_lib
 from benchmarks.llm.config import Config
-from benchmarks.llm.methods import REGISTRY
+from benchmarks.llm.methods import grid_k, is_fixed, parse_one
 from benchmarks.llm.models import lora
 
 
@@ -76,7 +76,8 @@ def prepare(cfg: Config) -> Setup:
         splits = _movie_review_splits(cfg, tokenizer)
     first = lora.first_tuned(model, cfg.lora_layers)
     layout, encoded = tasks.encode_splits(cfg, splits, tokenizer, cfg.prompt)
-    lora.apply_lora(model, key=0, first=first)
+    rank = cfg.lora_rank or lora.RANK
+    lora.apply_lora(model, rank=rank, alpha=lora.ALPHA * rank / lora.RANK, key=0, first=first)
     graphdef, adapters, base = lora.split(model)
     bundle = train.Bundle(graphdef=graphdef, lora=adapters, base=base,
                           loss_kind=tasks.get_task(cfg.task).loss_kind, first=first,
@@ -90,7 +91,8 @@ def prepare(cfg: Config) -> Setup:
 
 # What :func:`prepare` reads of a configuration (not its seeds, methods or run lengths).
 SETUP_FIELDS = ("model", "dtype", "task", "data", "data_seed", "n_train", "n_dev", "n_test",
-                "max_length", "prompt", "fast_path", "lora_layers", "sequential")
+                "max_length", "prompt", "fast_path", "lora_layers", "lora_rank",
+                "sequential")
 
 
 @per_worker(*SETUP_FIELDS)
@@ -101,28 +103,58 @@ def prepared(cfg: Config) -> Setup:
 
 def run(cfg: Config, method: str) -> list[dict]:
     """The method ``method`` (a spec) trained from every seed of ``cfg``: one record each."""
-    bundle, parsed = prepared(cfg).bundle, REGISTRY.parse(method)
+    bundle, parsed = prepared(cfg).bundle, parse_one(method)
     return [train.run(parsed, seed, bundle, cfg) for seed in cfg.seeds]
+
+
+def first_order(cfg: Config, setup: Setup) -> dict[str, Any]:
+    """The first-order reference's runs (:mod:`baselines`): every learning rate of
+    ``cfg.first_order_lrs`` from every seed, each with the compute of the zeroth-order
+    runs' ``cfg.budget`` FE in forward-pass time: as many backpropagation steps as cost
+    them, a step's cost in forward passes measured here (:func:`baselines.step_cost`: both
+    timed back to back, so that the load of a shared machine, which changes the wall
+    time of every run, cancels), evaluated on dev as often as the zeroth-order runs
+    (:attr:`Config.evaluations`: the same schedule in its own steps)."""
+    if cfg.budget is None:
+        raise ValueError("The first-order reference takes the FE budget of anytime mode "
+                         "(--budget).")
+    cost = baselines.step_cost(setup.bundle, cfg)
+    steps = baselines.steps_within(cfg.budget, cost["forward_passes"], cfg.evaluations)
+    return {"first_order_all": baselines.first_order_runs(
+                setup.bundle, cfg, cfg.first_order_lrs, steps=steps, evals=cfg.evaluations),
+            "first_order_cost": [cost], "first_order_fe": cfg.budget,
+            "first_order_evals": cfg.evaluations}
+
+
+def with_first_order(base: dict[str, Any], parts: list[dict[str, Any]],
+                     results: list[dict]) -> dict[str, Any]:
+    """``base`` (the other baselines) with the first-order runs of ``parts`` (each from
+    :func:`first_order`, e.g. one process a seed): all of them, and the ones at the rate
+    chosen on dev (:func:`baselines.chosen_rate`) as ``first_order``."""
+    runs = [r for p in parts for r in p["first_order_all"]]
+    lr = baselines.chosen_rate(runs)
+    return {**base, "first_order_all": runs, "first_order_lr": lr,
+            "first_order": [r for r in runs if r["learning_rate"] == lr],
+            "first_order_cost": [c for p in parts for c in p["first_order_cost"]],
+            "first_order_fe": parts[0]["first_order_fe"],
+            "first_order_evals": parts[0]["first_order_evals"],
+            "zeroth_order_train_s": float(np.median([r["timing"]["step_s_total"]
+                                                     for r in results]))}
 
 
 def run_baselines(cfg: Config, setup: Setup, results: list[dict], *,
                   prompts: list[dict] | None = None) -> dict[str, Any]:
-    """The baselines of the same table and the memory table (:mod:`baselines`); the
-    first-order reference gets the median wall time (training and evaluation) of the
-    zeroth-order runs. ``prompts``: a prompt table computed before
-    (:func:`baselines.prompt_table`), else it is computed here."""
-    wall = float(np.median([r["timing"]["step_s_total"] + r["timing"]["eval_s"] for r in results]))
-    tc = dataclasses.replace(cfg, steps=100_000,
-                             eval_every=max(1, cfg.eval_every_fe or cfg.eval_every))
-    first_order = [baselines.first_order(setup.bundle, seed, tc, cfg.first_order_lr,
-                                         wall_s=wall) for seed in cfg.seeds]
+    """The baselines of the same table (zero-shot prompts, linear probe, the first-order
+    reference of :func:`first_order`) and the memory table (:mod:`baselines`).
+    ``prompts``: a prompt table computed before (:func:`baselines.prompt_table`), else
+    computed here."""
     batch = tasks.take(setup.bundle.train, np.arange(cfg.batch_size))
     optimizers = {m.label: methods_lib.build(m, cfg.lr, cfg.mu, 0)
                   for m in methods_lib.parse(MEMORY_METHODS)}
-    return {"prompts": prompts or baselines.prompt_table(cfg, setup),
+    base = {"prompts": prompts or baselines.prompt_table(cfg, setup),
             "linear_probe": baselines.linear_probe(setup.bundle, cfg.eval_batch_size),
-            "first_order": first_order, "first_order_wall_s": wall,
-            "memory": baselines.memory_rows(setup.bundle, optimizers, batch, cfg.first_order_lr)}
+            "memory": baselines.memory_rows(setup.bundle, optimizers, batch)}
+    return with_first_order(base, [first_order(cfg, setup)], results)
 
 
 MEMORY_METHODS = ("mezo:k=1", "mezo:k=4", "mezo:k=16")
@@ -136,7 +168,7 @@ def payload(preset: str, cfg: Config, setup: Setup, zero: dict, results: list[di
            "model": setup.model, "lora_params": setup.lora_params, "data": setup.data,
            "zero_shot": zero, "results": results}
     if cfg.budget is not None:
-        out["regret"] = regret(results, cfg.budget, cfg.eval_every_fe)
+        out.update(regrets(results, cfg.budget, cfg.eval_every_fe))
     if extra:
         out["baselines"] = extra
     return out
@@ -172,21 +204,36 @@ def best_within(curve: list[dict], budget: float) -> float:
     return min(values)
 
 
+def regrets(results: list[dict], budget: int, every: int) -> dict[str, dict]:
+    """``{"regret": against the fixed-K envelope}``, with ``"grid_regret"`` (against the
+    (learning rate, K) envelope) when the run has grid points at other learning rates;
+    empty without a fixed-K method."""
+    if not any(is_fixed(r["method"]) for r in results):
+        return {}  # nothing to compare with (e.g. one process of a merged page)
+    out = {"regret": regret(results, budget, every)}
+    if any(grid_k(r["method"]) and not is_fixed(r["method"]) for r in results):
+        out["grid_regret"] = regret(results, budget, every,
+                                    member=lambda name: grid_k(name) is not None)
+    return out
+
+
 def regret(results: list[dict], budget: int, every: int,
-           tolerance: float = anytime.TOLERANCE) -> dict:
+           tolerance: float = anytime.TOLERANCE, member=is_fixed) -> dict:
     """Query regret of every method at the budgets ``every, 2 every, ..., budget`` FE.
 
-    The envelope E(B) is the lowest mean dev loss (:func:`mean_curve`) that any fixed-K
-    method of the run reached within B FE (:func:`best_within`). A method's regret at B
+    The envelope E(B) is the lowest mean dev loss (:func:`mean_curve`) that any method
+    of the envelope (``member(spec)``; default: the fixed-K methods at the run's learning
+    rate) reached within B FE (:func:`best_within`). A method's regret at B
     is the FE its mean curve needed to first reach E(B) within the near-tie tolerance
     (:func:`benchmarks.anytime.target`; :func:`fe_to_reach`: linear interpolation between
     evaluations, so FE beyond B count) divided by B (:func:`benchmarks.anytime.ratio`;
     ``inf`` if it never did). The best fixed K at B has regret <= 1.
     """
     curves = {name: mean_curve(runs) for name, runs in pages.grouped(results, "method").items()}
-    fixed = [name for name in curves if REGISTRY.fixed_k(name) is not None]
+    fixed = [name for name in curves if member(name)]
     if not fixed:
-        raise ValueError("The regret needs at least one fixed-K method.")
+        raise ValueError("The regret needs at least one method of its envelope (a fixed-K "
+                         "method by default).")
     budgets = list(range(every, budget + 1, every))
     if budgets[-1] != budget:
         budgets.append(budget)

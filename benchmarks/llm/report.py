@@ -14,7 +14,7 @@ from benchmarks import anytime, common, experiment, pages, record
 from benchmarks.pages import mean_std
 from benchmarks.llm import tables
 from benchmarks.llm.experiment import fe_to_reach
-from benchmarks.llm.methods import REGISTRY
+from benchmarks.llm.methods import grid_k, is_fixed, parse_one
 
 # The paper's Table "Complete LLM fine-tuning results" (OPT-1.3B rows): total FE,
 # avg K, FE savings %, best eval loss, last eval loss, accuracy, dev acc, train loss.
@@ -68,18 +68,20 @@ def summary_rows(results: list[dict]) -> list[list[str]]:
                 ("accuracy", "{:.3f}"), ("dev_accuracy", "{:.3f}"))),
             mean_std(train, "{:.4f}") if train else "–",
             # share of steps accepted at K_min (adaptive methods)
-            "–" if REGISTRY.fixed_k(name) is not None
+            "–" if is_fixed(name)
             else f"{100 * np.mean([r['immediate_accept_rate'] for r in runs]):.1f}%"])
     return rows
 
 
-def regret_rows(payload: dict[str, Any]) -> list[list[str]]:
-    """One row per method: its regret at each budget, the median and the maximum."""
+def regret_rows(payload: dict[str, Any], key: str = "regret",
+                member=is_fixed) -> list[list[str]]:
+    """One row per method: its regret (``payload[key]``) at each budget, the median and
+    the maximum; ``member``: whether a method is one of the envelope's."""
     labels = {r["method"]: r["label"] for r in payload["results"]}
-    return [[labels[name] + (" (envelope)" if REGISTRY.fixed_k(name) is not None else ""),
+    return [[labels[name] + (" (envelope)" if member(name) else ""),
              *(anytime.fmt(float(v))  # JSON stores infinity as "inf"
                for v in (*entry["regret"], entry["median"], entry["max"]))]
-            for name, entry in payload["regret"]["methods"].items()]
+            for name, entry in payload[key]["methods"].items()]
 
 
 def matched_rows(results: list[dict]) -> list[list[str]]:
@@ -127,24 +129,39 @@ def timing_rows(results: list[dict]) -> list[list[str]]:
     return rows
 
 
-def plot(results: list[dict], path: Path, title: str, envelope: list[dict] = ()) -> Path:
-    """Dev loss and dev accuracy against cumulative FE, one line per method and seed;
-    the fixed-K envelope (anytime mode) as a dashed black line on the dev loss."""
+def plot(results: list[dict], path: Path, title: str, envelope: list[dict] = (),
+         first_order: list[dict] = (), budget: int | None = None,
+         grid_envelope: list[dict] = ()) -> Path:
+    """Dev loss and dev accuracy against cumulative FE, one line per method and seed (the
+    points of the (learning rate, K) grid at other learning rates only through their
+    envelope); the fixed-K envelope (anytime mode) as a dashed black line on the dev
+    loss, the grid's as a dotted one; the first-order reference (``first_order`` runs)
+    in black, its i-th evaluation at the i-th of the zeroth-order runs (the same share
+    of the ``budget``, in its own steps)."""
     colors, lines = {}, {"dev_loss": [], "dev_accuracy": []}
-    for r in results:
+    shown = [r for r in results if is_fixed(r["method"]) or not grid_k(r["method"])]
+    for r in shown:
         style = {"marker": "o", "ms": 3, "color": colors.setdefault(r["method"], f"C{len(colors)}")}
-        first = r["seed"] == min(x["seed"] for x in results if x["method"] == r["method"])
+        first = r["seed"] == min(x["seed"] for x in shown if x["method"] == r["method"])
         for key, keyed in lines.items():
             keyed.append(([c["fe"] for c in r["curve"]], [c[key] for c in r["curve"]],
                           r["label"] if first else None, style))
-    if envelope:
-        lines["dev_loss"].append(([e["budget"] for e in envelope],
-                                  [e["dev_loss"] for e in envelope], "fixed-K envelope E(B)",
-                                  {**pages.ENVELOPE, "lw": 1}))
+    # (records before the fair reference had no schedule to place them on)
+    for i, r in enumerate(r for r in first_order if budget and "share" in r["curve"][0]):
+        label = f"backprop + Adam (lr {r['learning_rate']:g})" if i == 0 else None
+        for key, keyed in lines.items():
+            keyed.append(([c["share"] * budget for c in r["curve"]], [c[key] for c in r["curve"]],
+                          label, {"marker": "s", "ms": 3, "color": "k", "lw": 0.8}))
+    for env, label, style in ((envelope, "fixed-K envelope E(B)", {}),
+                              (grid_envelope, "(lr, K) envelope", {"ls": ":"})):
+        if env:
+            lines["dev_loss"].append(([e["budget"] for e in env], [e["dev_loss"] for e in env],
+                                      label, {**pages.ENVELOPE, "lw": 1, **style}))
     return pages.curves(path, [("", keyed, {"ylabel": key.replace("_", " ")})
                                for key, keyed in lines.items()],
                         cols=2, size=(5.5, 4), legend=(0, 8), suptitle=title, xscale="linear",
-                        xlabel="forward evaluations (FE)")
+                        xlabel="forward evaluations (FE); backprop: the same share of "
+                               "its steps")
 
 
 def title(payload: dict[str, Any]) -> str:
@@ -167,10 +184,11 @@ def markdown(payload: dict[str, Any], figure: str) -> list[str]:
     cfg, results, data = payload["config"], payload["results"], payload["data"]
     zs = payload.get("zero_shot") or {}
     run = record.RunRecord.from_dict(payload["record"])
+    rank = cfg.get("lora_rank") or 8  # None, or a page written before the option: MeZO's
     setup = [
         f"Model: {payload['model']['name']} ({payload['model']['architecture']}), base "
-        f"weights {payload['model']['dtype']}, LoRA r=8, alpha=16 on q/v projections "
-        f"({payload['lora_params']:,} trainable parameters, float32).",
+        f"weights {payload['model']['dtype']}, LoRA r={rank}, alpha={2 * rank} on q/v "
+        f"projections ({payload['lora_params']:,} trainable parameters, float32).",
         f"Task: {cfg['task']} on {data['source']}; splits {data['sizes']}; sequences padded "
         f"to {data['max_length']} tokens; single-token fast path: {data['fast_path']}.",
         f"Preset `{cfg['preset']}`: {cfg['steps']} steps, eval every {cfg['eval_every']} steps, "
@@ -199,6 +217,7 @@ def markdown(payload: dict[str, Any], figure: str) -> list[str]:
                      "FE saved at matched loss"], matched_rows(results)),
         f"![dev loss and accuracy vs FE]({figure})",
         *(_regret_section(payload) if payload.get("regret") else ()),
+        *(_regret_section(payload, "grid_regret") if payload.get("grid_regret") else ()),
         *tables.sections(payload),
         "## Speed",
         "FE/s = FE / time inside training steps. Overhead = share of step time outside the "
@@ -248,20 +267,35 @@ def _run_notes(cfg: dict[str, Any]) -> str:
             f"{cfg['lr']:g} (the paper: 5,000 steps of K = 4, 3 seeds, 5e-5).\n")
 
 
-def _regret_section(payload: dict[str, Any]) -> list[str]:
-    reg = payload["regret"]
+def _regret_section(payload: dict[str, Any], key: str = "regret") -> list[str]:
+    """The query regret against the fixed-K envelope (``key="regret"``) or the (learning
+    rate, K) envelope (``"grid_regret"``)."""
+    reg = payload[key]
     env = ", ".join(f"{e['budget']}: {e['dev_loss']:.4f} ({e['method']})" for e in reg["envelope"])
+    if key == "regret":
+        name, which, member = "the fixed-K envelope", "fixed-K method", is_fixed
+    else:
+        scales = sorted({parse_one(r["method"]).get("lr_scale") for r in payload["results"]
+                         if grid_k(r["method"])})
+        ks = sorted({grid_k(r["method"]) for r in payload["results"] if grid_k(r["method"])})
+        name = "the (learning rate, K) envelope"
+        which = (f"point of the (learning rate, K) grid (learning rate x "
+                 f"{', '.join(f'{x:g}' for x in scales)} of the run's, K in "
+                 f"{{{', '.join(map(str, ks))}}}; a smaller grid than issue 32's 4 x 5, "
+                 "for the CPU time)")
+        member = (lambda spec: grid_k(spec) is not None)
     return [
-        "## Anytime: query regret against the fixed-K envelope",
-        "E(B) = lowest mean dev loss any fixed-K method reached within B FE (linear "
+        f"## Anytime: query regret against {name}",
+        f"E(B) = lowest mean dev loss any {which} reached within B FE (linear "
         "interpolation between evaluations); a method's regret at B = the FE its mean "
         "curve needed to first reach E(B), divided by B (∞: never reached within its "
         f"run; within {anytime.TOLERANCE:.0%} of E(B) counts as reached, the near-tie "
         "tolerance of `benchmarks/anytime.py`). Regret <= 1 means the method was at least as "
-        "good as the best fixed K chosen in hindsight for that budget.",
+        f"good as the best {'fixed K' if key == 'regret' else 'grid point'} chosen in "
+        "hindsight for that budget.",
         f"Envelope (B: E(B), from): {env}.",
         pages.table(["Method", *(f"B={b}" for b in reg["budgets"]), "Median", "Max"],
-                    regret_rows(payload))]
+                    regret_rows(payload, key, member))]
 
 
 NOTES = """\
@@ -290,18 +324,21 @@ def write(out_dir: Path | None, report_path: Path | None,
     ``<page stem>.json.xz``)."""
     cfg = payload["config"]
     caption = f"{payload['model']['name']} / {cfg['task']} / preset {cfg['preset']}"
-    envelope = payload.get("regret", {}).get("envelope", ())
+    curves = {"envelope": payload.get("regret", {}).get("envelope", ()),
+              "grid_envelope": payload.get("grid_regret", {}).get("envelope", ()),
+              "first_order": (payload.get("baselines") or {}).get("first_order", ()),
+              "budget": cfg.get("budget")}
     paths = {}
     if out_dir is not None:
         out_dir = Path(out_dir)
         paths["json"] = experiment.save(out_dir / f"llm{common.RESULTS}", payload)
-        paths["png"] = plot(payload["results"], out_dir / "llm.png", caption, envelope)
+        paths["png"] = plot(payload["results"], out_dir / "llm.png", caption, **curves)
     if report_path is not None:
         report_path = Path(report_path)
         beside = report_path.parent / "llm"
         fig = plot(payload["results"],
                    beside / f"{report_path.stem}_{cfg['preset']}_{cfg['task']}.png", caption,
-                   envelope)
+                   **curves)
         paths["report json"] = experiment.save(beside / f"{report_path.stem}{common.RESULTS}",
                                                payload)
         paths["markdown"] = pages.page(report_path, title(payload),

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import pages, record
+from benchmarks.llm.methods import grid_k, parse_one
 from benchmarks.pages import mean_std
 
 
@@ -81,9 +82,13 @@ def baseline_rows(payload: dict[str, Any]) -> list[list[str]]:
                  f"{probe['train_examples']} examples)", "–", f"{probe['dev_accuracy']:.3f}",
                  f"{probe['accuracy']:.3f}"])
     fo = base["first_order"]
-    rows.append([f"backprop + Adam (lr {fo[0]['learning_rate']:g}, "
-                 f"{base['first_order_wall_s']:.0f} s per seed)",
-                 mean_std([r["steps"] for r in fo], "{:.0f}") + " steps",
+    if "first_order_fe" in base:  # the fair reference: same compute and schedule
+        what = (f"backprop + Adam (lr {fo[0]['learning_rate']:g} chosen on dev; the "
+                f"zeroth-order runs' {base['first_order_fe']:,.0f} FE in forward-pass time)")
+    else:
+        what = (f"backprop + Adam (lr {fo[0]['learning_rate']:g}, "
+                f"{base['first_order_wall_s']:.0f} s per seed)")
+    rows.append([what, mean_std([r["steps"] for r in fo], "{:.0f}") + " steps",
                  mean_std([r["dev_accuracy"] for r in fo], "{:.3f}"),
                  mean_std([r["accuracy"] for r in fo], "{:.3f}")])
     for runs in by_method(payload["results"]).values():
@@ -92,6 +97,87 @@ def baseline_rows(payload: dict[str, Any]) -> list[list[str]]:
                      mean_std([r["dev_accuracy"] for r in runs], "{:.3f}"),
                      mean_std([r["accuracy"] for r in runs], "{:.3f}")])
     return rows
+
+
+def first_order_lines(payload: dict[str, Any]) -> list[str]:
+    """The first-order reference: its compute, schedule, learning-rate sweep and result
+    beside the zeroth-order method with the lowest dev loss (dev loss, dev and test
+    accuracy)."""
+    base = payload["baselines"]
+    if "first_order_all" not in base:
+        return []
+    runs, fo, evals = base["first_order_all"], base["first_order"], base["first_order_evals"]
+    groups = by_method(payload["results"])
+    best = min(groups, key=lambda n: np.mean([r["best_eval_loss"] for r in groups[n]]))
+
+    def row(label, rs):
+        return [label, mean_std([r["best_eval_loss"] for r in rs], "{:.4f}"),
+                mean_std([r["best_step"] for r in rs], "{:.0f}"),
+                mean_std([r["dev_accuracy"] for r in rs], "{:.3f}"),
+                mean_std([r["accuracy"] for r in rs], "{:.3f}"), str(len(rs))]
+
+    rates = sorted({r["learning_rate"] for r in runs})
+    rows = [row(f"backprop + Adam, lr {lr:g}" + (" (chosen)" if lr == base["first_order_lr"]
+                                                  else ""),
+                [r for r in runs if r["learning_rate"] == lr]) for lr in rates]
+    best_runs = groups[best]
+    rows.append([groups[best][0]["label"] + " (zeroth order, lowest mean dev loss)",
+                 mean_std([r["best_eval_loss"] for r in best_runs], "{:.4f}"),
+                 mean_std([r["best_step"] for r in best_runs], "{:.0f}"),
+                 mean_std([r["dev_accuracy"] for r in best_runs], "{:.3f}"),
+                 mean_std([r["accuracy"] for r in best_runs], "{:.3f}"), str(len(best_runs))])
+    costs = [c["forward_passes"] for c in base["first_order_cost"]]
+    return [
+        "## The first-order reference",
+        f"Backpropagation + Adam on the same adapters, data and batches, with the compute "
+        f"of the zeroth-order runs' {base['first_order_fe']:,.0f} FE in forward-pass time: "
+        f"{mean_std([r['steps'] for r in runs], '{:.0f}')} steps, a backprop step measured "
+        f"at {', '.join(f'{c:.2f}' for c in costs)} forward passes of the same batch (one "
+        "measurement a process; the step and the forward pass timed back to back, so that "
+        "the load of the shared machine cancels; the zeroth-order steps' own time beyond "
+        "their forward passes is not counted). Training time inside steps: "
+        f"{mean_std([r['train_s'] for r in fo], '{:.0f}')} s per run at the chosen rate, "
+        f"against the zeroth-order runs' median {base['zeroth_order_train_s']:.0f} s (each "
+        "at the load of its own run). Evaluated on dev exactly as often as the "
+        f"zeroth-order runs: before the first step and {evals} times, after each "
+        f"{evals}th of its steps (the zeroth-order schedule, every {evals}th of the FE, "
+        "in its own steps). Same best-checkpoint rule (lowest dev loss). The learning rate "
+        "is the one with the lowest mean best dev loss over the seeds (dev only). Its "
+        "curve is in the figure above (black squares; its i-th evaluation at the FE of "
+        "the zeroth-order runs' i-th). *Best step*: the step of the best checkpoint.",
+        pages.table(["Run", "Best dev loss", "Best step", "Dev acc", "Test acc", "Seeds"],
+                    rows)]
+
+
+def grid_lines(payload: dict[str, Any]) -> list[str]:
+    """Issue 32's LLM target: each method that is not a grid point (tuning_free, auto_k,
+    a schedule) against the best point of the (learning rate, K) grid run (fixed K at
+    constant learning rates): best dev loss at equal FE (the run's budget), within the
+    seed spread or not (one seed: no spread, :func:`resolved`)."""
+    groups = by_method(payload["results"])
+    grid = [n for n in groups if grid_k(n)]
+    if not grid or len(grid) == len(groups):
+        return []
+    scales = sorted({parse_one(n).get("lr_scale") for n in grid})
+    extent = (f"learning rate x {', '.join(f'{x:g}' for x in scales)} of the run's, K in "
+              f"{{{', '.join(str(k) for k in sorted({grid_k(n) for n in grid}))}}}")
+    loss = {n: _stats([r["best_eval_loss"] for r in runs]) for n, runs in groups.items()}
+    best = min(grid, key=lambda n: loss[n][0])
+    lines = [f"{groups[n][0]['label']}: {pages.pm(*loss[n], '{:.4f}')}, "
+             f"{loss[n][0] - loss[best][0]:+.4f} from the best grid point; "
+             + ("seed spread not measured (1 seed)." if len(groups[n]) < 2 else
+                ("within the seed spread" if not resolved(loss[n], loss[best])
+                 else ("below it by more than the seed spread" if loss[n][0] < loss[best][0]
+                       else "**above it by more than the seed spread**"))
+                + f" ({loss[n][1] + loss[best][1]:.4f}).")
+             for n in groups if not grid_k(n)]
+    return ["## Against the best point of the (learning rate, K) grid",
+            f"Best dev loss within the run's {payload['config']['budget']:,} FE (mean ± std "
+            f"over seeds). The grid run here: {extent}. Best grid point: "
+            f"{groups[best][0]['label']}, "
+            f"{pages.pm(*loss[best], '{:.4f}')}. Issue 32's target: a method run without "
+            "tuning within the seed spread of it (the sum of the two stds).",
+            pages.bullets(lines)]
 
 
 def anytime_rows(payload: dict[str, Any], key: str, better, fmt: str) -> tuple[list, list]:
@@ -130,10 +216,19 @@ def merged_lines(payload: dict[str, Any]) -> list[str]:
     if not payload.get("merged_runs"):
         return []
     runs = [record.RunRecord.from_dict(rec) for rec in payload["merged_runs"]]
+    if payload.get("baselines_from"):
+        source = ("the command above loaded no model: the zero-shot row is the first "
+                  "file's, the prompt table, linear probe and memory table those of "
+                  f"`{payload['baselines_from'][0]}`, the first-order runs those of "
+                  + ", ".join(f"`{p}`" for p in payload["baselines_from"][1:]) + ".")
+    elif payload["config"].get("baselines"):
+        source = ("the command above loaded the model again for the zero-shot row and the "
+                  "baselines.")
+    else:
+        source = "the zero-shot row and any baselines are the first file's."
     return ["## Runs merged into this page",
             "The zeroth-order results come from these runs (side by side, one process "
-            "each); the command above loaded the model again for the zero-shot row and "
-            "the baselines.",
+            "each); " + source,
             pages.bullets(f"`{run.command}`. {record.run_line(run)}" for run in runs)]
 
 
@@ -150,7 +245,10 @@ def sections(payload: dict[str, Any]) -> list[str]:
             "unlabeled training examples); the prompt the zeroth-order methods use was "
             "chosen on dev accuracy. Test accuracy of the best-dev-loss checkpoint for "
             "trained rows.",
-            pages.table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload))]
+            pages.table(["Method", "Cost", "Dev acc", "Test acc"], baseline_rows(payload)),
+            *first_order_lines(payload)]
+    if payload["config"].get("budget"):
+        parts += grid_lines(payload)
     if payload["config"].get("budget"):
         budgets, acc = anytime_rows(payload, "dev_accuracy", max, "{:.3f}")
         _, loss = anytime_rows(payload, "dev_loss", min, "{:.4f}")

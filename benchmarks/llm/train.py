@@ -37,7 +37,7 @@ from benchmarks.llm import methods as methods_lib
 from benchmarks.llm import tasks
 from benchmarks.llm.config import Config
 from benchmarks.llm.models import lora as lora_lib
-from benchmarks.methods import Method
+from benchmarks.methods import Complete, Method
 
 
 @dataclasses.dataclass
@@ -188,7 +188,7 @@ def forward_call_seconds(bundle: Bundle, lora: Any, batch: dict, sizes, reps: in
             for key, call in _oracle_calls(bundle, lora, batch, sizes).items()}
 
 
-def interleaved_overhead(compiled, method: Method, bundle: Bundle, lora: Any, state: Any,
+def interleaved_overhead(compiled, method: Method | Complete, bundle: Bundle, lora: Any, state: Any,
                          batch: dict, reps: int) -> dict:
     """Step time vs forward time, measured back to back to cancel drifts in machine load.
 
@@ -209,10 +209,10 @@ def interleaved_overhead(compiled, method: Method, bundle: Bundle, lora: Any, st
             "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s))}
 
 
-def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
+def run(method: Method | Complete, seed: int, bundle: Bundle, cfg: Config) -> dict:
     """Trains the adapters with ``method`` from seed ``seed``; returns the result record."""
     wall0 = time.perf_counter()
-    opt = methods_lib.build(method, cfg.lr, cfg.mu, seed)
+    opt = methods_lib.build(method, cfg.lr, cfg.mu, seed, budget=cfg.budget)
     lora = lora_lib.init_adapters(bundle.lora, seed)
     state = opt.init(lora)
     stream = batches(bundle.train, cfg.batch_size, seed)
@@ -246,6 +246,11 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
         fe, k = int(num_queries), int(last_k)  # waits for the step
         step_s.append(time.perf_counter() - s0)
         ks.append(k)
+        if fe == fe_before:  # told the budget, it stops before a step would exceed it
+            ks.pop(), step_s.pop()
+            if tracker.curve[-1]["step"] != t - 1:
+                do_eval(t - 1)
+            break
         if cfg.eval_due(t, fe_before, fe):
             do_eval(t)
             bar.set_postfix(fe=fe, dev_loss=f"{tracker.curve[-1]['dev_loss']:.4f}")
@@ -267,7 +272,7 @@ def run(method: Method, seed: int, bundle: Bundle, cfg: Config) -> dict:
         "method": method.spec, "label": method.label, "seed": seed, "steps": len(ks),
         "total_fe": fe, "avg_k": float(np.mean(ks)), "fe_per_step": fe / len(ks), "k_trace": ks,
         "k_hist": {str(k): hist[k] for k in sorted(hist)},
-        "immediate_accept_rate": hist[method.k_min] / len(ks),
+        "immediate_accept_rate": hist[methods_lib.k_min(method)] / len(ks),
         "best_eval_loss": best["loss"], "best_step": best["step"],
         "last_eval_loss": curve[-1]["dev_loss"], "dev_accuracy": best["accuracy"],
         "accuracy": test["accuracy"], "test_loss": test["loss"],

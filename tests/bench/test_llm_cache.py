@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks.llm import baselines, config, methods, tasks, train
+from benchmarks.llm import baselines, config, experiment, methods, tasks, train
 from benchmarks.llm.models import lora
 from llm_helpers import tiny_bundle
 
@@ -78,7 +78,18 @@ def test_first_order_reference_reduces_loss(bundles):
     _, cached = bundles
     cfg = dataclasses.replace(config.SMOKE, steps=30, eval_every=10, batch_size=8,
                               eval_batch_size=8, probe_every=10, timing_reps=3)
-    r = baselines.first_order(cached, 0, cfg, learning_rate=1e-2)
+    r = baselines.first_order(cached, 0, cfg, learning_rate=1e-2, steps=30, evals=3)
     assert r["steps"] == 30
     assert r["curve"][-1]["dev_loss"] < r["curve"][0]["dev_loss"]
     assert r["last_loss"] < r["first_loss"]
+
+
+def test_lora_rank_sets_the_adapters_rank_at_mezos_alpha_over_rank():
+    cfg = dataclasses.replace(config.SMOKE, lora_layers=1)
+    setups = {rank: experiment.prepare(dataclasses.replace(cfg, lora_rank=rank))
+              for rank in (None, 2)}
+    assert setups[None].lora_params == 4 * setups[2].lora_params  # r = 8 by default
+    for rank, setup in setups.items():
+        model = lora.merge(setup.bundle.graphdef, setup.bundle.lora, setup.bundle.base)
+        adapted = [getattr(owner, name) for owner, name in model.lora_targets(setup.bundle.first)]
+        assert [(a.lora_a.shape[1], a.scale) for a in adapted] == [(rank or 8, 2.0)] * 2
