@@ -15,6 +15,12 @@ with ``budget`` (anytime mode), at the first step whose cumulative FE reach ``bu
 evaluating at the first step whose FE reach each multiple of ``eval_every_fe``. Methods
 then spend the same FE (an adaptive method may overshoot by less than its last step's
 FE), so their dev-loss curves can be compared at every budget up to ``budget``.
+
+Why its own loop (not ``benchmarks.loops`` nor ``zoaq_jax.run``): each step's minibatch
+comes from a host-side epoch shuffle, and between steps the host evaluates on dev, keeps
+the best adapters and times the step; a compiled loop over thousands of steps of a
+transformer would hold every batch and give no step timing. The step itself is the same
+jitted ``update`` + ``apply_updates`` every other loop runs.
 """
 
 from __future__ import annotations
