@@ -9,7 +9,7 @@ import pytest
 
 import zoaq_jax
 from zoaq_jax._src.budgets import window_statistics
-from zoaq_jax._src.tuning_free import noise_diagnosis
+from zoaq_jax._src.tuning_free import MU_RATIO, noise_diagnosis
 
 D = 8
 WEIGHTS = jnp.linspace(1.0, 30.0, D)
@@ -146,15 +146,15 @@ def scripted(values, dim=D):
 def test_the_start_up_ramp_doubles_while_windows_fall_faster():
     """At d = 10^4 the first step is 8e-3 x sqrt(100 / d) = 8e-4. Windows of 16 steps
     falling faster each time: the step doubles at every comparison up to the ceiling
-    8e-3 (3 doublings: 6.4e-3 would double past it). Falling at one constant rate: the
-    first fall doubles, the next (no faster) halves back and ends the ramp for good, so
-    the later faster windows change nothing. At d <= 100 there is no ramp."""
-    rates = np.repeat(np.arange(1.0, 9.0), 16)  # window j falls j per step
-    accelerating = 1e4 - np.cumsum(rates)
+    RAMP_CEILING = 1 (10 doublings: 0.8192 would double past it). Falling at one constant
+    rate: the first fall doubles, the next (no faster) halves back and ends the ramp for
+    good, so the later faster windows change nothing. At d <= 100 there is no ramp."""
+    rates = np.repeat(np.arange(1.0, 15.0), 16)  # window j falls j per step
+    accelerating = 1e5 - np.cumsum(rates)
     out = scripted(accelerating, dim=10_000)
-    assert out["num_lr_up"] == 3 and out["num_lr_down"] == 0
-    np.testing.assert_allclose(out["learning_rate"], 6.4e-3, rtol=1e-6)
-    steady = 1e4 - np.cumsum(np.concatenate([np.ones(64), rates]))
+    assert out["num_lr_up"] == 10 and out["num_lr_down"] == 0
+    np.testing.assert_allclose(out["learning_rate"], 8e-4 * 2**10, rtol=1e-6)
+    steady = 1e5 - np.cumsum(np.concatenate([np.ones(64), rates]))
     out = scripted(steady, dim=10_000)
     assert out["num_lr_up"] == 1 and out["num_lr_down"] == 1
     np.testing.assert_allclose(out["learning_rate"], 8e-4, rtol=1e-6)
@@ -210,6 +210,32 @@ def test_one_trace_and_vmap_equals_per_seed_runs():
         one = run(jnp.int32(i), x0)
         chex.assert_trees_all_close(one[0], many[0][i], rtol=1e-5, atol=1e-6)
         assert int(one[1]) == int(many[1][i]) <= 1000
+
+
+def test_the_radius_follows_the_step():
+    """mu_t = MU_RATIO * eta_t: the first step's free value estimate (the pairs' midpoints,
+    which depend on the radius) equals that of a fixed radius MU_RATIO * eta_t, at the
+    first step size and at a quarter of it; the two step sizes see different values."""
+    x0 = jnp.linspace(-2.0, 3.0, D)
+    seen = {}
+    for factor in (1.0, 0.25):
+        for mu in (None, MU_RATIO * 8e-3 * factor):
+            opt = zoaq_jax.tuning_free(key=0, mu=mu)
+            state = opt.init(x0)
+            control = state.control._replace(learning_rate=state.control.learning_rate * factor)
+            _, state = opt.update(None, state._replace(control=control), x0, value_fn=bowl)
+            seen[factor, mu is None] = float(optax.tree.get(state, "value_estimate"))
+        np.testing.assert_allclose(seen[factor, True], seen[factor, False], rtol=1e-6)
+    assert seen[1.0, True] > seen[0.25, True] * (1 + 1e-3)
+
+
+def test_leaves_that_start_at_zero_carry_no_scale():
+    """LoRA's B = 0 beside A: the unit is A's RMS, not diluted by B's zeros."""
+    a = jnp.linspace(-0.03, 0.03, 12).reshape(3, 4)
+    params = {"a": a, "b": jnp.zeros((4, 3))}
+    scale = optax.tree.get(zoaq_jax.tuning_free().init(params), "scale")
+    np.testing.assert_allclose(scale, jnp.sqrt(jnp.mean(a**2)), rtol=1e-6)
+    assert float(optax.tree.get(zoaq_jax.tuning_free().init(jnp.zeros(4)), "scale")) == 1.0
 
 
 def test_budget_decay_reaches_the_minimum():

@@ -33,6 +33,15 @@ def final_decay(spent: jax.Array, budget: int) -> jax.Array:
     return 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.clip(phase, 0.0, 1.0)))
 
 
+MU_RATIO = 16.0
+r"""The smoothing radius per unit of step, :math:`\mu_t = \kappa\, \eta_t` (chosen on the
+tuning set: ``docs/design.md``, tuning_free)."""
+
+RAMP_CEILING = 1.0
+"""The start-up ramp's largest step, in units of :math:`s` (a step the size of the start
+point's RMS in every coordinate)."""
+
+
 TUNED_DIMENSION = 100
 """The dimension of the tuning set, where ``learning_rate`` is the first step as given."""
 
@@ -49,7 +58,7 @@ def _dimension_factor(params: chex.ArrayTree) -> float:
 
 
 def start_ramp(c: StepControl, fell, halted, gain_rate, *, ceiling: float):
-    r"""The start-up ramp of a run that began below ``ceiling`` (:math:`d > 100`).
+    r"""The start-up ramp of a run that began below :math:`\eta_0` (:math:`d > 100`).
 
     While it is on, a window that falls significantly and faster per step than the last
     (:math:`\Delta_j / n_j > \Delta_{j-1} / n_{j-1}`, or the first fall) doubles the step,
@@ -116,10 +125,16 @@ def _external_budget(k_min: int) -> BudgetRule:
 
 
 def _start_scale(params: chex.ArrayTree) -> jax.Array:
-    """RMS of the optimised leaves of ``params`` (1 where that is 0 or not finite)."""
+    """RMS of the optimised leaves of ``params`` that are not all 0 (1 where none is).
+
+    A leaf that starts at 0 (LoRA's ``B``, a bias) carries no scale: counting its
+    entries would shrink the unit with the share of such leaves."""
     leaves = [jnp.asarray(x, jnp.float32) for x in jax.tree.leaves(params) if dirs.optimised(x)]
-    sq = sum(jnp.sum(jnp.square(x)) for x in leaves)
-    rms = jnp.sqrt(sq / max(sum(x.size for x in leaves), 1))
+    sums = [jnp.sum(jnp.square(x)) for x in leaves]
+    sq = sum(sums, jnp.zeros((), jnp.float32))
+    size = sum((jnp.where(q > 0, x.size, 0) for q, x in zip(sums, leaves)),
+               jnp.zeros((), jnp.float32))
+    rms = jnp.sqrt(sq / jnp.maximum(size, 1.0))
     return jnp.where(jnp.isfinite(rms) & (rms > 0), rms, 1.0).astype(jnp.float32)
 
 
@@ -181,7 +196,7 @@ def tuning_free(
     key: int | jax.Array = 0,
     learning_rate: float = 8e-3,
     k_max: int = 16,
-    mu: float = 5e-3,
+    mu: float | None = None,
     window: int = 32,
     growth: float = 0.125,
     z: float = 1.0,
@@ -193,8 +208,8 @@ def tuning_free(
 
     Units. Every length is measured in the start point's scale
     :math:`s = \mathrm{RMS}(x_0)` (``scale`` overrides it; 1 when :math:`x_0 = 0`): the
-    optimizer works on :math:`z = x / s`, with smoothing radius :math:`\mu s` and steps
-    :math:`s \eta_t`, so multiplying the parameters (and the start point) by a constant
+    optimizer works on :math:`z = x / s`, with steps :math:`s \eta_t` and smoothing radius
+    :math:`s \mu_t`, so multiplying the parameters (and the start point) by a constant
     multiplies the path by it. Steps are R-AdaZO's refined moments of the K-direction
     central-difference estimate :math:`g_t` (in :math:`z`),
 
@@ -209,6 +224,13 @@ def tuning_free(
     falls from 1 to 0 along a cosine over the last quarter of the budget
     (:func:`final_decay` of the calls :math:`n_t` spent), and the run never makes more
     than :math:`B` calls.
+
+    Smoothing. The radius follows the step, :math:`\mu_t = \kappa\, \eta_t` with
+    :math:`\kappa` = :data:`MU_RATIO` (``mu`` fixes it instead): a radius many steps wide
+    sees past the small-scale ripples and flat stretches of the objective while the run
+    moves far, and shrinks with the step as the run settles, so its bias (of order
+    :math:`\mu_t^2` times the objective's third derivatives) never sets a floor the step
+    could go below.
 
     Control. The steps' free value estimates (the midpoints of the central pairs) are
     averaged over windows that grow with the run (:math:`\max(w, \lfloor g t\rfloor)`
@@ -228,8 +250,8 @@ def tuning_free(
     a run of any length passes through the step sizes that suit it, in the manner of a
     reduce-on-plateau schedule whose plateaus are tested statistically. Above, the first
     step is :math:`\eta_0 \sqrt{100 / d}` and a start-up ramp (:func:`start_ramp`)
-    doubles it, up to :math:`\eta_0`, while windows fall faster; after the ramp it only
-    falls.
+    doubles it, up to :data:`RAMP_CEILING`, while windows fall faster; after the ramp it
+    only falls.
 
     The starting :math:`\eta`, :math:`\mu` and window rule were chosen on the tuning set
     of ``benchmarks/generalization`` and scored on its held-out set
@@ -241,9 +263,10 @@ def tuning_free(
         one optimizer shares it (give each lane its own key for independent directions).
       learning_rate: the first step size :math:`\eta_0`, in units of :math:`s`, at
         dimension :math:`d \le 100` (the tuning set's); above, the first step is
-        :math:`\eta_0 \sqrt{100 / d}` and :math:`\eta_0` the start-up ramp's ceiling.
+        :math:`\eta_0 \sqrt{100 / d}`.
       k_max: the largest number of directions a step, :math:`K_{\max}`.
-      mu: smoothing radius in units of :math:`s`.
+      mu: a fixed smoothing radius in units of :math:`s`; None: :math:`\mu_t = \kappa
+        \eta_t`.
       window: steps of the first (shortest) window, :math:`w \ge 2`.
       growth: window length as a fraction of the steps elapsed, :math:`0 \le g \le 1`.
       z: standard errors a window's fall must exceed not to be a stall.
@@ -290,11 +313,13 @@ def tuning_free(
         budget = checks.static_int("budget", budget, 1)
         if budget > ledger.COUNT_MAX:
             raise ValueError(f"budget ({budget}) must be at most 2**31 - 1.")
-    for name, value in (("learning_rate", learning_rate), ("mu", mu), ("z", z),
-                        ("q_data", q_data), ("precision", precision), ("growth", growth)):
+    for name, value in (("learning_rate", learning_rate), ("z", z), ("q_data", q_data),
+                        ("precision", precision), ("growth", growth)):
         checks.finite(name, value)
-    for name, value in (("learning_rate", learning_rate), ("mu", mu)):
-        checks.positive(name, value)
+    checks.positive("learning_rate", learning_rate)
+    if mu is not None:
+        checks.finite("mu", mu)
+        checks.positive("mu", mu)
     k_max = checks.static_int("k_max", k_max, 1)
     checks.count("window", window, 2)
     checks.in_closed_interval("growth", growth, 0.0, 1.0)
@@ -305,8 +330,11 @@ def tuning_free(
         checks.finite("scale", scale)
         checks.positive("scale", scale)
     b1, b2, eps = 0.9, 0.99, 1e-8  # R-AdaZO's moments (the benchmarks' betas)
+    # The estimator's radius is fixed (mu_e); a radius mu_t = rho_t mu_e is had by
+    # estimating on w = z / rho_t, whose gradient is rho_t times z's.
+    mu_e = MU_RATIO * learning_rate if mu is None else mu
     estimator = adaptive_estimator(
-        gates.accept(), _external_budget(1), grid=Grid(1, k_max), mu=mu, predraw=False,
+        gates.accept(), _external_budget(1), grid=Grid(1, k_max), mu=mu_e, predraw=False,
         key=key)
     f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
 
@@ -341,14 +369,17 @@ def tuning_free(
         del updates
         c = state.control
         s = c.scale
+        rho = c.learning_rate / learning_rate if mu is None else jnp.ones((), jnp.float32)
+        w_unit = s * rho
 
         @functools.wraps(value_fn)
-        def value_fn_z(point, *args, **kwargs):
-            return value_fn(_scaled(point, s), *args, **kwargs)
+        def value_fn_w(point, *args, **kwargs):
+            return value_fn(_scaled(point, w_unit), *args, **kwargs)
 
-        unit = _scaled(params, 1.0 / s)
-        g, est = estimator.update(None, state.estimator, unit, value_fn=value_fn_z, value=value,
-                                  **extra_args)
+        w = _scaled(params, 1.0 / w_unit)
+        g_w, est = estimator.update(None, state.estimator, w, value_fn=value_fn_w, value=value,
+                                    **extra_args)
+        g = jax.tree.map(lambda x: x / rho, g_w)
         m, v = refined_moments(g, state.moments, b1, b2)
         root = jax.tree.map(jnp.sqrt, v)
         top = jnp.max(jnp.stack([jnp.max(r) for r in jax.tree.leaves(root)]))
@@ -360,7 +391,7 @@ def tuning_free(
         dz = jax.tree.map(lambda d: -lr * d, direction)
         took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
         dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
-        control = _control(c, est, took, ceiling=learning_rate, k_max=k_max, window=window,
+        control = _control(c, est, took, ceiling=RAMP_CEILING, k_max=k_max, window=window,
                            growth=growth, z=z, q_data=q_data, precision=precision)
         new_est = est._replace(budget=ResetState(control[1]))
         moments = jax.tree.map(lambda new, old: jnp.where(took, new, old),
