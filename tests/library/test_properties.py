@@ -15,9 +15,9 @@ losses, a data parameter named ``value``).
 Each entry is compiled a few times only: results are computed once per entry
 (``functools.cache``) and checked by several tests. Every entry goes through the jitted
 step of ``drive``; the axes that compile a program of their own run on representatives
-of the code they exercise: scans (plain, under x64, ``inject_hyperparams``, ``vmap``) on
-``REPRESENTATIVES``, Optax's wrappers on ``WRAPPED``, un-jitted Python-float updates on
-``LEAF_CODE``, meshes on the mesh test's list. Every program is compiled with XLA's
+of the code they exercise: scans (plain, ``inject_hyperparams``, ``vmap``) on
+``REPRESENTATIVES``, scans under x64 on ``X64``, Optax's wrappers on ``WRAPPED``,
+un-jitted Python-float updates on ``LEAF_CODE``, meshes on the mesh test's list. Every program is compiled with XLA's
 backend optimisations off (tests/conftest.py), and the jitted step of ``drive`` takes
 committed arrays only, so that its one trace gives one executable.
 """
@@ -67,6 +67,9 @@ WRAPPED = ("zoaq", "zoar", "auto_k", "adaptive_estimator_user_rule")
 # The code that touches parameter leaves: the skeleton with and without a buffer (its
 # budget rules, auto_k's or a user's, never see a leaf), ZoAR, the chain with weight decay.
 LEAF_CODE = ("zoaq", "zoaq_sphere_nohist_zo_adamm", "zoar", "mezo")
+# Under x64 (float64 and float16 leaves, int32 counters): the code that touches leaves and
+# the rules that keep counters of their own (the variance test's, auto_k's).
+X64 = LEAF_CODE + ("statzo_estimator_central", "auto_k")
 
 # d = 9 optimised scalars: float32, bfloat16 and a Python float; the PRNG key leaf is
 # carried (the objective reads it), its updates are None. optax.inject_hyperparams
@@ -236,7 +239,7 @@ def test_state_dtypes_and_shapes_are_stable_in_scan(name):
         assert np.any(np.asarray(first[leaf], np.float32)), leaf
 
 
-@pytest.mark.parametrize("name", REPRESENTATIVES)
+@pytest.mark.parametrize("name", X64)
 def test_state_dtypes_and_shapes_are_stable_under_x64(name):
     with jax.enable_x64(True):
         entry = REGISTRY[name]
