@@ -79,10 +79,14 @@ def test_run_with_injected_hyperparameters_compiles_once():
 # step's batch of directions (d = D) or from the keys (d = 20,000, where the directions
 # do not fit one batch). Recorded again when the QueryLedger gained its divergence
 # baseline fields (first_value, best_value; issue 33): the parameters and query counts of
-# every case were checked equal to the previous code's first.
+# every case were checked equal to the previous code's first. ZoAQ's two digests recorded
+# again when the suite's flags gained --xla_cpu_parallel_codegen_split_count=1 (one LLVM
+# module a program rounds one of ZoAQ's operations differently): the same library code
+# gave the previous digests under the previous flags (the full suite passed at commit
+# "tests: the two workers take the longest files first").
 STEPS = 6
 GOLDEN = {
-    ("zoaq", D, None): "75246276ac317c2c",
+    ("zoaq", D, None): "aa2bb3b55d805f22",
     ("zoar", D, None): "a26addeb941e320e",
     ("auto_k", D, None): "0310f3fb7af49e75",
     ("radazo", D, None): "d06dd6dcd08d1284",
@@ -90,7 +94,7 @@ GOLDEN = {
     ("zo_sgd", D, None): "bff79d779d5e15ab",
     ("mezo", D, None): "9f79a6f1aa83c906",
     ("statzo", D, None): "4ad68fb5f0006c40",
-    ("zoaq", D, 2): "53a1d550999cdcbf",
+    ("zoaq", D, 2): "5d66e1d37c5a0148",
     ("zoar", D, 2): "84f69f0f3b0aea1c",
     ("zoaq", 20_000, 2): "090cf55612e726a1",
 }

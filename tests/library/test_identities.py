@@ -31,7 +31,9 @@ def test_zoar_without_history_is_the_fixed_estimator(k):
                       x, 4, lr=1e-2)
     b, _ = trajectory(zoaq_jax.fixed_estimator(k=k, key=3), wavy, x, 4, lr=1e-2)
     for (ga, sa), (gb, sb) in zip(a, b):
-        np.testing.assert_array_equal(ga, gb)
+        # The same arithmetic in two programs: XLA may round one operation of one of them
+        # differently (1 ulp in 1 of 9 coordinates at k = 1 with the suite's flags).
+        np.testing.assert_array_max_ulp(ga, gb, maxulp=2)
         assert diag(sa, "num_queries") == diag(sb, "num_queries") == 2 * k * diag(sa, "step")
 
 
