@@ -57,21 +57,21 @@ def _dimension_factor(params: chex.ArrayTree) -> float:
     return min(1.0, math.sqrt(TUNED_DIMENSION / max(dirs.dimension(params), 1)))
 
 
-def start_ramp(c: StepControl, fell, halted, gain_rate, *, ceiling: float):
+def start_ramp(c: StepControl, fell, halted, gain_rate):
     r"""The start-up ramp of a run that began below :math:`\eta_0` (:math:`d > 100`).
 
     While it is on, a window that falls significantly and faster per step than the last
     (:math:`\Delta_j / n_j > \Delta_{j-1} / n_{j-1}`, or the first fall) doubles the step,
-    up to ``ceiling``; a significant fall no faster than the last says the last doubling
-    bought nothing: the step halves back. Either that, a stall or a rise (``halted``) or the
-    ceiling ends the ramp for good, so the step only falls afterwards; a window too noisy
-    to decide leaves the ramp on.
+    up to :data:`RAMP_CEILING`; a significant fall no faster than the last says the last
+    doubling bought nothing: the step halves back. Either that, a stall or a rise
+    (``halted``) or the ceiling ends the ramp for good, so the step only falls afterwards;
+    a window too noisy to decide leaves the ramp on.
 
     Returns:
       ``(factor, ramping)``: the step's factor (2, 1/2 or 1) and whether the ramp goes on.
     """
     faster = (c.prev_rate <= 0.0) | (gain_rate > c.prev_rate)
-    up = c.ramping & fell & faster & (2.0 * c.learning_rate <= ceiling * (1.0 + 1e-6))
+    up = c.ramping & fell & faster & (2.0 * c.learning_rate <= RAMP_CEILING * (1.0 + 1e-6))
     back = c.ramping & fell & ~faster
     undecided = ~fell & ~halted
     return jnp.where(up, 2.0, jnp.where(back, 0.5, 1.0)), c.ramping & (up | undecided)
@@ -391,8 +391,8 @@ def tuning_free(
         dz = jax.tree.map(lambda d: -lr * d, direction)
         took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
         dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
-        control = _control(c, est, took, ceiling=RAMP_CEILING, k_max=k_max, window=window,
-                           growth=growth, z=z, q_data=q_data, precision=precision)
+        control = _control(c, est, took, k_max=k_max, window=window, growth=growth, z=z,
+                           q_data=q_data, precision=precision)
         new_est = est._replace(budget=ResetState(control[1]))
         moments = jax.tree.map(lambda new, old: jnp.where(took, new, old),
                                ScaleByRAdaZOState(m, v), state.moments)
@@ -402,7 +402,7 @@ def tuning_free(
     return Estimator(init_fn, update_fn)
 
 
-def _control(c: StepControl, est: AdaptiveState, took, *, ceiling, k_max, window, growth, z,
+def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth, z,
              q_data, precision):
     """The controller after one step: ``(StepControl, next_k)``."""
     value = est.ledger.value_estimate
@@ -431,7 +431,7 @@ def _control(c: StepControl, est: AdaptiveState, took, *, ceiling, k_max, window
     gain = c.prev_mean - mean
     gain_rate = gain / n.astype(jnp.float32)
     fell = c.have_prev & ~stalled & ~rose & (gain > z * jnp.sqrt(c.prev_se2 + se2))
-    ramp, ramping = start_ramp(c, fell, stalled | rose, gain_rate, ceiling=ceiling)
+    ramp, ramping = start_ramp(c, fell, stalled | rose, gain_rate)
     lr = c.learning_rate * jnp.where(lr_down, 0.5, 1.0) * ramp
     closed = c._replace(
         learning_rate=lr, elapsed=elapsed,
