@@ -29,26 +29,3 @@ if version("jaxlib").startswith("0.10."):
 os.environ["XLA_FLAGS"] = " ".join(
     [FAST, os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8"]
 ).replace("  ", " ")
-
-# The two pytest workers take whole files (``--dist loadfile``) in collection order
-# (``--no-loadscope-reorder``; xdist's own order is by number of tests), so the files that
-# take longest go first and the short ones fill in at the end: without this, a long file
-# taken last kept one worker busy while the other was idle (6:18 for the suite on 2 idle
-# cores). Measured order, longest first (``--durations=0``, summed per file).
-LONGEST_FIRST = (
-    "tests/library/test_properties.py", "tests/library/test_run.py",
-    "tests/bench/test_tuning_free_objectives.py", "tests/bench/test_llm_train.py",
-    "tests/bench/test_synthetic.py", "tests/bench/test_llm_anytime.py",
-    "tests/library/test_transforms.py", "tests/library/test_retained.py",
-    "tests/library/test_host.py", "tests/bench/test_llm_cli.py",
-    "tests/library/test_counters.py", "tests/bench/test_overhead.py",
-    "tests/library/test_controller.py", "tests/library/test_docs.py",
-    "tests/library/test_errors.py", "tests/library/test_directions.py",
-    "tests/bench/test_harness.py", "tests/bench/test_attack_cli.py",
-    "tests/library/test_identities.py", "tests/bench/test_generalization.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
