@@ -3,7 +3,8 @@
 * A hyperparameter passed through ``optax.inject_hyperparams`` lives in the state, so a
   new value (``optax.tree.set``) reuses the compiled step: counted by a Python side
   effect of the objective (it runs only while JAX traces) and by ``jit``'s cache size,
-  for every alias, for ``learning_rate`` and ``mu``, and for :func:`zoaq_jax.run`.
+  for every alias, for ``learning_rate`` and ``mu``, and for :func:`zoaq_jax.run`;
+  the same when they are arrays passed to the jitted step that builds the optimizer.
 * The golden snapshot: digests of every alias's parameters and state after a few steps,
   so that a refactor meant to keep results bit-identical is checked bit for bit. The
   digests hold for this jaxlib on CPU under the suite's XLA flags (``tests/conftest.py``);
@@ -57,6 +58,26 @@ def test_injected_hyperparameters_change_without_recompiling(name):
     for changes in ({"learning_rate": 5e-3}, {"mu": 1e-2}):
         u, _ = step(x, optax.tree.set(state, **{k: jnp.float32(v) for k, v in changes.items()}))
         assert not np.array_equal(u, u0), changes  # the new value is used ...
+    assert len(calls) == traced and step._cache_size() == 1  # ... by the same program
+
+
+@pytest.mark.parametrize("name", ALIASES)
+def test_array_hyperparameters_change_without_recompiling(name):
+    """``learning_rate`` and ``mu`` passed as arrays, arguments of the jitted step that
+    builds the optimizer: new values reuse the compiled program."""
+    calls = []
+    f = _counting(calls)
+    factory = getattr(zoaq_jax, name)
+    x = jnp.linspace(-1.0, 1.0, D)
+    state = factory(1e-2).init(x)
+    step = jax.jit(lambda x, s, lr, mu: factory(lr, mu=mu, key=0).update(
+        None, s, x, value_fn=f))
+    u0, _ = step(x, state, jnp.float32(1e-2), jnp.float32(5e-3))
+    traced = len(calls)
+    assert traced > 0
+    for lr, mu in ((5e-3, 5e-3), (1e-2, 1e-2)):
+        u, _ = step(x, state, jnp.float32(lr), jnp.float32(mu))
+        assert not np.array_equal(u, u0), (lr, mu)  # the new value is used ...
     assert len(calls) == traced and step._cache_size() == 1  # ... by the same program
 
 
