@@ -156,7 +156,7 @@ def noise_diagnosis(mean, se2, prev_mean, prev_se2, sq, sq_diff, n, progress, *,
 
     * **stall**: :math:`\Delta \le z\, SE` (no significant fall: a rise included) in
       windows precise enough to see a fall of a fraction ``precision`` :math:`\rho` of the
-      run's progress so far :math:`P` (the first window's mean minus this one's),
+      run's progress so far :math:`P` (the highest window mean so far minus this one's),
       :math:`SE \le \rho P`: a window too noisy to tell is no stall, so data noise does
       not halve the step while the run is still falling;
     * its cause, from the von Neumann ratio of the window's values
@@ -225,8 +225,9 @@ def tuning_free(
     whose :math:`\epsilon` is relative, so multiplying the objective by a constant changes
     nothing. :math:`c_t = 1` without ``budget``; told the budget :math:`B`, :math:`c_t`
     falls from 1 to 0 along a cosine over the last quarter of the budget
-    (:func:`final_decay` of the calls :math:`n_t` spent), and the run never makes more
-    than :math:`B` calls.
+    (:func:`final_decay` of the calls :math:`n_t` spent) once a window has stalled (a run
+    whose windows all still fall is at no noise floor, and a decay would only slow it),
+    and the run never makes more than :math:`B` calls.
 
     Smoothing. The radius follows the step, :math:`\mu_t = \kappa\, \eta_t` with
     :math:`\kappa` = :data:`MU_RATIO` (``mu`` fixes it instead): a radius many steps wide
@@ -242,7 +243,8 @@ def tuning_free(
 
     * a significant rise: :math:`\eta \leftarrow \eta/2`;
     * a stall from **data noise**: :math:`\eta \leftarrow \eta/2` when the window
-      before stalled on data noise too (one such stall alone changes nothing);
+      before stalled on data noise too and the two windows together did not fall
+      significantly either (one such stall alone changes nothing);
     * a stall from **direction noise**: :math:`K \leftarrow \min(2K, K_{\max})` (at
       :math:`K_{\max}`, :math:`\eta \leftarrow \eta / 2`);
     * otherwise (a significant fall) nothing changes.
@@ -253,8 +255,8 @@ def tuning_free(
     a run of any length passes through the step sizes that suit it, in the manner of a
     reduce-on-plateau schedule whose plateaus are tested statistically. Above, the first
     step is :math:`\eta_0 \sqrt{100 / d}` and a start-up ramp (:func:`start_ramp`)
-    doubles it, up to :data:`RAMP_CEILING`, while windows fall faster; after the ramp it
-    only falls.
+    doubles it, up to :data:`RAMP_CEILING`, while windows fall faster and are not white;
+    after the ramp it only falls.
 
     The starting :math:`\eta`, :math:`\mu` and window rule were chosen on the tuning set
     of ``benchmarks/generalization`` and scored on its held-out set
