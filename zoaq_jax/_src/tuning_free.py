@@ -57,24 +57,24 @@ def _dimension_factor(params: chex.ArrayTree) -> float:
     return min(1.0, math.sqrt(TUNED_DIMENSION / max(dirs.dimension(params), 1)))
 
 
-def start_ramp(c: StepControl, fell, halted, gain_rate):
+def start_ramp(c: StepControl, fell, halted, gain_rate, white):
     r"""The start-up ramp of a run that began below :math:`\eta_0` (:math:`d > 100`).
 
     While it is on, a window that falls significantly and faster per step than the last
-    (:math:`\Delta_j / n_j > \Delta_{j-1} / n_{j-1}`, or the first fall) doubles the step,
-    up to :data:`RAMP_CEILING`; a significant fall no faster than the last says the last
-    doubling bought nothing: the step halves back. Either that, a stall or a rise
-    (``halted``) or the ceiling ends the ramp for good, so the step only falls afterwards;
-    a window too noisy to decide leaves the ramp on.
+    (:math:`\Delta_j / n_j > \Delta_{j-1} / n_{j-1}`, or the first fall), with values that
+    are not white (``white``: von Neumann ratio :math:`q \ge q_{data}`, data noise
+    dominates the window), doubles the step, up to :data:`RAMP_CEILING`. Any other
+    significant fall (no faster, or white: a larger step would raise the data-noise floor)
+    ends the ramp at the step it has; so do a stall or a rise (``halted``) and the ceiling,
+    after which the step only falls; a window too noisy to decide leaves the ramp on.
 
     Returns:
-      ``(factor, ramping)``: the step's factor (2, 1/2 or 1) and whether the ramp goes on.
+      ``(factor, ramping)``: the step's factor (2 or 1) and whether the ramp goes on.
     """
-    faster = (c.prev_rate <= 0.0) | (gain_rate > c.prev_rate)
+    faster = ((c.prev_rate <= 0.0) | (gain_rate > c.prev_rate)) & ~white
     up = c.ramping & fell & faster & (2.0 * c.learning_rate <= RAMP_CEILING * (1.0 + 1e-6))
-    back = c.ramping & fell & ~faster
     undecided = ~fell & ~halted
-    return jnp.where(up, 2.0, jnp.where(back, 0.5, 1.0)), c.ramping & (up | undecided)
+    return jnp.where(up, 2.0, 1.0), c.ramping & (up | undecided)
 
 
 class StepControl(NamedTuple):
@@ -97,7 +97,7 @@ class StepControl(NamedTuple):
     prev_mean: jax.Array  # float32, mean of the previous window
     prev_se2: jax.Array  # float32, squared standard error of that mean
     have_prev: jax.Array  # bool
-    origin: jax.Array  # float32, mean of the run's first window (progress is measured from it)
+    origin: jax.Array  # float32, the highest window mean so far (progress is measured from it)
     num_lr_down: jax.Array  # int32, step-size halvings so far
     num_data_noise: jax.Array  # int32, stalls blamed on data noise so far
     num_k_up: jax.Array  # int32, K doublings so far (stalls blamed on direction noise)
@@ -105,6 +105,9 @@ class StepControl(NamedTuple):
     ramping: jax.Array  # bool, the start-up ramp is on (:func:`start_ramp`)
     prev_rate: jax.Array  # float32, the last closed window's fall per step (0: none yet)
     num_lr_up: jax.Array  # int32, step-size doublings of the start-up ramp so far
+    before_mean: jax.Array  # float32, mean of the window before a pending data-noise stall
+    before_se2: jax.Array  # float32, squared standard error of that mean
+    settled: jax.Array  # bool, a stall was seen (a told budget's decay is on)
 
 
 class TuningFreeState(NamedTuple):
@@ -153,7 +156,7 @@ def noise_diagnosis(mean, se2, prev_mean, prev_se2, sq, sq_diff, n, progress, *,
 
     * **stall**: :math:`\Delta \le z\, SE` (no significant fall: a rise included) in
       windows precise enough to see a fall of a fraction ``precision`` :math:`\rho` of the
-      run's progress so far :math:`P` (the first window's mean minus this one's),
+      run's progress so far :math:`P` (the highest window mean so far minus this one's),
       :math:`SE \le \rho P`: a window too noisy to tell is no stall, so data noise does
       not halve the step while the run is still falling;
     * its cause, from the von Neumann ratio of the window's values
@@ -222,8 +225,9 @@ def tuning_free(
     whose :math:`\epsilon` is relative, so multiplying the objective by a constant changes
     nothing. :math:`c_t = 1` without ``budget``; told the budget :math:`B`, :math:`c_t`
     falls from 1 to 0 along a cosine over the last quarter of the budget
-    (:func:`final_decay` of the calls :math:`n_t` spent), and the run never makes more
-    than :math:`B` calls.
+    (:func:`final_decay` of the calls :math:`n_t` spent) once a window has stalled (a run
+    whose windows all still fall is at no noise floor, and a decay would only slow it),
+    and the run never makes more than :math:`B` calls.
 
     Smoothing. The radius follows the step, :math:`\mu_t = \kappa\, \eta_t` with
     :math:`\kappa` = :data:`MU_RATIO` (``mu`` fixes it instead): a radius many steps wide
@@ -239,7 +243,8 @@ def tuning_free(
 
     * a significant rise: :math:`\eta \leftarrow \eta/2`;
     * a stall from **data noise**: :math:`\eta \leftarrow \eta/2` when the window
-      before stalled on data noise too (one such stall alone changes nothing);
+      before stalled on data noise too and the two windows together did not fall
+      significantly either (one such stall alone changes nothing);
     * a stall from **direction noise**: :math:`K \leftarrow \min(2K, K_{\max})` (at
       :math:`K_{\max}`, :math:`\eta \leftarrow \eta / 2`);
     * otherwise (a significant fall) nothing changes.
@@ -250,8 +255,8 @@ def tuning_free(
     a run of any length passes through the step sizes that suit it, in the manner of a
     reduce-on-plateau schedule whose plateaus are tested statistically. Above, the first
     step is :math:`\eta_0 \sqrt{100 / d}` and a start-up ramp (:func:`start_ramp`)
-    doubles it, up to :data:`RAMP_CEILING`, while windows fall faster; after the ramp it
-    only falls.
+    doubles it, up to :data:`RAMP_CEILING`, while windows fall faster and are not white;
+    after the ramp it only falls.
 
     The starting :math:`\eta`, :math:`\mu` and window rule were chosen on the tuning set
     of ``benchmarks/generalization`` and scored on its held-out set
@@ -361,7 +366,8 @@ def tuning_free(
             prev_se2=zero_f(), have_prev=jnp.zeros((), bool), origin=zero_f(),
             num_lr_down=zero_i(), num_data_noise=zero_i(),
             num_k_up=zero_i(), pending=jnp.zeros((), bool),
-            ramping=jnp.asarray(factor < 1.0), prev_rate=zero_f(), num_lr_up=zero_i())
+            ramping=jnp.asarray(factor < 1.0), prev_rate=zero_f(), num_lr_up=zero_i(),
+            before_mean=zero_f(), before_se2=zero_f(), settled=jnp.zeros((), bool))
         return TuningFreeState(est, ScaleByRAdaZOState(m=dirs.zeros(z0), v=dirs.zeros(z0)),
                                control)
 
@@ -387,7 +393,7 @@ def tuning_free(
         direction = jax.tree.map(lambda mi, ri: mi / (ri + floor), m, root)
         lr = c.learning_rate
         if budget is not None:
-            lr = lr * final_decay(est.ledger.num_queries, budget)
+            lr = lr * jnp.where(c.settled, final_decay(est.ledger.num_queries, budget), 1.0)
         dz = jax.tree.map(lambda d: -lr * d, direction)
         took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
         dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
@@ -422,6 +428,10 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
         mean_shifted, se2, c.prev_mean - ref, c.prev_se2, sq, sq_diff, n, origin - mean, z=z,
         q_data=q_data, precision=precision)
     stalled, rose = stalled & c.have_prev, rose & c.have_prev
+    # A data-noise stall confirms the pending one only if the two windows together did not
+    # fall significantly either (a slow fall shows over their span: docs/design.md).
+    span_fell = c.before_mean - mean > z * jnp.sqrt(c.before_se2 + se2)
+    stalled = stalled & ~(c.pending & data_noise & span_fell)
     # Data noise halves the step only when two windows in a row stall on it (one such stall
     # is as likely a slow fall that one window's noise hides: docs/design.md).
     data_stall = stalled & ~rose & data_noise
@@ -431,7 +441,7 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
     gain = c.prev_mean - mean
     gain_rate = gain / n.astype(jnp.float32)
     fell = c.have_prev & ~stalled & ~rose & (gain > z * jnp.sqrt(c.prev_se2 + se2))
-    ramp, ramping = start_ramp(c, fell, stalled | rose, gain_rate)
+    ramp, ramping = start_ramp(c, fell, stalled | rose, gain_rate, data_noise)
     lr = c.learning_rate * jnp.where(lr_down, 0.5, 1.0) * ramp
     closed = c._replace(
         learning_rate=lr, elapsed=elapsed,
@@ -439,12 +449,15 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
         window_sum=jnp.zeros((), jnp.float32),
         window_sq=jnp.zeros((), jnp.float32), window_sq_diff=jnp.zeros((), jnp.float32),
         last_value=value, prev_mean=mean, prev_se2=se2, have_prev=jnp.ones((), bool),
-        origin=origin,
-        num_lr_down=c.num_lr_down + (lr_down | (ramp < 1.0)),
+        origin=jnp.maximum(origin, mean),
+        num_lr_down=c.num_lr_down + lr_down,
         num_data_noise=c.num_data_noise + blamed,
         num_k_up=c.num_k_up + grow_k, pending=data_stall & ~c.pending, ramping=ramping,
         prev_rate=jnp.where(c.have_prev, gain_rate, 0.0),
-        num_lr_up=c.num_lr_up + (ramp > 1.0))
+        num_lr_up=c.num_lr_up + (ramp > 1.0),
+        before_mean=jnp.where(data_stall & ~c.pending, c.prev_mean, c.before_mean),
+        before_se2=jnp.where(data_stall & ~c.pending, c.prev_se2, c.before_se2),
+        settled=c.settled | stalled)
     running = c._replace(elapsed=elapsed, window_n=n, window_ref=ref, window_sum=total,
                          window_sq=sq, window_sq_diff=sq_diff, last_value=value)
     close = n >= c.window_len
