@@ -154,16 +154,19 @@ def main(args: argparse.Namespace) -> int:
 
 def run(preset: config.Preset, command: str = "") -> dict:
     """Measures the preset's sections; the JSON record."""
-    machine = run_record.machine_info()  # before pinning: the cores of the machine
-    if preset.pin:
-        pool.pin_to_cores(run_record.available_cores()[:1])
     from benchmarks.overhead import measure, protocol
 
+    machine = run_record.machine_info()  # before pinning: the cores of the machine
+    cores = run_record.available_cores()
+    busy = protocol.busy_shares(cores) if preset.pin else {}
+    if preset.pin:
+        pool.pin_to_cores([protocol.idlest_core(cores, busy)])
     clock = protocol.basis(preset.pin)
     record = {"command": command, "preset": presets.as_dict(preset), "machine": machine,
               "versions": run_record.versions(),
               "pinned_cores": len(run_record.available_cores()),
               "cores": run_record.available_cores(),
+              "busy_before_pinning": {str(c): round(x, 3) for c, x in busy.items()},
               "load_before": run_record.load_average(), "statistic": "minimum",
               "clock": clock, "sections": {}}
     p = preset

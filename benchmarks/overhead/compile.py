@@ -120,8 +120,9 @@ def measure(methods: tuple[str, ...], dims: tuple[int, ...], rounds: int) -> dic
 
 
 def ratios(section: dict[str, Any]) -> dict[tuple[str, int, str], float]:
-    """``(method, d, reference) -> min CPU seconds / the reference's min CPU seconds``
-    (CPU time: on a shared machine, wall time also counts the waits for a core)."""
+    """``(method, d, reference) -> min CPU seconds / the reference's min CPU seconds``, a
+    reference against itself left out (CPU time: on a shared machine, wall time also
+    counts the waits for a core)."""
     rows = {(r["method"], r["d"]): r for r in section["rows"]}
     return {(m, d, ref): r["cpu_seconds"] / rows[ref, d]["cpu_seconds"]
-            for (m, d), r in rows.items() for ref in REFERENCES if (ref, d) in rows}
+            for (m, d), r in rows.items() for ref in REFERENCES if (ref, d) in rows and ref != m}

@@ -10,6 +10,9 @@ compile, the parts of a step), so that the ratios of two runs of the same comman
   one core (on a shared machine it leaves out the waits for that core; on an idle core
   the two agree), wall time otherwise (threads on several cores, or an accelerator whose
   work the host's CPU time does not count);
+* the core: the least busy of the process's cores, measured just before pinning
+  (:func:`idlest_core`; other jobs pinned to the first core do not share it), its busy
+  share recorded;
 * repeatability: two runs of the same command, their ratios compared
   (:func:`ratio_differences`); the pages show both runs (``--previous``).
 """
@@ -50,6 +53,36 @@ def timed(fn: Callable[[], T]) -> tuple[T, float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
     return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def busy_shares(cores: Sequence[int], seconds: float = 1.0,
+                stat: str = "/proc/stat") -> dict[int, float]:
+    """The share of ``seconds`` each of ``cores`` spent busy (not idle nor waiting for
+    I/O), from the kernel's counters; ``{}`` where they cannot be read."""
+    def counters() -> dict[int, tuple[int, int]]:
+        out = {}
+        with open(stat) as f:
+            for line in f:
+                name, *fields = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
+                    ticks = [int(x) for x in fields]
+                    out[int(name[3:])] = (sum(ticks) - ticks[3] - ticks[4], sum(ticks))
+        return out
+
+    try:
+        before = counters()
+        time.sleep(seconds)
+        after = counters()
+    except OSError:
+        return {}
+    return {c: (after[c][0] - before[c][0]) / max(after[c][1] - before[c][1], 1)
+            for c in before if c in after}
+
+
+def idlest_core(cores: Sequence[int], shares: Mapping[int, float]) -> int:
+    """The core of ``cores`` with the smallest busy share (the first one on a tie or
+    without shares)."""
+    return min(cores, key=lambda c: shares.get(c, 0.0))
 
 
 def basis(pinned: bool) -> str:

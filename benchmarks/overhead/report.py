@@ -27,6 +27,15 @@ def _round_loads(record: dict) -> str:
                    for name, x in loads.items() if x)
 
 
+def _pinning(record: dict) -> str:
+    """Which core the run was pinned to and how busy the cores were just before."""
+    busy = record.get("busy_before_pinning")
+    if not busy or record["pinned_cores"] != 1:
+        return ""
+    shares = ", ".join(f"core {c} {100 * x:.0f}%" for c, x in busy.items())
+    return f" (core {record['cores'][0]}, the least busy one just before: {shares})"
+
+
 def _verdict(text: str, met: bool) -> str:
     return f"{text}: {'met' if met else 'not met'}."
 
@@ -77,10 +86,10 @@ def _heads(names: list[str], before: dict | None) -> list[str]:
     return [h for n in names for h in (n, f"{n} (previous run)")[:1 + (before is not None)]]
 
 
-def _repeatability(now: dict, before: dict | None) -> list[str]:
+def _repeatability(now: dict, before: dict | None, name) -> list[str]:
+    """The repeatability sentence of two runs' ratios (``name``: a ratio's key in words)."""
     differences = protocol.ratio_differences(now, before or {})
-    return [protocol.repeatability(differences, lambda k: " ".join(map(str, k)))] \
-        if differences else []
+    return [protocol.repeatability(differences, lambda k: name(*k))] if differences else []
 
 
 def compare(s: dict, p: dict, previous: dict | None = None) -> list[str]:
@@ -125,7 +134,8 @@ def compare(s: dict, p: dict, previous: dict | None = None) -> list[str]:
         "compile s": "compilation of the run"}), pages.table(
         ["method", "kind", "useful calls/s", "µs/call", *_heads([VS_OPEN_ES, VS_FIXED], before),
          "steps", "calls/step/seed", "lane use", "final gap (mean ± std over seeds)",
-         "compile s"], rows), *_repeatability(now, before), pages.bullets(verdicts)]
+         "compile s"], rows), *_repeatability(now, before, lambda m, ratio: f"{m}, {ratio}"),
+        pages.bullets(verdicts)]
 
 
 def dims(s: dict, p: dict, previous: dict | None = None) -> list[str]:
@@ -161,7 +171,7 @@ def dims(s: dict, p: dict, previous: dict | None = None) -> list[str]:
         "XLA temp MiB": "the compiled run's temporary buffers (XLA's memory analysis)"}),
         pages.table(["d", "method", "steps", "µs/call", *_heads([VS_FIXED, VS_OPEN_ES], before),
                      "state MiB/seed", "XLA temp MiB"], rows),
-        *_repeatability(now, before),
+        *_repeatability(now, before, lambda d, m, ratio: f"{m} at d = {d:,}, {ratio}"),
         "Parts of a step (one seed):", pages.table(
             ["d", "µs per Gaussian direction (batch of 10)",
              *(f"µs per direction drawn alone, {i} keys" for i in impls),
@@ -228,7 +238,8 @@ def compile_latency(s: dict, p: dict, previous: dict | None = None) -> list[str]
         ["d", "program", "s", "CPU s", *heads, "fusions", "whiles", "all rounds"], rows),
         f"XLA_FLAGS: `{section['xla_flags'] or '(none: defaults)'}`; persistent cache: "
         f"{section['persistent_cache'] or 'off'}; load average before each round: {loads}."]
-    return out + _repeatability(now, before) + [pages.bullets(verdicts)]
+    return out + _repeatability(now, before, lambda m, d, ref: f"{m} at d = {d:,} ÷ {ref}") + [
+        pages.bullets(verdicts)]
 
 
 SECTIONS = {"compare": compare, "dims": dims, "seeds": seeds}  # the page's, in order
@@ -275,7 +286,8 @@ def render(record: dict, path: Path, folder: Path, previous: dict | None = None)
         f"{p['repeats']} interleaved rounds (compare, dims), {max(1, p['repeats'] // 3)} "
         f"(seeds), order rotated each round{_round_loads(record)}.")
     parts.append(
-        f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
+        f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used"
+        f"{_pinning(record)}. Load "
         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} "
         f"MiB.{timed}")
     before = previous["sections"] if previous else None

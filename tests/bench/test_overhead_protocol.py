@@ -64,5 +64,20 @@ def test_pages_show_both_runs_and_their_largest_difference():
     assert report.dims_ratios(runs[0])[(100, "zoaq", report.VS_FIXED)] == 4.0
     dims = "\n".join(report.dims({"dims": runs[1]}, p, {"dims": runs[0]}))
     assert "| 100 | zoaq | 10 | 6,000.000 | 4.80 | 4.00 | 0.33 | 0.50 |" in dims
-    assert "4 ratios" in dims and "33.3% (goal ≤ 10%: not met), the largest for 100 zoaq " \
+    assert "4 ratios" in dims and "33.3% (goal ≤ 10%: not met), the largest for zoaq at d = 100, " \
         "calls/s vs Open_ES." in dims
+
+
+def test_the_least_busy_core_is_chosen(tmp_path, monkeypatch):
+    """Busy shares from two readings of the kernel's counters (user nice system idle
+    iowait ...): core 0 busy 90 of 100 ticks, core 1 busy 20 of 100 (iowait is not busy)."""
+    stat = tmp_path / "stat"
+    readings = iter(["cpu0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0\n",
+                     "cpu0 50 40 0 10 0 0\ncpu1 10 0 10 70 10 0\n"])
+    stat.write_text(next(readings))
+    monkeypatch.setattr(protocol.time, "sleep", lambda s: stat.write_text(next(readings)))
+    shares = protocol.busy_shares([0, 1], stat=str(stat))
+    assert shares == pytest.approx({0: 0.9, 1: 0.2})
+    assert protocol.idlest_core([0, 1], shares) == 1
+    assert protocol.idlest_core([0, 1], {}) == 0
+    assert protocol.busy_shares([0], stat=str(tmp_path / "missing")) == {}
