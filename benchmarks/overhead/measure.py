@@ -75,7 +75,7 @@ def round_robin(calls: dict, repeats: int, clock: str = "wall") -> dict[Any, lis
         _, wall, cpu = protocol.timed(lambda: jax.block_until_ready(calls[name]()))
         times[name].append(cpu if clock == "cpu" else wall)
 
-    protocol.interleaved(list(calls), repeats, once, desc="")
+    protocol.interleaved(list(calls), repeats, once, desc=None)
     return times
 
 

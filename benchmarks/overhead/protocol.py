@@ -1,15 +1,17 @@
 """The speed benchmark's timing protocol, one for every section (compare, dims, seeds,
-compile, the parts of a step), so that the ratios of two runs of the same command agree:
+compile, the parts of a step), meant to make the ratios of two runs of the same command
+agree, and to show how far they do:
 
 * interleaved rounds: each round measures every case once, in an order rotated by one
   from round to round (:func:`rotation`), so that no case always runs first or after the
   same neighbour; the 1-minute load average is recorded before every round;
-* every measurement takes wall time and the process's CPU time (:func:`timed`); the
-  statistic is the minimum over rounds (the measurement least disturbed by other
-  processes) of the run's basis (:func:`basis`): CPU time when the process is pinned to
-  one core (on a shared machine it leaves out the waits for that core; on an idle core
-  the two agree), wall time otherwise (threads on several cores, or an accelerator whose
-  work the host's CPU time does not count);
+* every measurement takes wall time and the process's CPU time (:func:`timed`), and
+  uses the run's basis (:func:`basis`): CPU time when the process is pinned to one core
+  (on a shared machine it leaves out the waits for that core; on an idle core the two
+  agree), wall time otherwise (threads on several cores, or an accelerator whose work
+  the host's CPU time does not count); a time is the minimum over rounds (the
+  measurement least disturbed by other processes), a ratio of two programs the median
+  over rounds of their ratio within a round (:func:`round_ratio`);
 * the core: the least busy of the process's cores, measured just before pinning
   (:func:`idlest_core`; other jobs pinned to the first core do not share it), its busy
   share recorded;
@@ -19,6 +21,7 @@ compile, the parts of a step), so that the ratios of two runs of the same comman
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -37,10 +40,11 @@ def rotation(n: int, r: int) -> list[int]:
 
 
 def interleaved(cases: Sequence[T], rounds: int, measure: Callable[[T], Any],
-                loads: list | None = None, desc: str = "timing rounds") -> None:
+                loads: list | None = None, desc: str | None = "timing rounds") -> None:
     """``measure(case)`` for every case in each of ``rounds`` rounds (order rotated),
-    appending the load average before each round to ``loads``."""
-    for r in progress(range(rounds), desc=desc):
+    appending the load average before each round to ``loads``; a progress bar named
+    ``desc`` (none for ``None``)."""
+    for r in range(rounds) if desc is None else progress(range(rounds), desc=desc):
         if loads is not None:
             loads.append(run_record.load_average())
         for i in rotation(len(cases), r):
@@ -90,15 +94,27 @@ def basis(pinned: bool) -> str:
     return "cpu" if pinned else "wall"
 
 
+def round_ratio(times: Sequence[float], reference: Sequence[float]) -> float:
+    """The median over rounds of ``times[i] / reference[i]``, each pair timed in the same
+    round: a slow phase of a shared machine (minutes long, slowing every program by up to
+    40% here) slows both, where the ratio of two minima compares rounds of different
+    phases. Rounds missing from either (a record of another length) fall back to the
+    ratio of the minima."""
+    if len(times) != len(reference) or not times:
+        return min(times) / min(reference)
+    return float(statistics.median(t / r for t, r in zip(times, reference)))
+
+
 def ratio_differences(now: Mapping[K, float], before: Mapping[K, float]) -> dict[K, float]:
     """``|now / before - 1|`` for every ratio of both runs (keys of one only are left out)."""
     return {k: abs(now[k] / before[k] - 1.0) for k in now if k in before}
 
 
-def repeatability(differences: Mapping[Any, float], name: Callable[[Any], str] = str) -> str:
-    """One sentence: the largest difference between two runs' ratios, against :data:`GOAL`."""
+def repeatability(differences: Mapping[Any, float], name: Callable[[Any], str] = str,
+                  what: str = "ratios") -> str:
+    """One sentence: the largest difference between two runs' ``what``, against :data:`GOAL`."""
     worst = max(differences, key=differences.__getitem__)
     top = differences[worst]
-    return (f"Repeatability: the {len(differences)} ratios of this run and the previous one "
+    return (f"Repeatability: the {len(differences)} {what} of this run and the previous one "
             f"differ by at most {100 * top:.1f}% (goal ≤ {100 * GOAL:.0f}%: "
             f"{'met' if top <= GOAL else 'not met'}), the largest for {name(worst)}.")

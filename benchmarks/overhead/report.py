@@ -43,7 +43,16 @@ def _verdict(text: str, met: bool) -> str:
 VS_OPEN_ES, VS_FIXED, VS_LOOP = "calls/s vs Open_ES", "cost/call vs R-AdaZO K=10", "loop"
 
 
-def compare_ratios(records: list[dict]) -> dict[tuple[str, str], float]:
+def rate_ratio(r: dict, ref: dict, paired: bool = False) -> float:
+    """``r``'s useful calls/s over ``ref``'s: of their minimum times, or ``paired`` round by
+    round (:func:`benchmarks.overhead.protocol.round_ratio`) on the record's clock."""
+    times = "cpu_seconds_all" if r.get("clock") == "cpu" else "run_seconds_all"
+    if not paired or times not in r or times not in ref:  # or a record without its rounds
+        return r["calls_per_second"] / ref["calls_per_second"]
+    return r["useful_calls"] / ref["useful_calls"] * protocol.round_ratio(ref[times], r[times])
+
+
+def compare_ratios(records: list[dict], paired: bool = False) -> dict[tuple[str, str], float]:
     """``(method, ratio) -> value``: the ratios the compare section states (calls/s over
     Open_ES's, µs/call over R-AdaZO K=10's, calls/s over the PyTorch loop's; a method
     against itself left out)."""
@@ -53,12 +62,12 @@ def compare_ratios(records: list[dict]) -> dict[tuple[str, str], float]:
         for ref, name, invert in ((REFERENCE, VS_OPEN_ES, False),
                                   (FIXED_REFERENCE, VS_FIXED, True), (LOOP, VS_LOOP, False)):
             if ref in by and ref != r["method"]:
-                ratio = r["calls_per_second"] / by[ref]["calls_per_second"]
+                ratio = rate_ratio(r, by[ref], paired)
                 out[r["method"], name] = 1 / ratio if invert else ratio
     return out
 
 
-def dims_ratios(records: list[dict]) -> dict[tuple[int, str, str], float]:
+def dims_ratios(records: list[dict], paired: bool = False) -> dict[tuple[int, str, str], float]:
     """``(d, method, ratio) -> value``: µs/call over R-AdaZO K=10's and calls/s over
     Open_ES's at the same d."""
     by = {(r["d"], r["method"]): r for r in records}
@@ -68,7 +77,7 @@ def dims_ratios(records: list[dict]) -> dict[tuple[int, str, str], float]:
                                   (REFERENCE, VS_OPEN_ES, False)):
             base = by.get((r["d"], ref))
             if base is not None and ref != r["method"]:
-                ratio = r["calls_per_second"] / base["calls_per_second"]
+                ratio = rate_ratio(r, base, paired)
                 out[r["d"], r["method"], name] = 1 / ratio if invert else ratio
     return out
 
@@ -86,10 +95,22 @@ def _heads(names: list[str], before: dict | None) -> list[str]:
     return [h for n in names for h in (n, f"{n} (previous run)")[:1 + (before is not None)]]
 
 
-def _repeatability(now: dict, before: dict | None, name) -> list[str]:
-    """The repeatability sentence of two runs' ratios (``name``: a ratio's key in words)."""
+PAIRED = ("ratios paired round by round (the median over rounds of the ratio within a "
+          "round, not shown in the table)")
+
+
+def _repeatability(now: dict, before: dict | None, name, ratios=None, records=None) -> list[str]:
+    """The repeatability sentence of two runs' ratios (``name``: a ratio's key in words);
+    with ``ratios`` (the section's function) and ``records`` (this run's and the previous
+    run's), also of the ratios paired round by round."""
     differences = protocol.ratio_differences(now, before or {})
-    return [protocol.repeatability(differences, lambda k: name(*k))] if differences else []
+    if not differences:
+        return []
+    out = [protocol.repeatability(differences, lambda k: name(*k))]
+    if ratios is not None:
+        paired = protocol.ratio_differences(*(ratios(r, paired=True) for r in records))
+        out.append(protocol.repeatability(paired, lambda k: name(*k), PAIRED))
+    return out
 
 
 def compare(s: dict, p: dict, previous: dict | None = None) -> list[str]:
@@ -134,7 +155,9 @@ def compare(s: dict, p: dict, previous: dict | None = None) -> list[str]:
         "compile s": "compilation of the run"}), pages.table(
         ["method", "kind", "useful calls/s", "µs/call", *_heads([VS_OPEN_ES, VS_FIXED], before),
          "steps", "calls/step/seed", "lane use", "final gap (mean ± std over seeds)",
-         "compile s"], rows), *_repeatability(now, before, lambda m, ratio: f"{m}, {ratio}"),
+         "compile s"], rows),
+        *_repeatability(now, before, lambda m, ratio: f"{m}, {ratio}", compare_ratios,
+                        (records, previous and previous.get("compare"))),
         pages.bullets(verdicts)]
 
 
@@ -171,7 +194,8 @@ def dims(s: dict, p: dict, previous: dict | None = None) -> list[str]:
         "XLA temp MiB": "the compiled run's temporary buffers (XLA's memory analysis)"}),
         pages.table(["d", "method", "steps", "µs/call", *_heads([VS_FIXED, VS_OPEN_ES], before),
                      "state MiB/seed", "XLA temp MiB"], rows),
-        *_repeatability(now, before, lambda d, m, ratio: f"{m} at d = {d:,}, {ratio}"),
+        *_repeatability(now, before, lambda d, m, ratio: f"{m} at d = {d:,}, {ratio}",
+                        dims_ratios, (records, previous and previous.get("dims"))),
         "Parts of a step (one seed):", pages.table(
             ["d", "µs per Gaussian direction (batch of 10)",
              *(f"µs per direction drawn alone, {i} keys" for i in impls),

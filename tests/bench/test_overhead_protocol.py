@@ -12,7 +12,7 @@ from benchmarks.overhead import protocol, report
 
 def test_rounds_rotate_the_order_and_record_the_load():
     seen, loads = [], []
-    protocol.interleaved(["a", "b", "c"], 4, seen.append, loads, desc="")
+    protocol.interleaved(["a", "b", "c"], 4, seen.append, loads, desc=None)
     assert seen == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
     assert len(loads) == 4  # one load average before each round
     assert protocol.rotation(3, 5) == [2, 0, 1]
@@ -26,13 +26,13 @@ def test_cpu_time_leaves_out_waits():
 
 
 def test_ratio_differences_are_relative_and_skip_unshared_ratios():
-    now = {"a": 1.10, "b": 0.50, "only_now": 3.0}
-    before = {"a": 1.00, "b": 0.40, "only_before": 1.0}
+    now = {"a": 1.10, "b": 0.40, "only_now": 3.0}
+    before = {"a": 1.00, "b": 0.50, "only_before": 1.0}
     diff = protocol.ratio_differences(now, before)
     assert set(diff) == {"a", "b"}
-    assert diff["a"] == pytest.approx(0.10) and diff["b"] == pytest.approx(0.25)
+    assert diff["a"] == pytest.approx(0.10) and diff["b"] == pytest.approx(0.20)  # a fall too
     line = protocol.repeatability(diff)
-    assert "2 ratios" in line and "at most 25.0% (goal ≤ 10%: not met)" in line
+    assert "2 ratios" in line and "at most 20.0% (goal ≤ 10%: not met)" in line
     assert line.endswith("the largest for b.")
     assert "(goal ≤ 10%: met)" in protocol.repeatability({"a": 0.099})
 
@@ -81,3 +81,16 @@ def test_the_least_busy_core_is_chosen(tmp_path, monkeypatch):
     assert protocol.idlest_core([0, 1], shares) == 1
     assert protocol.idlest_core([0, 1], {}) == 0
     assert protocol.busy_shares([0], stat=str(tmp_path / "missing")) == {}
+
+
+def test_round_ratio_pairs_the_programs_of_a_round():
+    """A machine 40% slower in rounds 2 and 3: a program at 1.25x its reference in every
+    round has its ratio 1.25 paired, and so does one caught by the slow phase in round 1
+    too (median), where the ratio of the two minima says 1.75."""
+    ref = [1.0, 1.4, 1.4]
+    prog = [1.25 * 1.4, 1.25 * 1.4, 1.25 * 1.4]  # slow throughout
+    prog_paired = [1.25, 1.25 * 1.4, 1.25 * 1.4]
+    assert protocol.round_ratio(prog_paired, ref) == pytest.approx(1.25)
+    assert min(prog) / min(ref) == pytest.approx(1.75)
+    assert protocol.round_ratio(prog, ref) == pytest.approx(1.25)  # median of 1.75, 1.25, 1.25
+    assert protocol.round_ratio([2.0], [1.0, 1.0]) == 2.0  # rounds missing: the minima
