@@ -72,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=config.COMPILE_METHODS,
                         help="programs of the compile section (default: the preset's)")
     parser.add_argument("--previous", type=Path, default=None, metavar="JSON",
-                        help="an earlier record of the same command: the compile section's "
-                             "page shows both runs and how far their ratios differ")
+                        help="an earlier record of the same command: the page shows both "
+                             "runs' ratios (compare, dims, compile) and how far they differ")
     flags.add_outputs(parser, Path("out"), "OUT/overhead.md")
     flags.add_workers(parser, single="its timings are interleaved in one process")
 
@@ -154,16 +154,21 @@ def main(args: argparse.Namespace) -> int:
 
 def run(preset: config.Preset, command: str = "") -> dict:
     """Measures the preset's sections; the JSON record."""
-    machine = run_record.machine_info()  # before pinning: the cores of the machine
-    if preset.pin:
-        pool.pin_to_cores(run_record.available_cores()[:1])
-    from benchmarks.overhead import measure
+    from benchmarks.overhead import measure, protocol
 
+    machine = run_record.machine_info()  # before pinning: the cores of the machine
+    cores = run_record.available_cores()
+    busy = protocol.busy_shares(cores) if preset.pin else {}
+    if preset.pin:
+        pool.pin_to_cores([protocol.idlest_core(cores, busy)])
+    clock = protocol.basis(preset.pin)
     record = {"command": command, "preset": presets.as_dict(preset), "machine": machine,
               "versions": run_record.versions(),
               "pinned_cores": len(run_record.available_cores()),
+              "cores": run_record.available_cores(),
+              "busy_before_pinning": {str(c): round(x, 3) for c, x in busy.items()},
               "load_before": run_record.load_average(), "statistic": "minimum",
-              "sections": {}}
+              "clock": clock, "sections": {}}
     p = preset
     sections = {  # timed (method, d, seeds, budget), timing rounds, parts (d, lanes, steps)
         "compare": ([(m, p.compare_dim, p.compare_seeds, p.compare_calls) for m in p.methods],
@@ -178,9 +183,10 @@ def run(preset: config.Preset, command: str = "") -> dict:
     for name, (configs, repeats, parts) in sections.items():
         if name in p.sections:
             loads = record.setdefault("round_loads", {}).setdefault(name, [])
-            record["sections"][name] = measure.measure(configs, repeats, name, loads)
+            record["sections"][name] = measure.measure(configs, repeats, name, loads, clock)
             for key, rows in parts.items():
-                record["sections"][key] = [{"d": d, "seeds": n, **measure.parts(d, n, steps)}
+                record["sections"][key] = [{"d": d, "seeds": n,
+                                            **measure.parts(d, n, steps, clock=clock)}
                                            for d, n, steps in common.progress(rows, desc="parts")]
             record[f"load_after_{name}"] = run_record.load_average()
     if "compile" in p.sections:

@@ -19,7 +19,8 @@ see, the evaluations the batch executes against those its unfinished lanes use:
 
 One seed (``lanes == 1``) runs unbatched, as a user runs one seed (:func:`over_lanes`).
 Compilation is excluded from the run time and reported separately; calls/s is useful
-calls (all lanes) per second of run time.
+calls (all lanes) per second of run time, the minimum over interleaved rounds of wall or
+CPU time (:mod:`benchmarks.overhead.protocol`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks import loops
-from benchmarks import record as run_record
 from benchmarks.common import progress
 from benchmarks.overhead import methods as methods_mod
+from benchmarks.overhead import protocol
 from benchmarks.overhead import torch_loop
 from benchmarks.overhead.methods import quadratic, record
 
@@ -62,17 +63,19 @@ def over_lanes(fn, lanes: int, in_axes: Any = 0):
     return one
 
 
-def round_robin(calls: dict, repeats: int) -> dict[Any, list[float]]:
-    """Seconds of each of ``calls`` (name -> a function of no arguments, already compiled
-    and warm), ``repeats`` rounds, the calls interleaved within each round."""
+def round_robin(calls: dict, repeats: int, clock: str = "wall") -> dict[Any, list[float]]:
+    """Seconds (``clock``: ``"wall"`` or ``"cpu"``) of each of ``calls`` (name -> a
+    function of no arguments, already compiled and warm), ``repeats`` interleaved rounds
+    (:func:`benchmarks.overhead.protocol.interleaved`)."""
     import jax
 
     times = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            jax.block_until_ready(call())
-            times[name].append(time.perf_counter() - start)
+
+    def once(name):
+        _, wall, cpu = protocol.timed(lambda: jax.block_until_ready(calls[name]()))
+        times[name].append(cpu if clock == "cpu" else wall)
+
+    protocol.interleaved(list(calls), repeats, once, desc=None)
     return times
 
 
@@ -156,38 +159,37 @@ class Case:
         self.state_bytes = sum(int(np.asarray(
             jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
         ).nbytes) for x in jax.tree.leaves(state))
-        self.times: list[float] = []
+        self.times: list[float] = []  # wall seconds of every round
+        self.cpu_times: list[float] = []  # the process's CPU seconds of every round
         self.out = None
 
     def time_once(self) -> None:
         import jax
 
-        start = time.perf_counter()
-        out = jax.block_until_ready(self.compiled(self.seeds))
-        self.times.append(time.perf_counter() - start)
+        out, wall, cpu = protocol.timed(
+            lambda: jax.block_until_ready(self.compiled(self.seeds)))
+        self.times.append(wall)
+        self.cpu_times.append(cpu)
         self.out = jax.tree.map(np.asarray, out)
 
-    def record(self) -> dict[str, Any]:
+    def record(self, clock: str = "wall") -> dict[str, Any]:
         out = self.out
         return record(self, int(out["steps"]), int(out["calls"].astype(np.int64).sum()),
                       float(out["useful"]) / max(float(out["executed"]), 1.0),
-                      out["gap"].tolist())
+                      out["gap"].tolist(), clock)
 
 
 def measure(configs: list[tuple], repeats: int, section: str,
-            loads: list | None = None) -> list[dict]:
-    """Compiles every ``(method, d, seeds, budget)``, then times them round-robin, the
-    order rotated from round to round; appends the 1-minute load before each round to
-    ``loads``."""
+            loads: list | None = None, clock: str = "wall") -> list[dict]:
+    """Compiles every ``(method, d, seeds, budget)``, then times them in ``repeats``
+    interleaved rounds (:mod:`benchmarks.overhead.protocol`), appending the 1-minute load
+    before each round to ``loads``; rates and costs from the minimum of ``clock``'s
+    seconds."""
     cases = [(torch_loop.Case if c[0] == torch_loop.NAME else Case)(*c)
              for c in progress(configs, desc=f"{section}: compile")]
-    for r in progress(range(repeats), desc=f"{section}: timing rounds"):
-        if loads is not None:
-            loads.append(run_record.load_average())
-        shift = r % len(cases)
-        for case in cases[shift:] + cases[:shift]:
-            case.time_once()
-    return [case.record() for case in cases]
+    protocol.interleaved(cases, repeats, lambda case: case.time_once(), loads,
+                         f"{section}: timing rounds")
+    return [case.record(clock) for case in cases]
 
 
 IMPLS = ("threefry2x32", "philox4x32", "rbg")  # key implementations timed drawing alone
@@ -202,11 +204,12 @@ def directions(key, n: int, x):
     return dirs.sample_many(dirs.family("gaussian"), ledger.direction_keys(key, 0, n), x)
 
 
-def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
+def parts(d: int, lanes: int, steps: int, k: int = 10, clock: str = "wall") -> dict[str, float]:
     """µs per step of the parts of a K-direction step, ``lanes`` seeds (:func:`over_lanes`),
     in scans of ``steps``: drawing ``k`` Gaussian directions in one batch, ``2k`` objective calls on
     drawn directions, an empty step (the loop's own cost) and, for each key
-    implementation of :data:`IMPLS`, drawing one direction alone (``alone_IMPL``)."""
+    implementation of :data:`IMPLS`, drawing one direction alone (``alone_IMPL``); the
+    minimum of ``clock``'s seconds over 3 rounds."""
     import jax
     import jax.numpy as jnp
 
@@ -243,6 +246,6 @@ def parts(d: int, lanes: int, steps: int, k: int = 10) -> dict[str, float]:
         x = jnp.zeros((lanes, d))
         compiled = jax.jit(run).lower(x).compile()
         jax.block_until_ready(compiled(x))
-        times = round_robin({label: lambda: compiled(x)}, 3)[label]
-        out[label] = 1e6 * float(np.median(times)) / steps
+        times = round_robin({label: lambda: compiled(x)}, 3, clock)[label]
+        out[label] = 1e6 * float(np.min(times)) / steps
     return out

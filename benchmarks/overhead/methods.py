@@ -150,19 +150,24 @@ def algo(name: str, value_fn, d: int) -> Algo:
     return _optax_algo(lambda key: spec.build(SYNTHETIC_HYPER, key, monitor=False), value_fn)
 
 
-def record(case, steps: int, useful_calls: int, lane_use: float, final_gap: list[float]) -> dict:
+def record(case, steps: int, useful_calls: int, lane_use: float, final_gap: list[float],
+           clock: str = "wall") -> dict:
     """The result record of a timed ``case`` (a :class:`Case` or ``torch_loop.Case``) whose
-    last run made ``steps`` and ``useful_calls``, with the timings of the minimum time over
-    the interleaved rounds (the round least disturbed by other processes; the median is
-    kept as ``run_seconds_median``)."""
-    seconds = float(np.min(case.times))
+    last run made ``steps`` and ``useful_calls``: rates and costs from the minimum over the
+    interleaved rounds (the round least disturbed by other processes) of ``clock``'s
+    seconds (``"wall"`` or the process's ``"cpu"`` time; both kept, every round's and their
+    minimum and median: :mod:`benchmarks.overhead.protocol`)."""
+    wall, cpu = float(np.min(case.times)), float(np.min(case.cpu_times))
+    seconds = max(cpu if clock == "cpu" else wall, 1e-9)
     method = timed(case.name)
     return {
         "method": case.name, "label": method.label, "kind": method.kind,
         "d": case.d, "seeds": case.lanes, "budget_per_seed": case.budget,
-        "steps": steps, "compile_seconds": case.compile_seconds,
-        "run_seconds": seconds, "run_seconds_all": case.times,
+        "steps": steps, "compile_seconds": case.compile_seconds, "clock": clock,
+        "run_seconds": wall, "run_seconds_all": case.times,
         "run_seconds_median": float(np.median(case.times)),
+        "cpu_seconds": cpu, "cpu_seconds_all": case.cpu_times,
+        "cpu_seconds_median": float(np.median(case.cpu_times)),
         "useful_calls": useful_calls, "calls_per_second": useful_calls / seconds,
         "us_per_call": 1e6 * seconds / useful_calls,
         "lane_use": lane_use, "wasted_fraction": 1.0 - lane_use,

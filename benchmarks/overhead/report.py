@@ -6,7 +6,7 @@ from pathlib import Path
 
 from benchmarks import pages
 from benchmarks import record as run_record
-from benchmarks.overhead import torch_loop
+from benchmarks.overhead import protocol, torch_loop
 from benchmarks.overhead.measure import IMPLS
 
 REFERENCE = "open_es"  # the outside reference of the compare section
@@ -27,30 +27,113 @@ def _round_loads(record: dict) -> str:
                    for name, x in loads.items() if x)
 
 
+def _pinning(record: dict) -> str:
+    """Which core the run was pinned to and how busy the cores were just before."""
+    busy = record.get("busy_before_pinning")
+    if not busy or record["pinned_cores"] != 1:
+        return ""
+    shares = ", ".join(f"core {c} {100 * x:.0f}%" for c, x in busy.items())
+    return f" (core {record['cores'][0]}, the least busy one just before: {shares})"
+
+
 def _verdict(text: str, met: bool) -> str:
     return f"{text}: {'met' if met else 'not met'}."
 
 
-def compare(s: dict, p: dict) -> list[str]:
+VS_OPEN_ES, VS_FIXED, VS_LOOP = "calls/s vs Open_ES", "cost/call vs R-AdaZO K=10", "loop"
+
+
+def rate_ratio(r: dict, ref: dict, paired: bool = False) -> float:
+    """``r``'s useful calls/s over ``ref``'s: of their minimum times, or ``paired`` round by
+    round (:func:`benchmarks.overhead.protocol.round_ratio`) on the record's clock."""
+    times = "cpu_seconds_all" if r.get("clock") == "cpu" else "run_seconds_all"
+    if not paired or times not in r or times not in ref:  # or a record without its rounds
+        return r["calls_per_second"] / ref["calls_per_second"]
+    return r["useful_calls"] / ref["useful_calls"] * protocol.round_ratio(ref[times], r[times])
+
+
+def compare_ratios(records: list[dict], paired: bool = False) -> dict[tuple[str, str], float]:
+    """``(method, ratio) -> value``: the ratios the compare section states (calls/s over
+    Open_ES's, µs/call over R-AdaZO K=10's, calls/s over the PyTorch loop's; a method
+    against itself left out)."""
+    by = {r["method"]: r for r in records}
+    out = {}
+    for r in records:
+        for ref, name, invert in ((REFERENCE, VS_OPEN_ES, False),
+                                  (FIXED_REFERENCE, VS_FIXED, True), (LOOP, VS_LOOP, False)):
+            if ref in by and ref != r["method"]:
+                ratio = rate_ratio(r, by[ref], paired)
+                out[r["method"], name] = 1 / ratio if invert else ratio
+    return out
+
+
+def dims_ratios(records: list[dict], paired: bool = False) -> dict[tuple[int, str, str], float]:
+    """``(d, method, ratio) -> value``: µs/call over R-AdaZO K=10's and calls/s over
+    Open_ES's at the same d."""
+    by = {(r["d"], r["method"]): r for r in records}
+    out = {}
+    for r in records:
+        for ref, name, invert in ((FIXED_REFERENCE, VS_FIXED, True),
+                                  (REFERENCE, VS_OPEN_ES, False)):
+            base = by.get((r["d"], ref))
+            if base is not None and ref != r["method"]:
+                ratio = rate_ratio(r, base, paired)
+                out[r["d"], r["method"], name] = 1 / ratio if invert else ratio
+    return out
+
+
+PREVIOUS = {"(previous run)": "the same ratio in the previous run of the same command "
+                             "(`--previous`)"}
+
+
+def _cells(now: dict, before: dict | None, key, fmt: str = "{:.2f}") -> list[str]:
+    """A ratio of this run and, with a previous run, the previous run's."""
+    return [pages.num(x.get(key), fmt, "–") for x in (now, before) if x is not None]
+
+
+def _heads(names: list[str], before: dict | None) -> list[str]:
+    return [h for n in names for h in (n, f"{n} (previous run)")[:1 + (before is not None)]]
+
+
+PAIRED = ("ratios paired round by round (the median over rounds of the ratio within a "
+          "round, not shown in the table)")
+
+
+def _repeatability(now: dict, before: dict | None, name, ratios=None, records=None) -> list[str]:
+    """The repeatability sentence of two runs' ratios (``name``: a ratio's key in words);
+    with ``ratios`` (the section's function) and ``records`` (this run's and the previous
+    run's), also of the ratios paired round by round."""
+    differences = protocol.ratio_differences(now, before or {})
+    if not differences:
+        return []
+    out = [protocol.repeatability(differences, lambda k: name(*k))]
+    if ratios is not None:
+        paired = protocol.ratio_differences(*(ratios(r, paired=True) for r in records))
+        out.append(protocol.repeatability(paired, lambda k: name(*k), PAIRED))
+    return out
+
+
+def compare(s: dict, p: dict, previous: dict | None = None) -> list[str]:
     records = s["compare"]
-    by_method = {r["method"]: r for r in records}
-    ref, fixed, loop = (by_method.get(m) for m in (REFERENCE, FIXED_REFERENCE, LOOP))
+    now = compare_ratios(records)
+    before = compare_ratios(previous["compare"]) if previous and previous.get("compare") \
+        else None
     rows, verdicts = [], []
     for r in records:
-        vs_ref = r["calls_per_second"] / ref["calls_per_second"] if ref else None
-        vs_fixed = r["us_per_call"] / fixed["us_per_call"] if fixed else None
+        key = r["method"]
         rows.append([
             r["label"], r["kind"], f"{r['calls_per_second']:,.0f}", f"{r['us_per_call']:.3f}",
-            pages.num(vs_ref, "{:.2f}", "–"), pages.num(vs_fixed, "{:.2f}", "–"),
+            *_cells(now, before, (key, VS_OPEN_ES)), *_cells(now, before, (key, VS_FIXED)),
             f"{r['steps']:,}", f"{r['useful_calls'] / r['steps'] / r['seeds']:.1f}",
             f"{r['lane_use']:.2f}", pages.mean_std(r["final_gap"]), f"{r['compile_seconds']:.1f}"])
-        if vs_ref is not None and r["kind"] in ("fixed", "adaptive"):
-            goal = FIXED_GOAL if r["kind"] == "fixed" else ADAPTIVE_GOAL
+        if r["kind"] not in ("fixed", "adaptive"):
+            continue
+        if (key, VS_OPEN_ES) in now:
+            goal, vs = FIXED_GOAL if r["kind"] == "fixed" else ADAPTIVE_GOAL, now[key, VS_OPEN_ES]
             verdicts.append(_verdict(
-                f"{r['label']}: {vs_ref:.2f}x Open_ES calls/s (goal ≥ {goal}x)", vs_ref >= goal))
-    for r in records if loop else ():
-        if r["kind"] in ("fixed", "adaptive"):
-            vs = r["calls_per_second"] / loop["calls_per_second"]
+                f"{r['label']}: {vs:.2f}x Open_ES calls/s (goal ≥ {goal}x)", vs >= goal))
+        if (key, VS_LOOP) in now:
+            vs = now[key, VS_LOOP]
             verdicts.append(_verdict(f"{r['label']}: {vs:,.0f}x the PyTorch loop's calls/s (the "
                                      f"loop on one CPU thread; goal ≥ {LOOP_GOAL:.0f}x)",
                                      vs >= LOOP_GOAL))
@@ -63,35 +146,39 @@ def compare(s: dict, p: dict) -> list[str]:
                                    "second of run time, and its inverse",
         "calls/s vs Open_ES": "useful calls/s over Open_ES's",
         "cost/call vs R-AdaZO K=10": "µs/call over R-AdaZO K=10's",
+        **(PREVIOUS if before else {}),
         "steps": "while-loop steps until every seed spent its calls",
         "calls/step/seed": "useful calls / steps / seeds",
         "lane use": "useful over executed direction evaluations (under vmap a step runs "
                     "until its slowest seed accepts)",
         "final gap": "f(x_T) - f* at the end of the run",
         "compile s": "compilation of the run"}), pages.table(
-        ["method", "kind", "useful calls/s", "µs/call", "calls/s vs Open_ES",
-         "cost/call vs R-AdaZO K=10", "steps", "calls/step/seed", "lane use",
-         "final gap (mean ± std over seeds)", "compile s"], rows), pages.bullets(verdicts)]
+        ["method", "kind", "useful calls/s", "µs/call", *_heads([VS_OPEN_ES, VS_FIXED], before),
+         "steps", "calls/step/seed", "lane use", "final gap (mean ± std over seeds)",
+         "compile s"], rows),
+        *_repeatability(now, before, lambda m, ratio: f"{m}, {ratio}", compare_ratios,
+                        (records, previous and previous.get("compare"))),
+        pages.bullets(verdicts)]
 
 
-def dims(s: dict, p: dict) -> list[str]:
+def dims(s: dict, p: dict, previous: dict | None = None) -> list[str]:
     records, parts = s["dims"], s.get("parts", [])
-    ref, outsides = ({r["d"]: r for r in records if r["method"] == m}
-                     for m in (FIXED_REFERENCE, REFERENCE))
+    now = dims_ratios(records)
+    before = dims_ratios(previous["dims"]) if previous and previous.get("dims") else None
+    largest = max((r["d"] for r in records if r["method"] == FIXED_REFERENCE), default=None)
     rows, verdicts = [], []
     for r in records:
-        base = ref.get(r["d"])
-        ratio = r["us_per_call"] / base["us_per_call"] if base else None
+        fixed, outside = ((r["d"], r["method"], name) for name in (VS_FIXED, VS_OPEN_ES))
         rows.append([f"{r['d']:,}", r["label"], f"{r['steps']:,}", f"{r['us_per_call']:,.3f}",
-                     pages.num(ratio, "{:.2f}", "–"),
+                     *_cells(now, before, fixed), *_cells(now, before, outside),
                      _mib(r["state_bytes_per_seed"]),
                      _mib(r["memory"].get("temp_size_in_bytes"))])
-        outside = outsides.get(r["d"])
-        if r["kind"] == "fixed" and outside is not None:
-            vs = outside["us_per_call"] / r["us_per_call"]
+        if r["kind"] == "fixed" and outside in now:
+            vs = now[outside]
             verdicts.append(_verdict(f"{r['label']} at d = {r['d']:,}: {vs:.2f}x Open_ES "
                                      "calls/s (goal ≥ 1.0x)", vs >= 1.0))
-        if r["kind"] == "adaptive" and ratio is not None and r["d"] == max(ref):
+        if r["kind"] == "adaptive" and r["d"] == largest and fixed in now:
+            ratio = now[fixed]
             verdicts.append(_verdict(f"{r['label']} at d = {r['d']:,}: {ratio:.2f}x R-AdaZO "
                                      f"K=10 per call (goal ≤ {DIMS_GOAL}x)", ratio <= DIMS_GOAL))
     impls = [i for i in IMPLS if all(f"alone_{i}" in q for q in parts)]
@@ -101,10 +188,14 @@ def dims(s: dict, p: dict) -> list[str]:
     return ["## Per-call cost against d (quadratic, one seed)", pages.columns({
         "µs/call": "run time over the useful oracle calls",
         "cost/call vs R-AdaZO K=10": "µs/call over R-AdaZO K=10's at the same d",
+        "calls/s vs Open_ES": "useful calls/s over Open_ES's at the same d",
+        **(PREVIOUS if before else {}),
         "state MiB/seed": "one seed's optimizer state",
         "XLA temp MiB": "the compiled run's temporary buffers (XLA's memory analysis)"}),
-        pages.table(["d", "method", "steps", "µs/call", "cost/call vs R-AdaZO K=10",
+        pages.table(["d", "method", "steps", "µs/call", *_heads([VS_FIXED, VS_OPEN_ES], before),
                      "state MiB/seed", "XLA temp MiB"], rows),
+        *_repeatability(now, before, lambda d, m, ratio: f"{m} at d = {d:,}, {ratio}",
+                        dims_ratios, (records, previous and previous.get("dims"))),
         "Parts of a step (one seed):", pages.table(
             ["d", "µs per Gaussian direction (batch of 10)",
              *(f"µs per direction drawn alone, {i} keys" for i in impls),
@@ -112,7 +203,8 @@ def dims(s: dict, p: dict) -> list[str]:
         pages.bullets(verdicts)]
 
 
-def seeds(s: dict, p: dict) -> list[str]:
+def seeds(s: dict, p: dict, previous: dict | None = None) -> list[str]:
+    """The seed sweep (no ratios: ``previous`` is not used)."""
     records, parts = s["seeds"], s.get("seeds_parts", [])
     rows = [[f"{r['seeds']:,}", r["label"], f"{r['calls_per_second']:,.0f}",
              f"{r['us_per_call']:.3f}", f"{r['lane_use']:.2f}", f"{r['wasted_fraction']:.2f}",
@@ -143,16 +235,12 @@ def compile_latency(s: dict, p: dict, previous: dict | None = None) -> list[str]
     from benchmarks.overhead import compile as c
 
     section, now = s["compile"], c.ratios(s["compile"])
-    before = c.ratios(previous) if previous else {}
-    refs = [r for r in c.REFERENCES if any(r in x for x in now.values())]
-    rows, verdicts, spread = [], [], []
+    before = c.ratios(previous) if previous else None
+    refs = [ref for ref in c.REFERENCES if any(k[2] == ref for k in now)]
+    rows, verdicts = [], []
     for r in section["rows"]:
         key, target = (r["method"], r["d"]), c.TARGETS.get(r["method"], c.TARGET)
-        ratio = [pages.num(now[key].get(ref), "{:.1f}", "–") for ref in refs]
-        if key in before:
-            ratio += [pages.num(before[key].get(ref), "{:.1f}", "–") for ref in refs]
-            spread += [abs(now[key][ref] / before[key][ref] - 1) for ref in refs
-                       if ref in now[key] and ref in before[key]]
+        ratio = [cell for ref in refs for cell in _cells(now, before, key + (ref,), "{:.1f}")]
         rows.append([f"{r['d']:,}", r["method"], f"{r['seconds']:.2f}", f"{r['cpu_seconds']:.2f}",
                      *ratio, pages.num(r.get("fusions"), "{:,}", "–"),
                      pages.num(r.get("whiles"), "{:,}", "–"),
@@ -161,8 +249,7 @@ def compile_latency(s: dict, p: dict, previous: dict | None = None) -> list[str]
             verdicts.append(_verdict(f"{r['method']}, d = {r['d']:,}: {r['cpu_seconds']:.2f} "
                                      f"CPU s (target ≤ {target} s on an idle core)",
                                      r["cpu_seconds"] <= target))
-    heads = [f"÷ {ref}" for ref in refs] + [f"÷ {ref} (previous run)" for ref in refs
-                                            if before]
+    heads = _heads([f"÷ {ref}" for ref in refs], before)
     loads = ", ".join(str(x) for x in section["loads"])
     out = [f"## Compile latency: first call of each jitted step, {section['rounds']} "
            "interleaved rounds, minimum", pages.columns({
@@ -175,11 +262,8 @@ def compile_latency(s: dict, p: dict, previous: dict | None = None) -> list[str]
         ["d", "program", "s", "CPU s", *heads, "fusions", "whiles", "all rounds"], rows),
         f"XLA_FLAGS: `{section['xla_flags'] or '(none: defaults)'}`; persistent cache: "
         f"{section['persistent_cache'] or 'off'}; load average before each round: {loads}."]
-    if spread:
-        out.append(f"Repeatability: the ratios of this run and the previous one differ by at "
-                   f"most {100 * max(spread):.1f}% (goal ≤ 10%: "
-                   f"{'met' if max(spread) <= 0.1 else 'not met'}).")
-    return out + [pages.bullets(verdicts)]
+    return out + _repeatability(now, before, lambda m, d, ref: f"{m} at d = {d:,} ÷ {ref}") + [
+        pages.bullets(verdicts)]
 
 
 SECTIONS = {"compare": compare, "dims": dims, "seeds": seeds}  # the page's, in order
@@ -210,7 +294,8 @@ def figures(s: dict, folder: Path) -> list[Path]:
 
 def render(record: dict, path: Path, folder: Path, previous: dict | None = None) -> Path:
     """Writes the generated block of the report ``path`` and the figures under ``folder``
-    (``previous``: an earlier record of the same command, for the compile section)."""
+    (``previous``: an earlier record of the same command, whose ratios the compare, dims
+    and compile sections show beside this run's, with the largest difference)."""
     path, s = Path(path), record["sections"]
     m, p = record["machine"], record["preset"]
     loads = ", ".join(f"{k.removeprefix('load_').replace('_', ' ')} {record[k]}"
@@ -218,18 +303,22 @@ def render(record: dict, path: Path, folder: Path, previous: dict | None = None)
     parts = [f"Command: `{record['command']}`"]
     if record.get("record"):  # the harness's run record (start, wall time, versions)
         parts.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
+    clock = {"cpu": " of the process's CPU time", "wall": " of wall time"}.get(
+        record.get("clock", "wall"), "")
     timed = "" if not any(s.get(n) for n in SECTIONS) else (
-        f" Run time excludes compilation; {record.get('statistic', 'median')} of "
-        f"{p['repeats']} interleaved timings (compare, dims), {max(1, p['repeats'] // 3)} "
-        f"(seeds){_round_loads(record)}.")
+        f" Run time excludes compilation; {record.get('statistic', 'median')}{clock} over "
+        f"{p['repeats']} interleaved rounds (compare, dims), {max(1, p['repeats'] // 3)} "
+        f"(seeds), order rotated each round{_round_loads(record)}.")
     parts.append(
-        f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used. Load "
+        f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used"
+        f"{_pinning(record)}. Load "
         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} "
         f"MiB.{timed}")
+    before = previous["sections"] if previous else None
     for name, section in SECTIONS.items():
         if s.get(name):
-            parts += section(s, p)
+            parts += section(s, p, before)
     if s.get("compile"):
-        parts += compile_latency(s, p, previous and previous["sections"].get("compile"))
+        parts += compile_latency(s, p, before and before.get("compile"))
     parts += [f"![{x.stem}]({pages.link(x, path)})" for x in figures(s, Path(folder) / path.stem)]
     return pages.page(path, "Speed: oracle calls per second", parts, "overhead")

@@ -24,13 +24,12 @@ speed benchmark pins its process to one core.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
 from benchmarks.methods import EXTERNAL, SYNTHETIC_HYPER
-from benchmarks.overhead import methods
+from benchmarks.overhead import methods, protocol
 
 NAME = "torch_loop"  # the method's name in :data:`benchmarks.methods.EXTERNAL`
 
@@ -84,7 +83,8 @@ class Case:
         self.k = EXTERNAL[name].k
         self.compile_seconds, self.memory = 0.0, {}
         self.state_bytes = 3 * 4 * d  # x, m, v in float32
-        self.times: list[float] = []
+        self.times: list[float] = []  # wall and CPU seconds of every round
+        self.cpu_times: list[float] = []
         self.out: list[tuple[np.ndarray, int, int]] = []
         # warm-up (one step), as a JAX configuration compiles here
         self._one_thread(lambda: run(d, self.seeds[0], 2 * self.k, self.k))
@@ -101,12 +101,12 @@ class Case:
             th.set_num_threads(threads)
 
     def time_once(self) -> None:
-        start = time.perf_counter()
-        self.out = self._one_thread(
-            lambda: [run(self.d, s, self.budget, self.k) for s in self.seeds])
-        self.times.append(time.perf_counter() - start)
+        self.out, wall, cpu = protocol.timed(lambda: self._one_thread(
+            lambda: [run(self.d, s, self.budget, self.k) for s in self.seeds]))
+        self.times.append(wall)
+        self.cpu_times.append(cpu)
 
-    def record(self) -> dict[str, Any]:
+    def record(self, clock: str = "wall") -> dict[str, Any]:
         return methods.record(self, max(s for _, _, s in self.out),
                               sum(c for _, c, _ in self.out), 1.0,
-                              [float(methods.quadratic(x)) for x, _, _ in self.out])
+                              [float(methods.quadratic(x)) for x, _, _ in self.out], clock)
