@@ -10,8 +10,9 @@ agree, and to show how far they do:
   (on a shared machine it leaves out the waits for that core; on an idle core the two
   agree), wall time otherwise (threads on several cores, or an accelerator whose work
   the host's CPU time does not count); a time is the minimum over rounds (the
-  measurement least disturbed by other processes), a ratio of two programs the median
-  over rounds of their ratio within a round (:func:`round_ratio`);
+  measurement least disturbed by other processes); the tables and goals use the ratio of
+  two such minima, and the repeatability check also gives each ratio paired within a
+  round, the median over rounds (:func:`round_ratio`);
 * the core: the least busy of the process's cores, measured just before pinning
   (:func:`idlest_core`; other jobs pinned to the first core do not share it), its busy
   share recorded;
@@ -100,7 +101,9 @@ def round_ratio(times: Sequence[float], reference: Sequence[float]) -> float:
     40% here) slows both, where the ratio of two minima compares rounds of different
     phases. Rounds missing from either (a record of another length) fall back to the
     ratio of the minima."""
-    if len(times) != len(reference) or not times:
+    if not times or not reference:
+        raise ValueError("round_ratio needs at least one round of each program.")
+    if len(times) != len(reference):
         return min(times) / min(reference)
     return float(statistics.median(t / r for t, r in zip(times, reference)))
 

@@ -99,10 +99,12 @@ def test_every_documented_namedtuple_field_has_a_description():
             assert lines == [comments[field]] and lines[0], (name, field)
 
 
-def test_docs_results_stay_under_5_mb():
-    """Results are stored compactly (``benchmarks.common.write_json``, palette PNGs)."""
+def test_docs_results_stay_under_5_5_mb():
+    """Results are stored compactly (``benchmarks.common.write_json``, palette PNGs). The
+    cap was 5 MB until the speed pages kept a second run's record for their repeatability
+    check (issue 36, item 3): 5.09 MB then."""
     size = sum(p.stat().st_size for p in (ROOT / "docs" / "results").rglob("*") if p.is_file())
-    assert size < 5_000_000, f"docs/results holds {size / 1e6:.2f} MB"
+    assert size < 5_500_000, f"docs/results holds {size / 1e6:.2f} MB"
 
 
 def test_every_page_has_its_own_title():

@@ -287,7 +287,7 @@ def tuning_free(
       :func:`zoaq_jax.apply_updates`; chain nothing after it). Diagnostics:
       ``num_queries``, ``num_nonfinite``, ``last_k``, ``next_k``, ``value_estimate``,
       ``learning_rate``, ``scale``, ``num_lr_down``, ``num_data_noise``, ``num_k_up``,
-      ``num_lr_up``.
+      ``num_lr_up``, ``settled`` (a stall was seen: a told budget's final decay is on).
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, zoaq_jax
