@@ -94,3 +94,5 @@ def test_round_ratio_pairs_the_programs_of_a_round():
     assert min(prog) / min(ref) == pytest.approx(1.75)
     assert protocol.round_ratio(prog, ref) == pytest.approx(1.25)  # median of 1.75, 1.25, 1.25
     assert protocol.round_ratio([2.0], [1.0, 1.0]) == 2.0  # rounds missing: the minima
+    with pytest.raises(ValueError, match="at least one round"):
+        protocol.round_ratio([], [1.0])
