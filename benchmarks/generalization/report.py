@@ -41,7 +41,9 @@ def header(config: experiment.Config, record: run_record.RunRecord) -> str:
         f"- Protocol: preset `{config.preset}`, set `{config.set}`, seeds {list(config.seeds)}, "
         "R-AdaZO backbone (betas 0.9, 0.99, eps 1e-8), central differences; every run stops "
         "at its problem's largest budget and its anytime curve gives the smaller ones, except "
-        "the methods told the budget (a cosine decay over the budget, `tuning_free:budget`): "
+        "the methods told the budget (R-AdaZO with a cosine decay over the budget; "
+        "`tuning_free:budget`, whose step decays over the budget's last quarter once it has "
+        "seen a stall): "
         "each budget of the table is its own run, told that budget.",
         f"- The (learning rate, K) grid: the rule's lr {scales}, times K in {{{ks}}} (R-AdaZO); its envelope at budget B is the best mean gap any grid point reached "
         "within B calls. The fixed-K envelope: the same at the rule's lr only.",

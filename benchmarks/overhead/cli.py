@@ -154,6 +154,8 @@ def main(args: argparse.Namespace) -> int:
 
 def run(preset: config.Preset, command: str = "") -> dict:
     """Measures the preset's sections; the JSON record."""
+    import jax
+
     from benchmarks.overhead import measure, protocol
 
     machine = run_record.machine_info()  # before pinning: the cores of the machine
@@ -161,7 +163,11 @@ def run(preset: config.Preset, command: str = "") -> dict:
     busy = protocol.busy_shares(cores) if preset.pin else {}
     if preset.pin:
         pool.pin_to_cores([protocol.idlest_core(cores, busy)])
-    clock = protocol.basis(preset.pin)
+    # CPU time stands for a measurement only where the process holds one core and computes
+    # on it (pinning is a no-op without sched_setaffinity; an accelerator's work is not CPU
+    # time).
+    clock = protocol.basis(preset.pin and len(run_record.available_cores()) == 1
+                           and jax.default_backend() == "cpu")
     record = {"command": command, "preset": presets.as_dict(preset), "machine": machine,
               "versions": run_record.versions(),
               "pinned_cores": len(run_record.available_cores()),

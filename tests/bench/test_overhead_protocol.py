@@ -96,3 +96,20 @@ def test_round_ratio_pairs_the_programs_of_a_round():
     assert protocol.round_ratio([2.0], [1.0, 1.0]) == 2.0  # rounds missing: the minima
     with pytest.raises(ValueError, match="at least one round"):
         protocol.round_ratio([], [1.0])
+
+
+def test_paired_ratios_use_the_rounds_of_the_records_clock():
+    """Records on the CPU clock with their rounds: R-AdaZO at 1.0, 1.4, 1.4 CPU s and Open_ES
+    at 2.0, 2.8, 2.8 (the machine slower in rounds 2 and 3) are 2x paired; the ratio of the
+    minima agrees here, and differs once Open_ES's fast round is lost (2.8 s throughout)."""
+    def row(method, cpu):
+        r = _row(method, "fixed", 100, min(cpu))
+        r.update(clock="cpu", cpu_seconds_all=cpu, run_seconds_all=[9.9] * len(cpu))
+        return r
+    radazo, open_es = row("radazo", [1.0, 1.4, 1.4]), row("open_es", [2.0, 2.8, 2.8])
+    assert report.rate_ratio(radazo, open_es, paired=True) == pytest.approx(2.0)
+    slow = row("open_es", [2.8, 2.8, 2.8])
+    assert report.rate_ratio(radazo, slow) == pytest.approx(2.8)  # minima: 2.8 / 1.0
+    assert report.rate_ratio(radazo, slow, paired=True) == pytest.approx(2.0)  # median of 2.8, 2, 2
+    wall = dict(radazo, clock="wall")  # the wall clock's rounds (all 9.9 s): ratio 1
+    assert report.rate_ratio(wall, dict(slow, clock="wall"), paired=True) == pytest.approx(1.0)
