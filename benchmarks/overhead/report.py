@@ -52,34 +52,35 @@ def rate_ratio(r: dict, ref: dict, paired: bool = False) -> float:
     return r["useful_calls"] / ref["useful_calls"] * protocol.round_ratio(ref[times], r[times])
 
 
+def _ratios(records: list[dict], references: tuple, group, paired: bool) -> dict:
+    """``(*group(r), method, ratio) -> value`` for every record ``r`` and every
+    ``(reference, name, invert)`` in ``references`` present in ``r``'s group (a method
+    against itself left out); ``invert`` states a cost ratio (µs/call) for a rate ratio."""
+    by = {(group(r), r["method"]): r for r in records}
+    out = {}
+    for r in records:
+        for ref, name, invert in references:
+            base = by.get((group(r), ref))
+            if base is not None and ref != r["method"]:
+                ratio = rate_ratio(r, base, paired)
+                out[(*group(r), r["method"], name)] = 1 / ratio if invert else ratio
+    return out
+
+
 def compare_ratios(records: list[dict], paired: bool = False) -> dict[tuple[str, str], float]:
     """``(method, ratio) -> value``: the ratios the compare section states (calls/s over
     Open_ES's, µs/call over R-AdaZO K=10's, calls/s over the PyTorch loop's; a method
     against itself left out)."""
-    by = {r["method"]: r for r in records}
-    out = {}
-    for r in records:
-        for ref, name, invert in ((REFERENCE, VS_OPEN_ES, False),
-                                  (FIXED_REFERENCE, VS_FIXED, True), (LOOP, VS_LOOP, False)):
-            if ref in by and ref != r["method"]:
-                ratio = rate_ratio(r, by[ref], paired)
-                out[r["method"], name] = 1 / ratio if invert else ratio
-    return out
+    references = ((REFERENCE, VS_OPEN_ES, False), (FIXED_REFERENCE, VS_FIXED, True),
+                  (LOOP, VS_LOOP, False))
+    return _ratios(records, references, lambda r: (), paired)
 
 
 def dims_ratios(records: list[dict], paired: bool = False) -> dict[tuple[int, str, str], float]:
     """``(d, method, ratio) -> value``: µs/call over R-AdaZO K=10's and calls/s over
     Open_ES's at the same d."""
-    by = {(r["d"], r["method"]): r for r in records}
-    out = {}
-    for r in records:
-        for ref, name, invert in ((FIXED_REFERENCE, VS_FIXED, True),
-                                  (REFERENCE, VS_OPEN_ES, False)):
-            base = by.get((r["d"], ref))
-            if base is not None and ref != r["method"]:
-                ratio = rate_ratio(r, base, paired)
-                out[r["d"], r["method"], name] = 1 / ratio if invert else ratio
-    return out
+    references = ((FIXED_REFERENCE, VS_FIXED, True), (REFERENCE, VS_OPEN_ES, False))
+    return _ratios(records, references, lambda r: (r["d"],), paired)
 
 
 PREVIOUS = {"(previous run)": "the same ratio in the previous run of the same command "
