@@ -436,6 +436,7 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
     # is as likely a slow fall that one window's noise hides: docs/design.md).
     data_stall = stalled & ~rose & data_noise
     blamed = data_stall & c.pending
+    opened = data_stall & ~c.pending  # a first data-noise stall: pending from here
     grow_k = stalled & ~rose & ~data_noise & (k < k_max)
     lr_down = ((stalled & ~data_noise) | blamed | rose) & ~grow_k
     gain = c.prev_mean - mean
@@ -452,11 +453,11 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
         origin=jnp.maximum(origin, mean),
         num_lr_down=c.num_lr_down + lr_down,
         num_data_noise=c.num_data_noise + blamed,
-        num_k_up=c.num_k_up + grow_k, pending=data_stall & ~c.pending, ramping=ramping,
+        num_k_up=c.num_k_up + grow_k, pending=opened, ramping=ramping,
         prev_rate=jnp.where(c.have_prev, gain_rate, 0.0),
         num_lr_up=c.num_lr_up + (ramp > 1.0),
-        before_mean=jnp.where(data_stall & ~c.pending, c.prev_mean, c.before_mean),
-        before_se2=jnp.where(data_stall & ~c.pending, c.prev_se2, c.before_se2),
+        before_mean=jnp.where(opened, c.prev_mean, c.before_mean),
+        before_se2=jnp.where(opened, c.prev_se2, c.before_se2),
         settled=c.settled | stalled)
     running = c._replace(elapsed=elapsed, window_n=n, window_ref=ref, window_sum=total,
                          window_sq=sq, window_sq_diff=sq_diff, last_value=value)
