@@ -147,9 +147,10 @@ def test_the_start_up_ramp_doubles_while_windows_fall_faster():
     """At d = 10^4 the first step is 8e-3 x sqrt(100 / d) = 8e-4. Windows of 16 steps
     falling faster each time: the step doubles at every comparison up to the ceiling
     RAMP_CEILING = 1 (10 doublings: 0.8192 would double past it). Falling at one constant
-    rate: the first fall doubles, the next (no faster) ends the ramp at that step for good
-    (round 6: no halving back), so the later faster windows change nothing. At d <= 100
-    there is no ramp."""
+    rate: the first window (nothing to compare with: it decides nothing) and the first
+    fall double, the next (no faster) ends the ramp at that step for good (round 6: no
+    halving back), so the later faster windows change nothing. At d <= 100 there is no
+    ramp."""
     rates = np.repeat(np.arange(1.0, 15.0), 16)  # window j falls j per step
     accelerating = 1e5 - np.cumsum(rates)
     out = scripted(accelerating, dim=10_000)
@@ -157,21 +158,39 @@ def test_the_start_up_ramp_doubles_while_windows_fall_faster():
     np.testing.assert_allclose(out["learning_rate"], 8e-4 * 2**10, rtol=1e-6)
     steady = 1e5 - np.cumsum(np.concatenate([np.ones(64), rates]))
     out = scripted(steady, dim=10_000)
-    assert out["num_lr_up"] == 1 and out["num_lr_down"] == 0
-    np.testing.assert_allclose(out["learning_rate"], 1.6e-3, rtol=1e-6)
+    assert out["num_lr_up"] == 2 and out["num_lr_down"] == 0
+    np.testing.assert_allclose(out["learning_rate"], 3.2e-3, rtol=1e-6)
     assert scripted(accelerating)["num_lr_up"] == 0
 
 
 def test_the_ramp_does_not_climb_on_white_windows():
     """Window means falling faster each time, but white within each window (a fresh
     minibatch each step: von Neumann ratio near 1): a larger step would raise the
-    data-noise floor, so the ramp ends at the first fall without doubling."""
+    data-noise floor, so the ramp ends at the first fall; only the first window (which
+    decides nothing: there is none to compare with) doubled the step."""
     rng = np.random.default_rng(3)
     levels = 1e3 - np.cumsum(np.arange(0.0, 14.0)) * 16.0  # window means falling faster
     white = np.repeat(levels, 16) + rng.normal(size=14 * 16)
     out = scripted(white, dim=10_000)
-    assert out["num_lr_up"] == 0
-    np.testing.assert_allclose(out["learning_rate"], 8e-4, rtol=1e-6)
+    assert out["num_lr_up"] == 1
+    np.testing.assert_allclose(out["learning_rate"], 1.6e-3, rtol=1e-6)
+
+
+def test_the_ramp_climbs_to_the_first_step_while_windows_decide_nothing():
+    """A minibatch run making slow progress: white values (noise 1 a step) whose window
+    means fall 0.05 a window, far below a window's standard error (about 0.35), so no
+    window falls significantly, stalls (progress too small for the windows' precision)
+    or rises. Each such window doubles the step from 8e-4 (d = 10^4) while it stays at
+    most eta_0 = 8e-3 (3 doublings: 6.4e-3; round 6 kept 8e-4 all run). Without progress
+    to test against, a window that decides nothing is no evidence against a larger
+    step."""
+    rng = np.random.default_rng(6)
+    means = 50.0 - 0.05 * np.arange(6.0)
+    white = np.repeat(means, 16) + rng.normal(size=6 * 16)
+    out = scripted(white, dim=10_000)
+    assert out["num_lr_up"] == 3 and out["num_lr_down"] == 0
+    np.testing.assert_allclose(out["learning_rate"], 6.4e-3, rtol=1e-6)
+    assert scripted(white)["num_lr_up"] == 0  # d <= 100: no ramp
 
 
 def test_data_noise_lowers_the_step_and_direction_noise_raises_k():

@@ -57,23 +57,29 @@ def _dimension_factor(params: chex.ArrayTree) -> float:
     return min(1.0, math.sqrt(TUNED_DIMENSION / max(dirs.dimension(params), 1)))
 
 
-def start_ramp(c: StepControl, fell, halted, gain_rate, white):
+def start_ramp(c: StepControl, fell, halted, gain_rate, white, eta0: float):
     r"""The start-up ramp of a run that began below :math:`\eta_0` (:math:`d > 100`).
 
     While it is on, a window that falls significantly and faster per step than the last
     (:math:`\Delta_j / n_j > \Delta_{j-1} / n_{j-1}`, or the first fall), with values that
     are not white (``white``: von Neumann ratio :math:`q \ge q_{data}`, data noise
-    dominates the window), doubles the step, up to :data:`RAMP_CEILING`. Any other
-    significant fall (no faster, or white: a larger step would raise the data-noise floor)
-    ends the ramp at the step it has; so do a stall or a rise (``halted``) and the ceiling,
-    after which the step only falls; a window too noisy to decide leaves the ramp on.
+    dominates the window), doubles the step, up to :data:`RAMP_CEILING`. A window that
+    decides nothing (no significant fall, no stall, no rise: the first window, or a fall
+    too small for the window's noise) doubles the step too, up to :math:`\eta_0` (the
+    first step at :math:`d \le 100`): the dimension's smaller first step is a guess that
+    only evidence keeps (design round 7). Any other significant fall (no faster, or
+    white: a larger step would raise the data-noise floor) ends the ramp at the step it
+    has; so do a stall or a rise (``halted``) and the ceiling, after which the step only
+    falls.
 
     Returns:
       ``(factor, ramping)``: the step's factor (2 or 1) and whether the ramp goes on.
     """
     faster = ((c.prev_rate <= 0.0) | (gain_rate > c.prev_rate)) & ~white
-    up = c.ramping & fell & faster & (2.0 * c.learning_rate <= RAMP_CEILING * (1.0 + 1e-6))
     undecided = ~fell & ~halted
+    unproven = undecided & (2.0 * c.learning_rate <= eta0 * (1.0 + 1e-6))
+    up = (c.ramping & ((fell & faster) | unproven)
+          & (2.0 * c.learning_rate <= RAMP_CEILING * (1.0 + 1e-6)))
     return jnp.where(up, 2.0, 1.0), c.ramping & (up | undecided)
 
 
@@ -255,8 +261,9 @@ def tuning_free(
     a run of any length passes through the step sizes that suit it, in the manner of a
     reduce-on-plateau schedule whose plateaus are tested statistically. Above, the first
     step is :math:`\eta_0 \sqrt{100 / d}` and a start-up ramp (:func:`start_ramp`)
-    doubles it, up to :data:`RAMP_CEILING`, while windows fall faster and are not white;
-    after the ramp it only falls.
+    doubles it, up to :data:`RAMP_CEILING`, while windows fall faster and are not white,
+    and up to :math:`\eta_0` while windows decide nothing (no significant fall, stall or
+    rise); after the ramp it only falls.
 
     The starting :math:`\eta`, :math:`\mu` and window rule were chosen on the tuning set
     of ``benchmarks/generalization`` and scored on its held-out set
@@ -398,7 +405,7 @@ def tuning_free(
         took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
         dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
         control = _control(c, est, took, k_max=k_max, window=window, growth=growth, z=z,
-                           q_data=q_data, precision=precision)
+                           q_data=q_data, precision=precision, eta0=learning_rate)
         new_est = est._replace(budget=ResetState(control[1]))
         moments = jax.tree.map(lambda new, old: jnp.where(took, new, old),
                                ScaleByRAdaZOState(m, v), state.moments)
@@ -409,7 +416,7 @@ def tuning_free(
 
 
 def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth, z,
-             q_data, precision):
+             q_data, precision, eta0):
     """The controller after one step: ``(StepControl, next_k)``."""
     value = est.ledger.value_estimate
     k = est.budget.next_k
@@ -442,7 +449,7 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
     gain = c.prev_mean - mean
     gain_rate = gain / n.astype(jnp.float32)
     fell = c.have_prev & ~stalled & ~rose & (gain > z * jnp.sqrt(c.prev_se2 + se2))
-    ramp, ramping = start_ramp(c, fell, stalled | rose, gain_rate, data_noise)
+    ramp, ramping = start_ramp(c, fell, stalled | rose, gain_rate, data_noise, eta0)
     lr = c.learning_rate * jnp.where(lr_down, 0.5, 1.0) * ramp
     closed = c._replace(
         learning_rate=lr, elapsed=elapsed,
