@@ -40,9 +40,9 @@ FIRST_BUDGET = 1000  # calls: the smallest budget scored
 # Design rounds that scored the held-out set (round 1: b422e1f, round 2: 72a29a3, round 3:
 # b5a1219, round 4: tuning_free's confirmation rule and start-up ramp, round 5: the radius
 # that follows the step and the ramp's ceiling, round 6: its
-# progress origin, span confirmation, quiet ramp and stall-gated decay); the coordinator sets
-# it.
-HELDOUT_ROUNDS = 6
+# progress origin, span confirmation, quiet ramp and stall-gated decay, round 7: its ramp
+# window that decides nothing); the coordinator sets it.
+HELDOUT_ROUNDS = 7
 
 
 @dataclass(frozen=True)
