@@ -283,21 +283,35 @@ def test_directions_over_the_batch_limit_are_drawn_in_chunks(monkeypatch):
     assert optax.tree.get(s_chunked, "num_queries") == optax.tree.get(s_one, "num_queries")
 
 
-def test_small_leaves_take_padded_threefry_bits_and_draw_the_same_numbers(monkeypatch):
-    """A leaf of fewer than 16 numbers takes its bits from a threefry draw of 16 (the
-    batched draw's loop runs over [n, 16], which XLA's CPU compiler handles in a
-    fraction of the time of [n, 6]), and gets the numbers of the unpadded key, bit for
-    bit (sparse: a normal and a Bernoulli draw; lowrank: two small factors)."""
-    like = {"w": jnp.zeros((2, 3))}
-    keys = jax.random.split(jax.random.key(1), 3)
-    families = [dirs.family(s) for s in ("sparse:0.25", "lowrank:2")]  # normal, uniform bits
+@pytest.mark.parametrize("size", [1, 10, 100])
+def test_draws_take_straight_line_threefry_bits_and_draw_the_same_numbers(monkeypatch, size):
+    """A direction's threefry bits come from the 20 rounds written out: a vmapped draw
+    compiles without a while loop (JAX's CPU lowering loops over the rounds), and gets
+    the numbers of JAX's own threefry, bit for bit, batched over keys (raw 32- and 8-bit
+    draws; sparse: a split, a normal and a Bernoulli draw; lowrank: two normal factors)."""
+    keys = jax.random.split(jax.random.key(4), 3)
+    like = {"w": jnp.zeros((2, size))}
+    families = [dirs.family(s) for s in ("sparse:0.25", "lowrank:2")]
 
-    def lowered():  # a new function each time: traced again
-        return jax.jit(lambda k: [dirs.sample_many(f, k, like) for f in families]).lower(keys)
+    def loops(wrap):
+        draw = jax.vmap(lambda k: jax.random.normal(wrap(k), (size,)))
+        return jax.jit(draw).lower(keys).compile().as_text().count(" while(")
 
-    padded = lowered()
-    assert "3x16xui32" in padded.as_text()  # sparse:0.25: the 6 numbers of its normal draw
-    monkeypatch.setattr(dirs, "_padded", lambda key: key)
-    unpadded = lowered()
-    assert "3x16xui32" not in unpadded.as_text()
-    chex.assert_trees_all_equal(padded.compile()(keys), unpadded.compile()(keys))
+    def draw(k):
+        return (jax.random.bits(dirs._straight(k), (size,), jnp.uint32),
+                jax.random.bits(dirs._straight(k), (size,), jnp.uint8),
+                [dirs.sample(f, k, like) for f in families])
+
+    straight = jax.jit(jax.vmap(draw))(keys)
+    assert loops(dirs._straight) == 0 < loops(lambda k: k)
+    monkeypatch.setattr(dirs, "_straight", lambda key: key)
+    chex.assert_trees_all_equal(straight, jax.jit(jax.vmap(draw))(keys))
+
+
+def test_straight_line_bits_of_64_bits_are_jax_own():
+    """64-bit draws (float64 directions under ``jax_enable_x64``): the two hashed words
+    joined, as JAX's threefry joins them."""
+    key = jax.random.key(2)
+    with jax.enable_x64(True):
+        got = jax.random.bits(dirs._straight(key), (37,), jnp.uint64)
+        chex.assert_trees_all_equal(got, jax.random.bits(key, (37,), jnp.uint64))

@@ -206,45 +206,64 @@ def _signs(key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
     return (2 * bits.reshape(-1)[:size].astype(dtype) - 1).reshape(shape)
 
 
-# Draws of fewer numbers than this take their bits from a threefry draw of this many.
-# Under ``vmap`` over a batch of keys, threefry's rolled loop body is a kernel over
-# ``[batch, size]``, and XLA's CPU compiler (LLVM) takes about a second on it when
-# ``size`` is below 16 and not 1 or 8 (a batch of 18 Gaussian draws: 1.3 CPU s at size 10,
-# 0.3 s at 16; docs/results/overhead_compile.md). The bits are the same: a threefry key's
-# partitionable bits depend only on each number's flat position, not on the shape. Only
-# the bits are padded: the conversion to floats still runs at the leaf's own shape, so
-# its rounding (vectorised or not) is unchanged.
-_MIN_BITS = 16
+# A direction's random bits: Threefry-2x32's 20 rounds written out (:func:`_threefry2x32`)
+# instead of JAX's CPU lowering of the hash, a loop of 5 iterations of 4 rounds. Under
+# ``vmap`` that loop runs its kernels one after the other, 5 times per draw, and its body
+# is a kernel over ``[batch, size]`` on which XLA's CPU compiler (LLVM) took up to seconds
+# (docs/results/overhead_compile.md); written out, the rounds fuse with the conversion
+# to floats: fewer kernels to compile and to run. The bits are JAX's, bit for bit
+# (partitionable threefry: number ``n`` of a draw hashes the counter words ``(0, n)``);
+# the keys' own derivations (``fold_in``, ``split``) keep JAX's loop.
 _THREEFRY = jax.extend.random.threefry_prng_impl
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))  # Threefry-2x32's, alternating by 4 rounds
+_PARITY = 0x1BD11BDA  # its key schedule's constant
 
 
-def _padded_bits(key_data: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
+def _threefry2x32(key: jax.Array, x: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """Threefry-2x32, 20 rounds (Salmon et al., 2011; the hash of ``jax.random``'s default
+    keys), of the counter words ``x`` under the two-word ``key``."""
+    ks = (key[0], key[1], key[0] ^ key[1] ^ np.uint32(_PARITY))
+    x0, x1 = x[0] + ks[0], x[1] + ks[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = ((x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))) ^ x0
+        x0 = x0 + ks[(i + 1) % 3]
+        x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def _straight_bits(key_data: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
+    """``jax.random.bits`` of a partitionable threefry key, the hash written out."""
     size = int(np.prod(shape, dtype=np.int64))
-    bits = _THREEFRY.random_bits
-    if 0 < size < _MIN_BITS:
-        return bits(key_data, bit_width, (_MIN_BITS,))[:size].reshape(shape)
-    return bits(key_data, bit_width, shape)
+    if size >= 1 << 32:  # counters beyond one word: JAX's own
+        return _THREEFRY.random_bits(key_data, bit_width, shape)
+    count = jax.lax.iota(jnp.uint32, size).reshape(shape)
+    hi, lo = _threefry2x32(key_data, (jnp.zeros_like(count), count))
+    dtype = jnp.dtype(f"uint{bit_width}")
+    if bit_width == 64:
+        return (hi.astype(dtype) << np.uint64(32)) | lo.astype(dtype)
+    return (hi ^ lo).astype(dtype)
 
 
-_PADDED_THREEFRY = jax.extend.random.define_prng_impl(
+_STRAIGHT_THREEFRY = jax.extend.random.define_prng_impl(
     key_shape=_THREEFRY.key_shape, seed=_THREEFRY.seed, split=_THREEFRY.split,
-    random_bits=_padded_bits, fold_in=_THREEFRY.fold_in,
-    name="threefry2x32_padded", tag="fry16")
+    random_bits=_straight_bits, fold_in=_THREEFRY.fold_in,
+    name="threefry2x32_straight", tag="fry20")
 
 
-def _padded(key: jax.Array) -> jax.Array:
-    """``key`` as a key whose small draws take their bits from a draw of
-    :data:`_MIN_BITS` numbers (a threefry key, partitionable bits: the same numbers), so
-    that they compile fast under ``vmap``; any other key unchanged."""
+def _straight(key: jax.Array) -> jax.Array:
+    """``key`` as a key whose draws compute their bits with :func:`_straight_bits` (a
+    partitionable threefry key: the same numbers); any other key unchanged."""
     if (str(jax.random.key_impl(key)) != _THREEFRY.name
             or not jax.config.jax_threefry_partitionable):  # type: ignore[attr-defined]
         return key
-    return jax.random.wrap_key_data(jax.random.key_data(key), impl=_PADDED_THREEFRY)
+    return jax.random.wrap_key_data(jax.random.key_data(key), impl=_STRAIGHT_THREEFRY)
 
 
 def _draw_leaf(kind: Family, key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
     """One leaf of a direction of ``kind`` (before the sphere's normalisation)."""
-    key = _padded(key)
+    key = _straight(key)
     if kind.name == "rademacher":
         return _signs(key, shape, dtype)
     if kind.name == "sparse":
