@@ -158,11 +158,11 @@ def run(preset: config.Preset, command: str = "") -> dict:
 
     from benchmarks.overhead import measure, protocol
 
-    machine = run_record.machine_info()  # before pinning: the cores of the machine
     cores = run_record.available_cores()
     busy = protocol.busy_shares(cores) if preset.pin else {}
-    if preset.pin:
+    if preset.pin:  # before JAX starts its backend, whose threads keep the affinity they got
         pool.pin_to_cores([protocol.idlest_core(cores, busy)])
+    machine = {**run_record.machine_info(), "cores": len(cores)}  # the machine's, not ours
     # CPU time stands for a measurement only where the process holds one core and computes
     # on it (pinning is a no-op without sched_setaffinity; an accelerator's work is not CPU
     # time).

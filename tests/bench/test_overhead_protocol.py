@@ -113,3 +113,27 @@ def test_paired_ratios_use_the_rounds_of_the_records_clock():
     assert report.rate_ratio(radazo, slow, paired=True) == pytest.approx(2.0)  # median of 2.8, 2, 2
     wall = dict(radazo, clock="wall")  # the wall clock's rounds (all 9.9 s): ratio 1
     assert report.rate_ratio(wall, dict(slow, clock="wall"), paired=True) == pytest.approx(1.0)
+
+
+def test_the_process_pins_itself_before_jax_starts_its_backend():
+    """Threads keep the affinity they were made with: JAX's backend (XLA's compiler and
+    intra-op threads) must start after the pinning, or "one pinned core" holds only for
+    the main thread (the compile page's CPU time once exceeded its wall time)."""
+    import subprocess
+    import sys
+
+    code = """
+import jax._src.xla_bridge as xb
+from benchmarks import pool, presets
+from benchmarks.overhead import cli, config
+seen = []
+def pin(cores):
+    seen.append(xb.backends_are_initialized())
+    raise SystemExit(0 if seen == [False] else 3)
+pool.pin_to_cores = pin
+cli.run(presets.override(config.PRESETS["smoke"], pin=True))
+raise SystemExit(4)  # never pinned
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
