@@ -121,11 +121,15 @@ class Tracker:
         self.eval_s += time.perf_counter() - e0
         return out
 
-    def evaluate(self, t: int, fe: int, lora: Any, train_loss: float | None = None) -> None:
+    def evaluate(self, t: int, fe: int, lora: Any, train_loss: float | None = None,
+                 step_size: float | None = None) -> None:
+        """Appends the dev metrics after step ``t`` to the curve (with ``step_size``, the
+        step the optimizer had chosen, when it chooses one: :func:`step_size`)."""
         dev = self._evaluate(lora, self.bundle.dev)
         self.curve.append({"step": t, "fe": fe, "dev_loss": dev["loss"],
                            "dev_accuracy": dev["accuracy"], "train_loss": train_loss,
-                           "wall_s": time.perf_counter() - self.wall0})
+                           "wall_s": time.perf_counter() - self.wall0,
+                           **({} if step_size is None else {"step_size": step_size})})
         if dev["loss"] < self.best["loss"]:
             self.best = {"loss": dev["loss"], "accuracy": dev["accuracy"], "step": t,
                          "lora": jax.tree.map(lambda x: np.array(x, copy=True), lora)}
@@ -215,6 +219,18 @@ def interleaved_overhead(compiled, method: Method | Complete, bundle: Bundle, lo
             "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s))}
 
 
+def step_size(state: Any) -> float | None:
+    """The step ``tuning_free`` has chosen, in the parameters' units (its
+    :math:`\\eta_t s`: ``learning_rate`` is in units of the start point's RMS ``scale``), or
+    ``None`` for an optimizer without its controller."""
+    found = [x for x in jax.tree.leaves(state, is_leaf=_is_control) if _is_control(x)]
+    return float(found[0].learning_rate * found[0].scale) if found else None
+
+
+def _is_control(x: Any) -> bool:
+    return isinstance(x, zoaq_jax.StepControl)
+
+
 def run(method: Method | Complete, seed: int, bundle: Bundle, cfg: Config) -> dict:
     """Trains the adapters with ``method`` from seed ``seed``; returns the result record."""
     wall0 = time.perf_counter()
@@ -235,7 +251,8 @@ def run(method: Method | Complete, seed: int, bundle: Bundle, cfg: Config) -> di
     def do_eval(t: int):
         since = tracker.curve[-1]["step"] if tracker.curve else 0
         recent = [v for s, v in probes if s > since]
-        tracker.evaluate(t, fe, lora, train_loss=float(np.mean(recent)) if recent else None)
+        tracker.evaluate(t, fe, lora, train_loss=float(np.mean(recent)) if recent else None,
+                         step_size=step_size(state))
 
     do_eval(0)
     steps, total = ((itertools.count(1), None) if cfg.budget is not None

@@ -5,6 +5,7 @@ rate, K) envelope; tiny LLaMA, nothing downloaded."""
 import argparse
 import dataclasses
 
+import numpy as np
 import pytest
 from llm_helpers import tiny_bundle
 
@@ -31,6 +32,7 @@ def test_first_order_reference_is_evaluated_on_the_zeroth_order_schedule(bundle)
     assert cfg.evaluations == 8 and len(zo["curve"]) == len(fo["curve"]) == 9
     # the i-th evaluation of each after the same share of its run: FE / budget, steps / steps
     assert [c["fe"] / 32 for c in zo["curve"]] == [c["share"] for c in fo["curve"]]
+    assert not any("step_size" in c for c in zo["curve"])  # R-AdaZO does not choose one
     assert [c["step"] for c in fo["curve"]] == list(range(0, 25, 3))
     assert fo["steps"] == 24 and fo["best_step"] in range(0, 25, 3)
     assert fo["best_eval_loss"] == min(c["dev_loss"] for c in fo["curve"])
@@ -58,6 +60,8 @@ def test_tuning_free_told_the_budget_never_exceeds_it(bundle):
                                                                           eval_every_fe=3))
     assert r["total_fe"] <= 9 and r["total_fe"] == 2 * sum(r["k_trace"])
     assert r["curve"][-1]["fe"] == r["total_fe"] and r["label"] == "tuning_free, told the budget"
+    # the step it chose, at every evaluation (the benchmark records it; fixed-K runs have none)
+    assert all(np.isfinite(c["step_size"]) and c["step_size"] > 0 for c in r["curve"])
 
 
 def _run(method, fe, loss):
