@@ -124,7 +124,7 @@ class Tracker:
     def evaluate(self, t: int, fe: int, lora: Any, train_loss: float | None = None,
                  step_size: float | None = None) -> None:
         """Appends the dev metrics after step ``t`` to the curve (with ``step_size``, the
-        step the optimizer had chosen, when it chooses one: :func:`step_size`)."""
+        step the optimizer had chosen, when it chooses one: :func:`chosen_step`)."""
         dev = self._evaluate(lora, self.bundle.dev)
         self.curve.append({"step": t, "fe": fe, "dev_loss": dev["loss"],
                            "dev_accuracy": dev["accuracy"], "train_loss": train_loss,
@@ -219,10 +219,12 @@ def interleaved_overhead(compiled, method: Method | Complete, bundle: Bundle, lo
             "overhead_share": 1.0 - float(np.sum(fwd_s)) / float(np.sum(step_s))}
 
 
-def step_size(state: Any) -> float | None:
-    """The step ``tuning_free`` has chosen, in the parameters' units (its
+def chosen_step(state: Any) -> float | None:
+    """The step ``tuning_free``'s controller has chosen, in the parameters' units (its
     :math:`\\eta_t s`: ``learning_rate`` is in units of the start point's RMS ``scale``), or
-    ``None`` for an optimizer without its controller."""
+    ``None`` for an optimizer without that controller. Told the budget, the final decay
+    (the budget's last quarter, once a window has stalled: ``settled``) multiplies the step
+    it applies further; that factor is not included."""
     found = [x for x in jax.tree.leaves(state, is_leaf=_is_control) if _is_control(x)]
     return float(found[0].learning_rate * found[0].scale) if found else None
 
@@ -252,7 +254,7 @@ def run(method: Method | Complete, seed: int, bundle: Bundle, cfg: Config) -> di
         since = tracker.curve[-1]["step"] if tracker.curve else 0
         recent = [v for s, v in probes if s > since]
         tracker.evaluate(t, fe, lora, train_loss=float(np.mean(recent)) if recent else None,
-                         step_size=step_size(state))
+                         step_size=chosen_step(state))
 
     do_eval(0)
     steps, total = ((itertools.count(1), None) if cfg.budget is not None

@@ -68,11 +68,12 @@ def test_sequential_zo_step_costs_one_forward_pass_of_memory(bundles):
     assert rows["K=4 step (sequential)"] <= 1.2 * forward
     # What still grows with K is parameter-sized, not activations: the K directions and
     # the 2K perturbed copies of the trainable parameters (3 K d floats at most), plus
-    # K-sized bookkeeping under a direction's size (1 KiB: with the directions' threefry
-    # bits written out, K=1 takes 1,536 bytes less, K=8 256 bytes less, the growth
-    # 76,224 bytes against 3 * 7 * d * 4 = 75,264).
+    # K-sized bookkeeping under a direction's size (256 bytes a direction, a measured
+    # allowance, not derived: with the directions' threefry bits written out, K=1 takes
+    # 1,536 bytes less, K=8 256 bytes less, the growth 76,224 bytes against
+    # 3 * 7 * d * 4 = 75,264).
     d = lora.num_params(lora.init_adapters(plain.lora, 0))
-    assert rows["K=8 step (sequential)"] - rows["K=1 step (sequential)"] <= 3 * 7 * d * 4 + 1024
+    assert rows["K=8 step (sequential)"] - rows["K=1 step (sequential)"] <= 3 * 7 * d * 4 + 7 * 256
     assert rows["K=8 step (vectorized)"] > 4 * rows["K=8 step (sequential)"]  # grows with K
     assert rows["backprop + Adam step"] > 2 * forward
 

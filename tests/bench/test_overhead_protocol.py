@@ -119,8 +119,10 @@ def test_the_process_pins_itself_before_jax_starts_its_backend():
     """Threads keep the affinity they were made with: JAX's backend (XLA's compiler and
     intra-op threads) must start after the pinning, or "one pinned core" holds only for
     the main thread (the compile page's CPU time once exceeded its wall time)."""
+    import os
     import subprocess
     import sys
+    from pathlib import Path
 
     code = """
 import jax._src.xla_bridge as xb
@@ -134,6 +136,7 @@ pool.pin_to_cores = pin
 cli.run(presets.override(config.PRESETS["smoke"], pin=True))
 raise SystemExit(4)  # never pinned
 """
+    root = Path(__file__).resolve().parents[2]  # this checkout's benchmarks and zoaq_jax
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr[-2000:]

@@ -283,7 +283,7 @@ def test_directions_over_the_batch_limit_are_drawn_in_chunks(monkeypatch):
     assert optax.tree.get(s_chunked, "num_queries") == optax.tree.get(s_one, "num_queries")
 
 
-@pytest.mark.parametrize("size", [1, 10, 100])
+@pytest.mark.parametrize("size", [0, 1, 10, 100])
 def test_draws_take_straight_line_threefry_bits_and_draw_the_same_numbers(monkeypatch, size):
     """A direction's threefry bits come from the 20 rounds written out: a vmapped draw
     compiles without a while loop (JAX's CPU lowering loops over the rounds), and gets
@@ -300,10 +300,12 @@ def test_draws_take_straight_line_threefry_bits_and_draw_the_same_numbers(monkey
     def draw(k):
         return (jax.random.bits(dirs._straight(k), (size,), jnp.uint32),
                 jax.random.bits(dirs._straight(k), (size,), jnp.uint8),
+                jax.random.bits(dirs._straight(k), (size,), jnp.uint16),
                 [dirs.sample(f, k, like) for f in families])
 
     straight = jax.jit(jax.vmap(draw))(keys)
-    assert loops(dirs._straight) == 0 < loops(lambda k: k)
+    if jax.default_backend() == "cpu" and size:  # JAX's CPU lowering loops over the rounds
+        assert loops(dirs._straight) == 0 < loops(lambda k: k)
     monkeypatch.setattr(dirs, "_straight", lambda key: key)
     chex.assert_trees_all_equal(straight, jax.jit(jax.vmap(draw))(keys))
 

@@ -70,7 +70,16 @@ def start_ramp(c: StepControl, fell, halted, gain_rate, white, eta0: float):
     only evidence keeps (design round 7). Any other significant fall (no faster, or
     white: a larger step would raise the data-noise floor) ends the ramp at the step it
     has; so do a stall or a rise (``halted``) and the ceiling, after which the step only
-    falls.
+    falls. A window that decides nothing leaves the ramp on, also once the step is above
+    :math:`\eta_0 / 2` and no longer doubles on it; such a window may be white (a white
+    fall would end the ramp: a window without a verdict is no evidence either way).
+
+    Args:
+      c: the controller before the window closes.
+      fell, halted: the window fell significantly; it stalled or rose.
+      gain_rate: the window's fall per step, :math:`\Delta_j / n_j`.
+      white: the window's values are white (data noise dominates).
+      eta0: :math:`\eta_0`, the cap of the doublings on windows that decide nothing.
 
     Returns:
       ``(factor, ramping)``: the step's factor (2 or 1) and whether the ramp goes on.
