@@ -166,12 +166,10 @@ def run(preset: config.Preset, command: str = "") -> dict:
     # CPU time stands for a measurement only where the process holds one core and computes
     # on it (pinning is a no-op without sched_setaffinity; an accelerator's work is not CPU
     # time).
-    clock = protocol.basis(preset.pin and len(run_record.available_cores()) == 1
-                           and jax.default_backend() == "cpu")
+    ours = run_record.available_cores()  # the cores this process may run on now
+    clock = protocol.basis(preset.pin and len(ours) == 1 and jax.default_backend() == "cpu")
     record = {"command": command, "preset": presets.as_dict(preset), "machine": machine,
-              "versions": run_record.versions(),
-              "pinned_cores": len(run_record.available_cores()),
-              "cores": run_record.available_cores(),
+              "versions": run_record.versions(), "pinned_cores": len(ours), "cores": ours,
               "busy_before_pinning": {str(c): round(x, 3) for c, x in busy.items()},
               "load_before": run_record.load_average(), "statistic": "minimum",
               "clock": clock, "sections": {}}

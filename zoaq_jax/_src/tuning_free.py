@@ -84,11 +84,13 @@ def start_ramp(c: StepControl, fell, halted, gain_rate, white, eta0: float):
     Returns:
       ``(factor, ramping)``: the step's factor (2 or 1) and whether the ramp goes on.
     """
+    def doubles_within(cap):  # twice the step is at most ``cap`` (float32 rounding aside)
+        return 2.0 * c.learning_rate <= cap * (1.0 + 1e-6)
+
     faster = ((c.prev_rate <= 0.0) | (gain_rate > c.prev_rate)) & ~white
     undecided = ~fell & ~halted
-    unproven = undecided & (2.0 * c.learning_rate <= eta0 * (1.0 + 1e-6))
-    up = (c.ramping & ((fell & faster) | unproven)
-          & (2.0 * c.learning_rate <= RAMP_CEILING * (1.0 + 1e-6)))
+    unproven = undecided & doubles_within(eta0)
+    up = c.ramping & ((fell & faster) | unproven) & doubles_within(RAMP_CEILING)
     return jnp.where(up, 2.0, 1.0), c.ramping & (up | undecided)
 
 
