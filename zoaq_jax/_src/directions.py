@@ -212,8 +212,10 @@ def _signs(key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
 # is a kernel over ``[batch, size]`` on which XLA's CPU compiler (LLVM) took up to seconds
 # (docs/results/overhead_compile.md); written out, the rounds fuse with the conversion
 # to floats: fewer kernels to compile and to run. The bits are JAX's, bit for bit
-# (partitionable threefry: number ``n`` of a draw hashes the counter words ``(0, n)``);
-# the keys' own derivations (``fold_in``, ``split``) keep JAX's loop.
+# (partitionable threefry: number ``n`` of a draw hashes the counter words ``(0, n)``),
+# so are the directions; a step that uses them may still round a sum differently in the
+# last bit, where XLA fuses the draw into it otherwise (docs/results/overhead_compile.md).
+# The keys' own derivations (``fold_in``, ``split``) keep JAX's loop.
 _THREEFRY = jax.extend.random.threefry_prng_impl
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))  # Threefry-2x32's, alternating by 4 rounds
 _PARITY = 0x1BD11BDA  # its key schedule's constant
