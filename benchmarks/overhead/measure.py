@@ -166,10 +166,8 @@ class Case:
     def time_once(self) -> None:
         import jax
 
-        out, wall, cpu = protocol.timed(
-            lambda: jax.block_until_ready(self.compiled(self.seeds)))
-        self.times.append(wall)
-        self.cpu_times.append(cpu)
+        out = protocol.timed_round(
+            self, lambda: jax.block_until_ready(self.compiled(self.seeds)))
         self.out = jax.tree.map(np.asarray, out)
 
     def record(self, clock: str = "wall") -> dict[str, Any]:

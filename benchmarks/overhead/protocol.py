@@ -60,6 +60,15 @@ def timed(fn: Callable[[], T]) -> tuple[T, float, float]:
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
+def timed_round(case: Any, fn: Callable[[], T]) -> T:
+    """``fn()``, its wall and CPU seconds appended to ``case.times`` and ``case.cpu_times``
+    (one round of a timed case)."""
+    out, wall, cpu = timed(fn)
+    case.times.append(wall)
+    case.cpu_times.append(cpu)
+    return out
+
+
 def busy_shares(cores: Sequence[int], seconds: float = 1.0,
                 stat: str = "/proc/stat") -> dict[int, float]:
     """The share of ``seconds`` each of ``cores`` spent busy (not idle nor waiting for

@@ -101,10 +101,8 @@ class Case:
             th.set_num_threads(threads)
 
     def time_once(self) -> None:
-        self.out, wall, cpu = protocol.timed(lambda: self._one_thread(
+        self.out = protocol.timed_round(self, lambda: self._one_thread(
             lambda: [run(self.d, s, self.budget, self.k) for s in self.seeds]))
-        self.times.append(wall)
-        self.cpu_times.append(cpu)
 
     def record(self, clock: str = "wall") -> dict[str, Any]:
         return methods.record(self, max(s for _, _, s in self.out),

@@ -97,10 +97,11 @@ def test_run_with_injected_hyperparameters_compiles_once():
 # Digests (sha256 of every leaf's bytes, first 16 hex digits) of (params, state) after
 # STEPS jitted steps from linspace(-1, 1, d) (3 steps at d = 20,000), keyed by (alias, d,
 # refresh): refresh=2 recomputes the retained sums exactly at every other step, from the
-# step's batch of directions (d = D) or from the keys (d = 20,000, where the directions
-# do not fit one batch). Recorded again when the QueryLedger gained its divergence
-# baseline fields (first_value, best_value; issue 33): the parameters and query counts of
-# every case were checked equal to the previous code's first. ZoAQ's two digests recorded
+# retained keys (their directions drawn again: `retained.refreshed`); at d = 20,000 the
+# step's directions are not predrawn (they exceed `directions._BATCH_LIMIT`). Recorded
+# again when the QueryLedger gained its divergence baseline fields (first_value,
+# best_value; issue 33): the parameters and query counts of every case were checked equal
+# to the previous code's first. ZoAQ's two digests recorded
 # again when the suite's flags gained --xla_cpu_parallel_codegen_split_count=1 (one LLVM
 # module a program rounds one of ZoAQ's operations differently): the same library code
 # gave the previous digests under the previous flags (the full suite passed at commit
