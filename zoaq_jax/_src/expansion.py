@@ -50,25 +50,30 @@ class Candidate(NamedTuple):
 def draw_step(
     kind: dirs.Family, schedule: ledger.KeySchedule, book: ledger.QueryLedger, slots: int,
     like: chex.ArrayTree, retained: tuple[jax.Array, jax.Array] | None = None,
-) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None]:
-    """Draws a step's ``slots`` fresh directions, and those of the ``retained`` records
-    (``(steps, index)``), at once (their keys too: :meth:`ledger.KeySchedule.step_and_record_keys`).
+    n_drawn: int = 0,
+) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None,
+           tuple[jax.Array, jax.Array] | None]:
+    """Draws a step's ``slots`` fresh directions, and those of the first ``n_drawn`` of the
+    ``retained`` records (``(steps, index)``, the buffer oldest first), at once; the keys
+    of all of them, fresh and retained, are derived in one batch
+    (:meth:`ledger.KeySchedule.step_and_record_keys`), and kept for the refresh.
 
-    Returns ``(retained, fresh)`` direction batches, or ``(None, None)`` when the batch
+    Returns ``(retained, fresh, keys)``: the direction batches and the keys ``(fresh,
+    retained)`` (None without ``retained``), or ``(None, None, None)`` when the batch
     would be too large (:func:`directions.fits_in_batch`) and directions must be drawn
     where they are used.
     """
-    n_retained = 0 if retained is None else retained[0].shape[0]
-    if not dirs.fits_in_batch(n_retained + slots, like):
-        return None, None
+    if not dirs.fits_in_batch(n_drawn + slots, like):
+        return None, None, None
+    derived = None
     if retained is None:
         keys = ledger.direction_keys(schedule.step_key(book), 0, slots)
     else:
-        fresh_keys, retained_keys = schedule.step_and_record_keys(book, slots, *retained)
-        keys = jnp.concatenate([retained_keys, fresh_keys])
+        derived = schedule.step_and_record_keys(book, slots, *retained)
+        keys = jnp.concatenate([derived[1][:n_drawn], derived[0]])
     u = dirs.sample_many(kind, keys, like)
-    old = jax.tree.map(lambda x: x[:n_retained], u) if n_retained else None
-    return old, jax.tree.map(lambda x: x[n_retained:], u)
+    old = jax.tree.map(lambda x: x[:n_drawn], u) if n_drawn else None
+    return old, jax.tree.map(lambda x: x[n_drawn:], u), derived
 
 
 EVALUATIONS = ("loop", "unrolled", "vectorized")

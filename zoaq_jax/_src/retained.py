@@ -44,6 +44,9 @@ class Source(NamedTuple):
     book: ledger.QueryLedger  # the ledger of the current step (before it advances)
     like: chex.ArrayTree  # the params
     drawn: tuple[chex.ArrayTree, chex.ArrayTree] | None = None  # (fresh, oldest), if predrawn
+    # (fresh [slots], buffer [capacity] oldest first): the keys the step derived in one
+    # batch (ledger.KeySchedule.step_and_record_keys), if it did
+    keys: tuple[jax.Array, jax.Array] | None = None
 
 
 def check_refresh(refresh: int | jax.Array) -> None:
@@ -58,6 +61,28 @@ def _keys(schedule: ledger.KeySchedule, book: ledger.QueryLedger, steps: jax.Arr
     def keys(first, size):
         return schedule.record_keys(book, jax.lax.dynamic_slice_in_dim(steps, first, size),
                                     jax.lax.dynamic_slice_in_dim(index, first, size))
+
+    return keys
+
+
+def _pushed_keys(source: Source, buffer: history.History, records: history.History
+                 ) -> Callable[[jax.Array, int], jax.Array]:
+    """``keys(first, size)`` of the records of ``records`` (``buffer`` after the step's
+    push), picked from the keys the step derived (``source.keys``) instead of derived
+    again: a slot the push wrote holds fresh record ``index`` of this step, any other the
+    record it held before, whose key sits at its age in the oldest-first batch. The same
+    integers (an empty slot names record ``(0, 0)`` either way, which at step 0 is fresh
+    record 0), without a key derivation of their own, which XLA compiles as two more
+    threefry loops."""
+    fresh, old = source.keys
+    capacity = buffer.responses.shape[0]
+    age = (jnp.arange(capacity, dtype=jnp.int32) - buffer.head + buffer.size) % capacity
+    written = records.steps == source.book.step
+    slot_keys = jnp.where(written, fresh[jnp.minimum(records.index, fresh.shape[0] - 1)],
+                          old[age])
+
+    def keys(first, size):
+        return jax.lax.dynamic_slice_in_dim(slot_keys, first, size)
 
     return keys
 
@@ -119,6 +144,7 @@ def running(sums: tuple[chex.ArrayTree, ...], added: tuple[chex.ArrayTree, ...],
 def refreshed(
     sums: tuple[chex.ArrayTree, ...], source: Source, buffer: history.History,
     exact: tuple[jax.Array, ...], refresh: int | jax.Array,
+    keys: Callable[[jax.Array, int], jax.Array] | None = None,
 ) -> tuple[chex.ArrayTree, ...]:
     """``sums``, or their exact recomputation from ``buffer`` when one is due.
 
@@ -134,11 +160,14 @@ def refreshed(
       buffer: the buffer after the step's push.
       exact: ``[capacity]`` coefficient vectors, one per sum, zero on empty slots.
       refresh: steps between recomputations.
+      keys: ``keys(first, size)``, the keys of ``buffer``'s slots; None: derived from
+        their ``(steps, index)``.
     """
     finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(sums)])
     due = ((source.book.step + 1) % refresh == 0) | ~jnp.all(finite)
     count = jnp.where(due, buffer.responses.shape[0], 0)
-    keys = _keys(source.schedule, source.book, buffer.steps, buffer.index)
+    if keys is None:
+        keys = _keys(source.schedule, source.book, buffer.steps, buffer.index)
     recomputed = dirs.regenerate_sums(source.family, keys, exact, source.like, count)
     return tuple(jax.tree.map(lambda a, b: jnp.where(due, b, a), s, r)
                  for s, r in zip(sums, recomputed))
@@ -186,4 +215,5 @@ def retain(
     sums = running(sums, added, left, jnp.sum(keep, dtype=jnp.int32) == capacity)
     if adjust is not None:
         sums = adjust(sums, records)
-    return records, refreshed(sums, source, records, exact(records), refresh)
+    keys = None if source.keys is None else _pushed_keys(source, buffer, records)
+    return records, refreshed(sums, source, records, exact(records), refresh, keys)
