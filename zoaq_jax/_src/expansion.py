@@ -54,12 +54,12 @@ def draw_step(
 ) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None,
            tuple[jax.Array, jax.Array] | None]:
     """Draws a step's ``slots`` fresh directions, and those of the first ``n_drawn`` of the
-    ``retained`` records (``(steps, index)``, the buffer oldest first), at once; the keys
-    of all of them, fresh and retained, are derived in one batch
-    (:meth:`ledger.KeySchedule.step_and_record_keys`), and kept for the refresh.
+    ``retained`` records (``(steps, index)``, the buffer oldest first), at once; the
+    directions' per-leaf keys of all of them, fresh and retained, are derived in one
+    batch (:meth:`ledger.KeySchedule.step_and_record_keys`), and kept for the refresh.
 
-    Returns ``(retained, fresh, keys)``: the direction batches and the keys ``(fresh,
-    retained)`` (None without ``retained``), or ``(None, None, None)`` when the batch
+    Returns ``(retained, fresh, keys)``: the direction batches and the per-leaf keys
+    ``(fresh, retained)`` (None without ``retained``), or ``(None, None, None)`` when the batch
     would be too large (:func:`directions.fits_in_batch`) and directions must be drawn
     where they are used.
     """
@@ -69,7 +69,7 @@ def draw_step(
     if retained is None:
         keys = ledger.direction_keys(schedule.step_key(book), 0, slots)
     else:
-        derived = schedule.step_and_record_keys(book, slots, *retained)
+        derived = schedule.step_and_record_keys(book, slots, *retained, like)
         keys = jnp.concatenate([derived[1][:n_drawn], derived[0]])
     u = dirs.sample_many(kind, keys, like)
     old = jax.tree.map(lambda x: x[:n_drawn], u) if n_drawn else None

@@ -44,8 +44,8 @@ class Source(NamedTuple):
     book: ledger.QueryLedger  # the ledger of the current step (before it advances)
     like: chex.ArrayTree  # the params
     drawn: tuple[chex.ArrayTree, chex.ArrayTree] | None = None  # (fresh, oldest), if predrawn
-    # (fresh [slots], buffer [capacity] oldest first): the keys the step derived in one
-    # batch (ledger.KeySchedule.step_and_record_keys), if it did
+    # (fresh [slots, L], buffer [capacity, L] oldest first): the directions' per-leaf keys
+    # the step derived in one batch (ledger.KeySchedule.step_and_record_keys), if it did
     keys: tuple[jax.Array, jax.Array] | None = None
 
 
@@ -67,19 +67,19 @@ def _keys(schedule: ledger.KeySchedule, book: ledger.QueryLedger, steps: jax.Arr
 
 def _pushed_keys(source: Source, buffer: history.History, records: history.History
                  ) -> Callable[[jax.Array, int], jax.Array]:
-    """``keys(first, size)`` of the records of ``records`` (``buffer`` after the step's
-    push), picked from the keys the step derived (``source.keys``) instead of derived
-    again: a slot the push wrote holds fresh record ``index`` of this step, any other the
-    record it held before, whose key sits at its age in the oldest-first batch. The same
-    integers (an empty slot names record ``(0, 0)`` either way, which at step 0 is fresh
-    record 0), without a key derivation of their own, which XLA compiles as two more
-    threefry loops."""
+    """``keys(first, size)``: the per-leaf keys of the records of ``records`` (``buffer``
+    after the step's push), picked from those the step derived (``source.keys``) instead
+    of derived again: a slot the push wrote holds fresh record ``index`` of this step, any
+    other the record it held before, whose keys sit at its age in the oldest-first batch.
+    The same integers (an empty slot names record ``(0, 0)`` either way, which at step 0
+    is fresh record 0), without derivations of their own, which XLA compiles as three
+    more threefry loops."""
     fresh, old = source.keys
     capacity = buffer.responses.shape[0]
     age = (jnp.arange(capacity, dtype=jnp.int32) - buffer.head + buffer.size) % capacity
     written = records.steps == source.book.step
-    slot_keys = jnp.where(written, fresh[jnp.minimum(records.index, fresh.shape[0] - 1)],
-                          old[age])
+    slot_keys = jnp.where(written[:, None],
+                          fresh[jnp.minimum(records.index, fresh.shape[0] - 1)], old[age])
 
     def keys(first, size):
         return jax.lax.dynamic_slice_in_dim(slot_keys, first, size)

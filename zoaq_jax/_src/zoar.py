@@ -133,8 +133,8 @@ def zoar_estimator(
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
         oldest = keys = None  # the k oldest records, which a full buffer evicts: drawn at
         if dirs.fits_in_batch(k, params):  # once when small, else regenerated as they leave
-            keys = schedule.step_and_record_keys(  # every record's key: the refresh's too
-                state.ledger, k, *history.oldest(state.history, capacity))
+            keys = schedule.step_and_record_keys(  # every record's keys: the refresh's too
+                state.ledger, k, *history.oldest(state.history, capacity), params)
             fresh_keys = keys[0]
             oldest = dirs.sample_many(family, keys[1][:k], params)
         else:
