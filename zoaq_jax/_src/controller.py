@@ -105,8 +105,8 @@ def _predraw(state: AdaptiveState, params: Params, policies: Policies, execution
              ) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None,
                         tuple[jax.Array, jax.Array] | None]:
     """The step's fresh candidates and the records they may evict, in one batch, with the
-    keys of every retained record: ``(oldest, drawn, keys)``, or ``(None, None, None)``
-    where they are drawn where used (:func:`expansion.draw_step`)."""
+    keys of every retained record: ``(oldest, drawn, keys)`` (:func:`expansion.draw_step`:
+    ``oldest`` and ``drawn`` None where the directions are drawn where used)."""
     if not execution.predraw or execution.mesh is not None:
         return None, None, None  # with a mesh, each device draws its own share
     slots, n_hist = execution.grid.k_max, policies.retention.capacity
@@ -152,7 +152,8 @@ def step(
 
     if execution.mesh is None:
         acquirer = expansion.fresh_acquirer(query, params, step_key, family, drawn,
-                                            execution.evaluation)
+                                            execution.evaluation,
+                                            None if keys is None else keys[0])
         cand = expansion.accept_or_expand(
             expansion.Expansion(acquirer, test, params, grid, k_start, k_cap,
                                 gate.second_moment), execution.evaluation)

@@ -46,6 +46,7 @@ class Source(NamedTuple):
     drawn: tuple[chex.ArrayTree, chex.ArrayTree] | None = None  # (fresh, oldest), if predrawn
     # (fresh [slots, L], buffer [capacity, L] oldest first): the directions' per-leaf keys
     # the step derived in one batch (ledger.KeySchedule.step_and_record_keys), if it did
+    # (also where the directions themselves are not drawn in advance)
     keys: tuple[jax.Array, jax.Array] | None = None
 
 
@@ -65,26 +66,31 @@ def _keys(schedule: ledger.KeySchedule, book: ledger.QueryLedger, steps: jax.Arr
     return keys
 
 
-def _pushed_keys(source: Source, buffer: history.History, records: history.History
+def _picked_keys(source: Source, steps: jax.Array, index: jax.Array, age: jax.Array
                  ) -> Callable[[jax.Array, int], jax.Array]:
-    """``keys(first, size)``: the per-leaf keys of the records of ``records`` (``buffer``
-    after the step's push), picked from those the step derived (``source.keys``) instead
-    of derived again: a slot the push wrote holds fresh record ``index`` of this step, any
-    other the record it held before, whose keys sit at its age in the oldest-first batch.
-    The same integers (an empty slot names record ``(0, 0)`` either way, which at step 0
-    is fresh record 0), without derivations of their own, which XLA compiles as three
-    more threefry loops."""
+    """``keys(first, size)``: the per-leaf keys of records ``(steps, index)``, picked from
+    those the step derived (``source.keys``) instead of derived again: a record of this
+    step is fresh record ``index``, any other the buffer's record at position ``age``
+    oldest first. The same integers (an empty slot names record ``(0, 0)``, which at
+    step 0 is fresh record 0), without derivations of their own, which XLA compiles as
+    three more threefry loops."""
     fresh, old = source.keys
-    capacity = buffer.responses.shape[0]
-    age = (jnp.arange(capacity, dtype=jnp.int32) - buffer.head + buffer.size) % capacity
-    written = records.steps == source.book.step
-    slot_keys = jnp.where(written[:, None],
-                          fresh[jnp.minimum(records.index, fresh.shape[0] - 1)], old[age])
+    picked = jnp.where((steps == source.book.step)[:, None],
+                       fresh[jnp.minimum(index, fresh.shape[0] - 1)],
+                       old[jnp.minimum(age, old.shape[0] - 1)])
 
     def keys(first, size):
-        return jax.lax.dynamic_slice_in_dim(slot_keys, first, size)
+        return jax.lax.dynamic_slice_in_dim(picked, first, size)
 
     return keys
+
+
+def _pushed_keys(source: Source, buffer: history.History, records: history.History
+                 ) -> Callable[[jax.Array, int], jax.Array]:
+    """:func:`_picked_keys` of the slots of ``records``, ``buffer`` after the step's push."""
+    capacity = buffer.responses.shape[0]
+    age = (jnp.arange(capacity, dtype=jnp.int32) - buffer.head + buffer.size) % capacity
+    return _picked_keys(source, records.steps, records.index, age)
 
 
 def leaving_sums(
@@ -115,8 +121,11 @@ def leaving_sums(
     vectors = tuple(jnp.where(live, c, 0.0) for c in coeffs(values))
     if source.drawn is None:
         count = jnp.sum(live, dtype=jnp.int32)
-        return dirs.regenerate_sums(source.family, _keys(source.schedule, book, steps, index),
-                                    vectors, source.like, count)
+        if source.keys is None:
+            keys = _keys(source.schedule, book, steps, index)
+        else:  # the sequence's first positions: the buffer's records oldest first
+            keys = _picked_keys(source, steps, index, jnp.arange(slots, dtype=jnp.int32))
+        return dirs.regenerate_sums(source.family, keys, vectors, source.like, count)
     # The buffer's j-th oldest record is row j, fresh record i row n_old + i (the order
     # of the step's batch). The rows are picked by a one-hot product, exact for finite
     # directions (one product by 1, the others by 0): XLA's CPU gather of a few rows cost

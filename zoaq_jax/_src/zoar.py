@@ -131,15 +131,12 @@ def zoar_estimator(
     def step_fn(state, params, value_fn, extra_args):
         """One step of ``k`` fresh directions."""
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
-        oldest = keys = None  # the k oldest records, which a full buffer evicts: drawn at
-        if dirs.fits_in_batch(k, params):  # once when small, else regenerated as they leave
-            keys = schedule.step_and_record_keys(  # every record's keys: the refresh's too
-                state.ledger, k, *history.oldest(state.history, capacity), params)
-            fresh_keys = keys[0]
+        keys = schedule.step_and_record_keys(  # every record's keys, fresh and retained
+            state.ledger, k, *history.oldest(state.history, capacity), params)
+        oldest = None  # the k oldest records, which a full buffer evicts: drawn at once
+        if dirs.fits_in_batch(k, params):  # when small, else regenerated as they leave
             oldest = dirs.sample_many(family, keys[1][:k], params)
-        else:
-            fresh_keys = ledger.direction_keys(schedule.step_key(state.ledger), 0, k)
-        u = dirs.sample_many(family, fresh_keys, params)
+        u = dirs.sample_many(family, keys[0], params)
         if forward:
             fresh = midpoints = diff.values(params, u)
         else:
