@@ -295,6 +295,11 @@ def check_impl(impl: str) -> None:
             "impl='rbg' or 'philox4x32' (see zoaq_jax._src.directions).")
 
 
+def _leaf_index(like: Any) -> list[int]:
+    """The indices of the optimised leaves of ``like`` among all its leaves."""
+    return [j for j, x in enumerate(jax.tree.leaves(like)) if optimised(x)]
+
+
 def leaf_keys(keys: jax.Array, like: Any) -> jax.Array:
     """The keys of the optimised leaves of the directions of ``keys``: shape
     ``keys.shape + (L,)``, entry ``i`` being ``fold_in(key, j)`` for the ``i``-th of the
@@ -303,10 +308,10 @@ def leaf_keys(keys: jax.Array, like: Any) -> jax.Array:
     Derived in one batch (one generator loop, which XLA compiles once, however many keys
     and leaves): the integers that derivations one at a time give.
     """
-    index = np.asarray([j for j, x in enumerate(jax.tree.leaves(like)) if optimised(x)],
-                       np.uint32)
+    index = np.asarray(_leaf_index(like), np.uint32)
     if len(index) == 1:  # one leaf: no axis to batch over (fewer kernels)
-        fold = lambda key, j: jax.random.fold_in(key, j[0])[None]  # noqa: E731
+        def fold(key, index):
+            return jax.random.fold_in(key, index[0])[None]
     else:
         fold = jax.vmap(jax.random.fold_in, (None, 0))
     for _ in range(jnp.ndim(keys)):
@@ -315,14 +320,17 @@ def leaf_keys(keys: jax.Array, like: Any) -> jax.Array:
 
 
 def sample(kind: Family, key: jax.Array, like: Any) -> Any:
-    """Draws one direction shaped like ``like`` from ``key``."""
-    return sample_leaves(kind, leaf_keys(key, like), like)
+    """Draws one direction shaped like ``like`` from ``key`` (one ``fold_in`` a leaf: on a
+    tree of 32 leaves R-AdaZO's step compiled faster so than with :func:`leaf_keys`,
+    ``docs/results/overhead_compile.md``)."""
+    return sample_leaves(kind, [jax.random.fold_in(key, j) for j in _leaf_index(like)], like)
 
 
-def sample_leaves(kind: Family, keys: jax.Array, like: Any) -> Any:
-    """Draws the direction whose per-leaf keys are ``keys`` (``[L]``, :func:`leaf_keys`)."""
-    if str(jax.random.key_impl(keys)) in _INEXACT_UNDER_VMAP:
-        return _sample_exact(kind, like, keys)
+def sample_leaves(kind: Family, keys: Any, like: Any) -> Any:
+    """Draws the direction whose per-leaf keys are ``keys`` (``[L]``, :func:`leaf_keys`,
+    or a list of ``L`` keys)."""
+    if len(keys) and str(jax.random.key_impl(keys[0])) in _INEXACT_UNDER_VMAP:
+        return _sample_exact(kind, like, jnp.stack(list(keys)))
     return _sample(kind, keys, like)
 
 
@@ -365,7 +373,7 @@ def sample_many(kind: Family, keys: jax.Array, like: Any) -> Any:
     """Draws one direction per key; every leaf gains a leading axis of ``len(keys)``.
     ``keys`` may also be the directions' per-leaf keys, ``[n, L]`` (:func:`leaf_keys`)."""
     if jnp.ndim(keys) == 1:
-        keys = leaf_keys(keys, like)
+        return jax.vmap(lambda k: sample(kind, k, like))(keys)
     return jax.vmap(lambda k: sample_leaves(kind, k, like))(keys)
 
 
