@@ -74,6 +74,7 @@ def _picked_keys(source: Source, steps: jax.Array, index: jax.Array, age: jax.Ar
     oldest first. The same integers (an empty slot names record ``(0, 0)``, which at
     step 0 is fresh record 0), without derivations of their own, which XLA compiles as
     three more threefry loops."""
+    assert source.keys is not None  # callers pass a source whose step derived them
     fresh, old = source.keys
     picked = jnp.where((steps == source.book.step)[:, None],
                        fresh[jnp.minimum(index, fresh.shape[0] - 1)],
