@@ -146,3 +146,16 @@ def _digest(name, d, refresh):
 @pytest.mark.parametrize("name, d, refresh", list(GOLDEN))
 def test_golden_snapshot(name, d, refresh):
     assert _digest(name, d, refresh) == GOLDEN[name, d, refresh]
+
+
+@pytest.mark.parametrize("name, d", [("zoaq", D), ("zoar", D), ("zoaq", 20_000)])
+def test_a_step_derives_its_directions_keys_in_one_batch(name, d):
+    """What XLA compiles: a step derives the per-leaf keys of all its directions (fresh,
+    evicted, refreshed) in one batch, also where the directions do not fit one batch
+    (d = 20,000): three threefry loops (run key to step, to index, to leaf), whatever
+    else the step loops over (before: 6, 7 and 9 loops)."""
+    opt = getattr(zoaq_jax, name)(1e-2)
+    x = jnp.linspace(-1.0, 1.0, d)
+    step = jax.jit(lambda x, s: opt.update(None, s, x, value_fn=_counting([])))
+    text = step.lower(x, opt.init(x)).compile().as_text()
+    assert sum("threefry" in line for line in text.splitlines() if " while(" in line) == 3

@@ -317,3 +317,31 @@ def test_straight_line_bits_of_64_bits_are_jax_own():
     with jax.enable_x64(True):
         got = jax.random.bits(dirs._straight(key), (37,), jnp.uint64)
         chex.assert_trees_all_equal(got, jax.random.bits(key, (37,), jnp.uint64))
+
+
+def test_leaf_keys_are_each_leaf_own_fold_in_derived_in_one_loop():
+    """A tree's per-leaf keys (``fold_in(key, j)`` for leaf ``j``) derived in one batch:
+    the keys of one derivation per leaf, bit for bit (a carried PRNG-key leaf has none
+    and shifts no index), drawing the same directions; the draw of 8 leaves from them
+    compiles one generator loop for their keys, not 8."""
+    like = {f"l{i}": jnp.zeros(s) for i, s in enumerate([(4, 3)] * 4 + [(30,)] * 3 + [(7,)])}
+    like["l2k"] = jax.random.key(0)  # carried: leaf 3 of the flattened tree
+    keys = jax.random.split(jax.random.key(5), 2)
+    index = [j for j, x in enumerate(jax.tree.leaves(like)) if dirs.optimised(x)]
+    assert index == [0, 1, 2, 4, 5, 6, 7, 8]
+    chex.assert_trees_all_equal(
+        jax.random.key_data(jax.jit(lambda k: dirs.leaf_keys(k, like))(keys)),
+        jax.random.key_data(jnp.stack([jnp.stack([jax.random.fold_in(k, j) for j in index])
+                                       for k in keys])))
+    fam = dirs.family("gaussian")
+
+    def reference(key):  # one derivation per leaf, as before the batch
+        leaves, treedef = jax.tree.flatten(like)
+        return jax.tree.unflatten(treedef, [
+            dirs._draw_leaf(fam, jax.random.fold_in(key, j), jnp.shape(x), jnp.float32)
+            if dirs.optimised(x) else None for j, x in enumerate(leaves)])
+
+    batch = jax.jit(lambda k: dirs.sample_many(fam, dirs.leaf_keys(k, like), like)
+                    ).lower(keys).compile()
+    chex.assert_trees_all_equal(batch(keys), jax.jit(jax.vmap(reference))(keys))
+    assert batch.as_text().count(" while(") == 1

@@ -9,7 +9,7 @@ import pytest
 import zoaq_jax
 from zoaq_jax.retention import fifo
 from helpers import diag, wavy
-from zoaq_jax._src import directions, history, ledger
+from zoaq_jax._src import directions, history, ledger, retained
 
 D = 16
 U_ROUND = 2.0**-24  # float32 unit roundoff
@@ -196,3 +196,31 @@ def test_refresh_is_checked_at_construction(factory):
         factory(*args, refresh=0)
     with pytest.raises(TypeError, match="refresh"):
         factory(*args, refresh=2.5)
+
+
+@pytest.mark.parametrize("step, old, keep", [
+    (0, [], [True, False, True, True]),  # empty slots name record (0, 0): fresh at step 0
+    (3, [(1, 0), (1, 2), (2, 1)], [True, False, True, True]),  # the push wraps, evicts one
+    (4, [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2)],  # a wrapped buffer,
+     [True] * 6),  # more kept than the capacity
+])
+def test_the_refresh_picks_the_pushed_records_keys_from_the_step_batch(step, old, keep):
+    """The keys the refresh regenerates the pushed buffer from, picked from the step's one
+    batch (fresh records and the buffer oldest first) by ``_pushed_keys``: every slot's
+    per-leaf keys are those derived from its ``(step, index)``, bit for bit."""
+    schedule = ledger.KeySchedule.of(7)
+    like = {"a": jnp.zeros(3), "b": jnp.zeros((2, 2))}
+    book = schedule.init(like)._replace(step=jnp.int32(step))
+    buffer = history.init(5)
+    for t, i in old:
+        buffer = history.push(buffer, jnp.array([i]), jnp.zeros(1), jnp.int32(t),
+                              jnp.array([True]))
+    slots = len(keep)
+    records = history.push(buffer, jnp.arange(slots, dtype=jnp.int32), jnp.ones(slots),
+                           book.step, jnp.array(keep))
+    keys = schedule.step_and_record_keys(book, slots, *history.oldest(buffer, 5), like)
+    source = retained.Source(directions.family("gaussian"), schedule, book, like, None, keys)
+    picked = retained._pushed_keys(source, buffer, records)(jnp.int32(0), 5)
+    derived = directions.leaf_keys(schedule.record_keys(book, records.steps, records.index),
+                                   like)
+    np.testing.assert_array_equal(jax.random.key_data(picked), jax.random.key_data(derived))

@@ -102,17 +102,19 @@ def update(
 
 
 def _predraw(state: AdaptiveState, params: Params, policies: Policies, execution: Execution
-             ) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None]:
-    """The step's fresh candidates and the records they may evict, in one batch:
-    ``(oldest, drawn)``, or ``(None, None)`` where they are drawn where used."""
+             ) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None,
+                        tuple[jax.Array, jax.Array] | None]:
+    """The step's fresh candidates and the records they may evict, in one batch, with the
+    keys of every retained record: ``(oldest, drawn, keys)`` (:func:`expansion.draw_step`:
+    ``oldest`` and ``drawn`` None where the directions are drawn where used)."""
     if not execution.predraw or execution.mesh is not None:
-        return None, None  # with a mesh, each device draws its own share
+        return None, None, None  # with a mesh, each device draws its own share
     slots, n_hist = execution.grid.k_max, policies.retention.capacity
     retained = None
     if n_hist:
-        retained = policies.retention.oldest(state.retention, min(slots, n_hist))
+        retained = policies.retention.oldest(state.retention, n_hist)
     return expansion.draw_step(execution.family, execution.schedule, state.ledger, slots,
-                               params, retained)
+                               params, retained, min(slots, n_hist))
 
 
 def step(
@@ -135,7 +137,7 @@ def step(
         k_cap = expansion.grid_cap(grid, (left - query.centre_calls)
                                    // query.diff.calls_per_direction)
     context = gate.prepare(state.gate)
-    oldest, drawn = _predraw(state, params, policies, execution)
+    oldest, drawn, keys = _predraw(state, params, policies, execution)
 
     def evidence(cand: expansion.Candidate) -> Evidence:
         if not n_hist:
@@ -150,7 +152,8 @@ def step(
 
     if execution.mesh is None:
         acquirer = expansion.fresh_acquirer(query, params, step_key, family, drawn,
-                                            execution.evaluation)
+                                            execution.evaluation,
+                                            None if keys is None else keys[0])
         cand = expansion.accept_or_expand(
             expansion.Expansion(acquirer, test, params, grid, k_start, k_cap,
                                 gate.second_moment), execution.evaluation)
@@ -160,7 +163,7 @@ def step(
     ev = evidence(cand)
     g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)
     source = retained.Source(family, schedule, state.ledger, params,
-                             None if oldest is None else (drawn, oldest))
+                             None if oldest is None else (drawn, oldest), keys)
     outcome = Outcome(
         k=cand.k, usable=usable, value=query.value_estimate(cand), score=cand.score,
         estimate=g, context=context,

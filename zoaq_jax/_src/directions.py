@@ -295,11 +295,43 @@ def check_impl(impl: str) -> None:
             "impl='rbg' or 'philox4x32' (see zoaq_jax._src.directions).")
 
 
+def _leaf_index(like: Any) -> list[int]:
+    """The indices of the optimised leaves of ``like`` among all its leaves."""
+    return [j for j, x in enumerate(jax.tree.leaves(like)) if optimised(x)]
+
+
+def leaf_keys(keys: jax.Array, like: Any) -> jax.Array:
+    """The keys of the optimised leaves of the directions of ``keys``: shape
+    ``keys.shape + (L,)``, entry ``i`` being ``fold_in(key, j)`` for the ``i``-th of the
+    ``L`` optimised leaves, leaf ``j`` of ``like``.
+
+    Derived in one batch (one generator loop, which XLA compiles once, however many keys
+    and leaves): the integers that derivations one at a time give.
+    """
+    index = np.asarray(_leaf_index(like), np.uint32)
+    if len(index) == 1:  # one leaf: no axis to batch over (fewer kernels)
+        def fold(key, index):
+            return jax.random.fold_in(key, index[0])[None]
+    else:
+        fold = jax.vmap(jax.random.fold_in, (None, 0))
+    for _ in range(jnp.ndim(keys)):
+        fold = jax.vmap(fold, (0, None))
+    return fold(keys, index)
+
+
 def sample(kind: Family, key: jax.Array, like: Any) -> Any:
-    """Draws one direction shaped like ``like`` from ``key``."""
-    if str(jax.random.key_impl(key)) in _INEXACT_UNDER_VMAP:
-        return _sample_exact(kind, like, key)
-    return _sample(kind, key, like)
+    """Draws one direction shaped like ``like`` from ``key`` (one ``fold_in`` a leaf: on a
+    tree of 32 leaves R-AdaZO's step compiled faster so than with :func:`leaf_keys`,
+    ``docs/results/overhead_compile.md``)."""
+    return sample_leaves(kind, [jax.random.fold_in(key, j) for j in _leaf_index(like)], like)
+
+
+def sample_leaves(kind: Family, keys: Any, like: Any) -> Any:
+    """Draws the direction whose per-leaf keys are ``keys`` (``[L]``, :func:`leaf_keys`,
+    or a list of ``L`` keys)."""
+    if len(keys) and str(jax.random.key_impl(keys[0])) in _INEXACT_UNDER_VMAP:
+        return _sample_exact(kind, like, jnp.stack(list(keys)))
+    return _sample(kind, keys, like)
 
 
 # XLA's RngBitGenerator keys: under vmap, JAX draws the whole batch from the first key of
@@ -307,10 +339,10 @@ def sample(kind: Family, key: jax.Array, like: Any) -> Any:
 _INEXACT_UNDER_VMAP = ("rbg",)
 
 
-def _sample_exact(kind: Family, like: Any, key: jax.Array) -> Any:
+def _sample_exact(kind: Family, like: Any, keys: jax.Array) -> Any:
     """:func:`_sample` with a batching rule that draws batched keys one at a time
     (``lax.map``), so that a batched draw equals the unbatched draws of its keys."""
-    impl = jax.random.key_impl(key)
+    impl = jax.random.key_impl(keys)
 
     @jax.custom_batching.custom_vmap
     def draw(data):
@@ -323,16 +355,14 @@ def _sample_exact(kind: Family, like: Any, key: jax.Array) -> Any:
         out = jax.lax.map(draw, data) if batched else draw(data)
         return out, jax.tree.map(lambda _: batched, out)
 
-    return draw(jax.random.key_data(key))
+    return draw(jax.random.key_data(keys))
 
 
-def _sample(kind: Family, key: jax.Array, like: Any) -> Any:
+def _sample(kind: Family, keys: jax.Array, like: Any) -> Any:
     leaves, treedef = jax.tree.flatten(like)
-    z = [
-        _draw_leaf(kind, jax.random.fold_in(key, i), jnp.shape(x), compute_dtype(x))
-        if optimised(x) else None
-        for i, x in enumerate(leaves)
-    ]
+    z: list[jax.Array | None] = [None] * len(leaves)
+    for row, j in enumerate(j for j, x in enumerate(leaves) if optimised(x)):
+        z[j] = _draw_leaf(kind, keys[row], jnp.shape(leaves[j]), compute_dtype(leaves[j]))
     if kind.name == "sphere":
         norm = jnp.sqrt(sum(jnp.sum(jnp.square(zi)) for zi in z if zi is not None))
         z = [None if zi is None else zi / norm.astype(zi.dtype) for zi in z]
@@ -340,8 +370,11 @@ def _sample(kind: Family, key: jax.Array, like: Any) -> Any:
 
 
 def sample_many(kind: Family, keys: jax.Array, like: Any) -> Any:
-    """Draws one direction per key; every leaf gains a leading axis of ``len(keys)``."""
-    return jax.vmap(lambda k: sample(kind, k, like))(keys)
+    """Draws one direction per key; every leaf gains a leading axis of ``len(keys)``.
+    ``keys`` may also be the directions' per-leaf keys, ``[n, L]`` (:func:`leaf_keys`)."""
+    if jnp.ndim(keys) == 1:
+        return jax.vmap(lambda k: sample(kind, k, like))(keys)
+    return jax.vmap(lambda k: sample_leaves(kind, k, like))(keys)
 
 
 def weighted_sum(coeffs: jax.Array, directions: Any) -> Any:
@@ -377,8 +410,8 @@ def regenerate_sums(
 ) -> tuple[Any, ...]:
     """Returns ``sum_{i < count} c[i] * u(key_i)`` for each ``c`` in ``coeffs``.
 
-    ``keys(first, size)`` returns the keys of records ``first .. first + size - 1`` (so
-    they are derived only when drawn). Each direction is regenerated from its key once
+    ``keys(first, size)`` returns the keys of records ``first .. first + size - 1``, or
+    their per-leaf keys (:func:`sample_many`), so they are derived only when drawn. Each direction is regenerated from its key once
     and serves every coefficient vector. The records are drawn in chunks inside a
     ``lax.while_loop`` whose trip count follows ``count`` (traced): all of them in one
     vectorised call when :func:`fits_in_batch` says so, else one at a time (memory

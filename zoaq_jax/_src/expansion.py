@@ -50,25 +50,32 @@ class Candidate(NamedTuple):
 def draw_step(
     kind: dirs.Family, schedule: ledger.KeySchedule, book: ledger.QueryLedger, slots: int,
     like: chex.ArrayTree, retained: tuple[jax.Array, jax.Array] | None = None,
-) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None]:
-    """Draws a step's ``slots`` fresh directions, and those of the ``retained`` records
-    (``(steps, index)``), at once (their keys too: :meth:`ledger.KeySchedule.step_and_record_keys`).
+    n_drawn: int = 0,
+) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None,
+           tuple[jax.Array, jax.Array] | None]:
+    """Draws a step's ``slots`` fresh directions, and those of the first ``n_drawn`` of the
+    ``retained`` records (``(steps, index)``, the buffer oldest first), at once; the
+    directions' per-leaf keys of all of them, fresh and retained, are derived in one
+    batch (:meth:`ledger.KeySchedule.step_and_record_keys`), and kept for the draws of
+    the step and of its refresh.
 
-    Returns ``(retained, fresh)`` direction batches, or ``(None, None)`` when the batch
-    would be too large (:func:`directions.fits_in_batch`) and directions must be drawn
-    where they are used.
+    Returns ``(retained, fresh, keys)``: the direction batches, ``(None, None)`` when
+    the batch would be too large (:func:`directions.fits_in_batch`) and directions must
+    be drawn where they are used; and the per-leaf keys ``(fresh, retained)`` (None
+    without ``retained``).
     """
-    n_retained = 0 if retained is None else retained[0].shape[0]
-    if not dirs.fits_in_batch(n_retained + slots, like):
-        return None, None
-    if retained is None:
+    derived = None
+    if retained is not None:
+        derived = schedule.step_and_record_keys(book, slots, *retained, like)
+    if not dirs.fits_in_batch(n_drawn + slots, like):
+        return None, None, derived
+    if derived is None:
         keys = ledger.direction_keys(schedule.step_key(book), 0, slots)
     else:
-        fresh_keys, retained_keys = schedule.step_and_record_keys(book, slots, *retained)
-        keys = jnp.concatenate([retained_keys, fresh_keys])
+        keys = jnp.concatenate([derived[1][:n_drawn], derived[0]])
     u = dirs.sample_many(kind, keys, like)
-    old = jax.tree.map(lambda x: x[:n_retained], u) if n_retained else None
-    return old, jax.tree.map(lambda x: x[n_retained:], u)
+    old = jax.tree.map(lambda x: x[:n_drawn], u) if n_drawn else None
+    return old, jax.tree.map(lambda x: x[n_drawn:], u), derived
 
 
 EVALUATIONS = ("loop", "unrolled", "vectorized")
@@ -151,13 +158,16 @@ def fresh_acquirer(
     step: StepOracle, params: chex.ArrayTree, key: jax.Array, kind: dirs.Family,
     drawn: chex.ArrayTree | None = None,
     evaluation: str = "loop",
+    keys: jax.Array | None = None,
 ) -> Acquirer:
     """The :class:`Acquirer` of the fresh directions of a step at ``params``.
 
     Fresh direction ``i`` of the step keyed by ``key`` comes from
-    ``ledger.direction_keys(key, i, 1)``. ``drawn``, when given, holds all of them drawn
-    in advance (leading axis ``k_max``): drawing them in one batch is much cheaper
-    than one draw per retry when ``d`` is small, and gives the same numbers. With
+    ``ledger.direction_keys(key, i, 1)``; ``keys``, when given, holds their per-leaf keys
+    (``[k_max, L]``, :func:`directions.leaf_keys`), derived in advance. ``drawn``, when
+    given, holds all of them drawn in advance (leading axis ``k_max``): drawing them in
+    one batch is much cheaper than one draw per retry when ``d`` is small, and gives
+    the same numbers. With
     ``evaluation`` other than ``"loop"`` (see :data:`EVALUATIONS`) and ``drawn`` given,
     every response is computed up front (``precomputed``).
     """
@@ -177,7 +187,8 @@ def fresh_acquirer(
 
     def acquire(first: jax.Array | int, size: int) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
         if drawn is None:
-            u = dirs.sample_many(kind, ledger.direction_keys(key, first, size), params)
+            u = dirs.sample_many(kind, ledger.direction_keys(key, first, size) if keys is None
+                                 else cut(keys, first, size), params)
         else:
             u = jax.tree.map(lambda x: cut(x, first, size), drawn)
         return (*step.diff.responses(params, u, step.centre), u)

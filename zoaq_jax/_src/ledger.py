@@ -109,15 +109,19 @@ class KeySchedule(NamedTuple):
             steps, index)
 
     def step_and_record_keys(self, ledger: QueryLedger, size: int, steps: jax.Array,
-                             index: jax.Array) -> tuple[jax.Array, jax.Array]:
+                             index: jax.Array, like: Any = None) -> tuple[jax.Array, jax.Array]:
         """``(direction_keys(step_key(ledger), 0, size), record_keys(ledger, steps, index))``
         derived in one batch: the same keys (``fold_in`` is exact under ``vmap``), from one
-        threefry loop per ``fold_in`` instead of two each, which XLA compiles separately."""
+        threefry loop per ``fold_in`` instead of two each, which XLA compiles separately.
+        With ``like`` (the params), the directions' per-leaf keys of both
+        (:func:`directions.leaf_keys`: one more loop for all of them)."""
         fresh = jnp.arange(size, dtype=jnp.int32)
         keys = self.record_keys(
             ledger, jnp.concatenate([jnp.full((size,), ledger.step, jnp.int32),
                                      jnp.asarray(steps, jnp.int32)]),
             jnp.concatenate([fresh, jnp.asarray(index, jnp.int32)]))
+        if like is not None:
+            keys = dirs.leaf_keys(keys, like)
         return keys[:size], keys[size:]
 
     def init(self, params: optax.Params) -> QueryLedger:

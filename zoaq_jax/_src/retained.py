@@ -44,6 +44,10 @@ class Source(NamedTuple):
     book: ledger.QueryLedger  # the ledger of the current step (before it advances)
     like: chex.ArrayTree  # the params
     drawn: tuple[chex.ArrayTree, chex.ArrayTree] | None = None  # (fresh, oldest), if predrawn
+    # (fresh [slots, L], buffer [capacity, L] oldest first): the directions' per-leaf keys
+    # the step derived in one batch (ledger.KeySchedule.step_and_record_keys), if it did
+    # (also where the directions themselves are not drawn in advance)
+    keys: tuple[jax.Array, jax.Array] | None = None
 
 
 def check_refresh(refresh: int | jax.Array) -> None:
@@ -60,6 +64,34 @@ def _keys(schedule: ledger.KeySchedule, book: ledger.QueryLedger, steps: jax.Arr
                                     jax.lax.dynamic_slice_in_dim(index, first, size))
 
     return keys
+
+
+def _picked_keys(source: Source, steps: jax.Array, index: jax.Array, age: jax.Array
+                 ) -> Callable[[jax.Array, int], jax.Array]:
+    """``keys(first, size)``: the per-leaf keys of records ``(steps, index)``, picked from
+    those the step derived (``source.keys``) instead of derived again: a record of this
+    step is fresh record ``index``, any other the buffer's record at position ``age``
+    oldest first. The same integers (an empty slot names record ``(0, 0)``, which at
+    step 0 is fresh record 0), without derivations of their own, which XLA compiles as
+    three more threefry loops."""
+    assert source.keys is not None  # callers pass a source whose step derived them
+    fresh, old = source.keys
+    picked = jnp.where((steps == source.book.step)[:, None],
+                       fresh[jnp.minimum(index, fresh.shape[0] - 1)],
+                       old[jnp.minimum(age, old.shape[0] - 1)])
+
+    def keys(first, size):
+        return jax.lax.dynamic_slice_in_dim(picked, first, size)
+
+    return keys
+
+
+def _pushed_keys(source: Source, buffer: history.History, records: history.History
+                 ) -> Callable[[jax.Array, int], jax.Array]:
+    """:func:`_picked_keys` of the slots of ``records``, ``buffer`` after the step's push."""
+    capacity = buffer.responses.shape[0]
+    age = (jnp.arange(capacity, dtype=jnp.int32) - buffer.head + buffer.size) % capacity
+    return _picked_keys(source, records.steps, records.index, age)
 
 
 def leaving_sums(
@@ -90,8 +122,11 @@ def leaving_sums(
     vectors = tuple(jnp.where(live, c, 0.0) for c in coeffs(values))
     if source.drawn is None:
         count = jnp.sum(live, dtype=jnp.int32)
-        return dirs.regenerate_sums(source.family, _keys(source.schedule, book, steps, index),
-                                    vectors, source.like, count)
+        if source.keys is None:
+            keys = _keys(source.schedule, book, steps, index)
+        else:  # the sequence's first positions: the buffer's records oldest first
+            keys = _picked_keys(source, steps, index, jnp.arange(slots, dtype=jnp.int32))
+        return dirs.regenerate_sums(source.family, keys, vectors, source.like, count)
     # The buffer's j-th oldest record is row j, fresh record i row n_old + i (the order
     # of the step's batch). The rows are picked by a one-hot product, exact for finite
     # directions (one product by 1, the others by 0): XLA's CPU gather of a few rows cost
@@ -119,6 +154,7 @@ def running(sums: tuple[chex.ArrayTree, ...], added: tuple[chex.ArrayTree, ...],
 def refreshed(
     sums: tuple[chex.ArrayTree, ...], source: Source, buffer: history.History,
     exact: tuple[jax.Array, ...], refresh: int | jax.Array,
+    keys: Callable[[jax.Array, int], jax.Array] | None = None,
 ) -> tuple[chex.ArrayTree, ...]:
     """``sums``, or their exact recomputation from ``buffer`` when one is due.
 
@@ -134,11 +170,14 @@ def refreshed(
       buffer: the buffer after the step's push.
       exact: ``[capacity]`` coefficient vectors, one per sum, zero on empty slots.
       refresh: steps between recomputations.
+      keys: ``keys(first, size)``, the keys of ``buffer``'s slots; None: derived from
+        their ``(steps, index)``.
     """
     finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(sums)])
     due = ((source.book.step + 1) % refresh == 0) | ~jnp.all(finite)
     count = jnp.where(due, buffer.responses.shape[0], 0)
-    keys = _keys(source.schedule, source.book, buffer.steps, buffer.index)
+    if keys is None:
+        keys = _keys(source.schedule, source.book, buffer.steps, buffer.index)
     recomputed = dirs.regenerate_sums(source.family, keys, exact, source.like, count)
     return tuple(jax.tree.map(lambda a, b: jnp.where(due, b, a), s, r)
                  for s, r in zip(sums, recomputed))
@@ -186,4 +225,5 @@ def retain(
     sums = running(sums, added, left, jnp.sum(keep, dtype=jnp.int32) == capacity)
     if adjust is not None:
         sums = adjust(sums, records)
-    return records, refreshed(sums, source, records, exact(records), refresh)
+    keys = None if source.keys is None else _pushed_keys(source, buffer, records)
+    return records, refreshed(sums, source, records, exact(records), refresh, keys)

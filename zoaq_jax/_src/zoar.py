@@ -131,14 +131,12 @@ def zoar_estimator(
     def step_fn(state, params, value_fn, extra_args):
         """One step of ``k`` fresh directions."""
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
+        keys = schedule.step_and_record_keys(  # every record's keys, fresh and retained
+            state.ledger, k, *history.oldest(state.history, capacity), params)
         oldest = None  # the k oldest records, which a full buffer evicts: drawn at once
         if dirs.fits_in_batch(k, params):  # when small, else regenerated as they leave
-            fresh_keys, old_keys = schedule.step_and_record_keys(
-                state.ledger, k, *history.oldest(state.history, k))
-            oldest = dirs.sample_many(family, old_keys, params)
-        else:
-            fresh_keys = ledger.direction_keys(schedule.step_key(state.ledger), 0, k)
-        u = dirs.sample_many(family, fresh_keys, params)
+            oldest = dirs.sample_many(family, keys[1][:k], params)
+        u = dirs.sample_many(family, keys[0], params)
         if forward:
             fresh = midpoints = diff.values(params, u)
         else:
@@ -157,7 +155,7 @@ def zoar_estimator(
         sums = (state.retained_sum, state.direction_sum) if forward else (state.retained_sum,)
         added = tuple(dirs.weighted_sum(jnp.where(ok, c, 0.0), u) for c in coeffs(stored))
         source = retained.Source(family, schedule, state.ledger, params,
-                                 None if oldest is None else (u, oldest))
+                                 None if oldest is None else (u, oldest), keys)
 
         def baseline_of(records):  # forward: the mean retained value
             kept = history.valid(records)
