@@ -411,11 +411,11 @@ def regenerate_sums(
     """Returns ``sum_{i < count} c[i] * u(key_i)`` for each ``c`` in ``coeffs``.
 
     ``keys(first, size)`` returns the keys of records ``first .. first + size - 1``, or
-    their per-leaf keys (:func:`sample_many`), so they are derived only when drawn. Each direction is regenerated from its key once
-    and serves every coefficient vector. The records are drawn in chunks inside a
-    ``lax.while_loop`` whose trip count follows ``count`` (traced): all of them in one
-    vectorised call when :func:`fits_in_batch` says so, else one at a time (memory
-    ``O(d)`` for any number of records). ``count = 0`` draws nothing and returns
+    their per-leaf keys (:func:`sample_many`), so they are derived only when drawn. Each
+    direction is regenerated from its key once and serves every coefficient vector. The
+    records are drawn in chunks inside a ``lax.while_loop`` whose trip count follows
+    ``count`` (traced): all of them in one vectorised call when :func:`fits_in_batch`
+    says so, else one at a time (memory ``O(d)`` for any number of records). ``count = 0`` draws nothing and returns
     zeros; under ``vmap`` the loop runs for the largest ``count`` of the batch, so a
     ``count`` that is zero in every lane costs no draw (unlike a ``lax.cond`` on a
     batched predicate, which evaluates both branches).
