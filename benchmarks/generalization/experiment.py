@@ -41,8 +41,9 @@ FIRST_BUDGET = 1000  # calls: the smallest budget scored
 # b5a1219, round 4: tuning_free's confirmation rule and start-up ramp, round 5: the radius
 # that follows the step and the ramp's ceiling, round 6: its
 # progress origin, span confirmation, quiet ramp and stall-gated decay, round 7: its ramp
-# window that decides nothing); the coordinator sets it.
-HELDOUT_ROUNDS = 7
+# window that decides nothing, round 8: its undo of a data-noise halving that buys no
+# fall (design round 8b)); the coordinator sets it.
+HELDOUT_ROUNDS = 8
 
 
 @dataclass(frozen=True)

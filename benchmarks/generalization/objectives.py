@@ -3,7 +3,11 @@
 Every default of ``auto_k`` (and the learning-rate and smoothing rule of
 :func:`experiment.settings_of`) is chosen on :data:`TUNING` only: the synthetic benchmark's
 objectives at d = 100 (Quadratic, Cubic, Levy, Rosenbrock, Ackley and least squares on a
-fresh minibatch). :data:`HELD_OUT` is never used for a choice; it was written into this
+fresh minibatch) and, from design round 8b, ``teacher_minibatch`` (d = 97, noisy): a
+10-8-1 tanh network fitted by squared loss to 2,000 fixed rows labelled by a random
+teacher of the same shape plus Gaussian noise (sigma 0.3), a fresh minibatch of 32 rows
+a step, started at ``U[-1, 1]``; its gap is the full-data loss (``f* = 0``, as the
+held-out MLP's). :data:`HELD_OUT` is never used for a choice; it was written into this
 file, and committed, before any tuning. Each problem has its own dimension, call budget
 (10^6 calls at d <= 100, capped at large d), and start box ``x0 ~ U[-a, a]^d``; the gap
 is ``f(x) - f*`` (the noise-free, full-data loss for the noisy problems).
@@ -150,10 +154,11 @@ def _mlp_size(inputs: int, hidden: int) -> int:
     return inputs * hidden + 2 * hidden + 1
 
 
-def _mlp(x, a, xp=jnp):
-    """Logits of the tanh MLP with flat parameters ``x`` on the rows ``a`` (``xp``: the
-    array module, NumPy for the data, which may be built inside a trace)."""
-    n, h = MLP_SHAPE
+def _mlp(x, a, xp=jnp, shape=MLP_SHAPE):
+    """Outputs of the one-hidden-layer tanh MLP of ``shape`` (inputs, hidden units) with
+    flat parameters ``x`` on the rows ``a`` (``xp``: the array module, NumPy for the data,
+    which may be built inside a trace)."""
+    n, h = shape
     w1, b1 = x[:n * h].reshape(n, h), x[n * h:n * h + h]
     w2, b2 = x[n * h + h:n * h + 2 * h], x[-1]
     return xp.tanh(a @ w1 + b1) @ w2 + b2
@@ -182,6 +187,37 @@ def mlp_minibatch(x, batch, size: int = 32):
 
 def mlp_gap(x):
     return _mlp_loss(x, None)
+
+
+TEACHER_SHAPE = (10, 8)  # the tuning set's regression network: inputs, hidden units
+
+
+@functools.lru_cache(maxsize=None)
+def _teacher_data(rows: int = 2000, noise: float = 0.3):
+    """Rows ``a ~ N(0, I)`` and targets of a random teacher network of the student's shape
+    (weights ``N(0, 1 / fan-in)``) plus Gaussian noise."""
+    rng = np.random.default_rng(25)
+    n, h = TEACHER_SHAPE
+    a = rng.standard_normal((rows, n))
+    teacher = np.concatenate([rng.standard_normal(n * h) / np.sqrt(n), np.zeros(h),
+                              rng.standard_normal(h) / np.sqrt(h) * 2.0, np.zeros(1)])
+    y = _mlp(teacher, a, np, TEACHER_SHAPE) + noise * rng.standard_normal(rows)
+    return a.astype(np.float32), y.astype(np.float32)
+
+
+def _teacher_loss(x, rows):
+    a, y = (jnp.asarray(v) for v in _teacher_data())
+    if rows is not None:
+        a, y = a[rows], y[rows]
+    return 0.5 * jnp.mean((_mlp(x, a, shape=TEACHER_SHAPE) - y) ** 2)
+
+
+def teacher_minibatch(x, batch, size: int = 32):
+    return _teacher_loss(x, jax.random.randint(batch, (size,), 0, _teacher_data()[0].shape[0]))
+
+
+def teacher_gap(x):
+    return _teacher_loss(x, None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -268,6 +304,9 @@ def _tuning(dim: int = 100) -> dict[str, Problem]:
                 for o in synthetic.OBJECTIVES.values()]
     problems += [Problem(o.name, o.label, dim, MAX_BUDGET, 0.0, o.fn, o.gap)
                  for o in synthetic.NOISY.values()]
+    problems.append(Problem("teacher_minibatch", "Two-layer tanh regression, minibatch (d=97)",
+                            _mlp_size(*TEACHER_SHAPE), MAX_BUDGET, 1.0, teacher_minibatch,
+                            teacher_gap))
     return {p.name: p for p in problems}
 
 

@@ -138,7 +138,8 @@ def scripted(values, dim=D):
     for v in values:
         u, state = step(params, state, jnp.float32(v))
         params = zoaq_jax.apply_updates(params, u)
-    names = ("num_lr_down", "num_data_noise", "num_k_up", "next_k", "num_lr_up")
+    names = ("num_lr_down", "num_data_noise", "num_k_up", "next_k", "num_lr_up",
+             "data_noise_off")
     out = {n: int(optax.tree.get(state, n)) for n in names}
     return {**out, "learning_rate": float(optax.tree.get(state, "learning_rate"))}
 
@@ -218,27 +219,50 @@ def test_a_slow_fall_hidden_in_one_window_is_no_data_noise_stall():
     errors of a fall a window: each window alone stalls (no significant fall), but each
     pair of windows falls 1.4 standard errors, so a pending data-noise stall is never
     confirmed and the step never halves (round 5 halved at every second window: 9
-    times). With means that do not fall, every second window confirms (9 halvings: the
-    first plateau window still falls from the last falling one)."""
+    times). With means that do not fall, the second plateau window confirms a stall
+    (the first still falls from the last falling window) and the step halves once; the
+    next window does not fall, so that halving is undone and data noise halves the step
+    no more (round 7: 9 halvings, one at every second window)."""
     pattern = np.random.default_rng(4).normal(size=16)
     pattern -= pattern.mean()
     se = np.sqrt(2 * np.sum(np.diff(pattern) ** 2) / (2 * 15) / 16)  # of a fall
     fall = np.linspace(100.0, 5.0, 80)
-    for per_window, halvings in ((0.7 * se, 0), (0.0, 9)):
+    for per_window, halvings in ((0.7 * se, 0), (0.0, 1)):
         means = 5.0 - per_window * np.arange(20.0)
         out = scripted(np.concatenate([fall, (means[:, None] + pattern).ravel()]))
         assert out["num_data_noise"] == halvings == out["num_lr_down"]
+        np.testing.assert_allclose(out["learning_rate"], 8e-3, rtol=1e-6)
+
+
+def test_a_data_noise_halving_that_buys_no_fall_is_undone():
+    """Windows of 16 white values (one zero-mean pattern: each window's mean is its level
+    exactly) after 5 windows of progress: 3 windows at 5 (the second and third stall on
+    data noise: the step halves), then 10 at 2. The first window at 2 answers the halving
+    with a significant fall: it stays. The next two stall again (the step halves), and
+    the window after does not fall: that halving is undone and data noise halves the
+    step no more, so the run ends at eta_0 / 2 after 2 data-noise halvings (round 7:
+    5, down to eta_0 / 32, halving on every second window of the flat stretch)."""
+    pattern = np.random.default_rng(7).normal(size=16)
+    pattern -= pattern.mean()
+    levels = np.concatenate([np.full(3, 5.0), np.full(10, 2.0)])
+    values = np.concatenate([np.linspace(100.0, 5.0, 80), (levels[:, None] + pattern).ravel()])
+    out = scripted(values)
+    assert out["num_data_noise"] == 2 == out["num_lr_down"] and out["data_noise_off"] == 1
+    np.testing.assert_allclose(out["learning_rate"], 8e-3 / 2, rtol=1e-6)
+    answered = scripted(values[:80 + 16 * 5])  # ends at the answered halving's window
+    assert answered["num_data_noise"] == 1 and answered["data_noise_off"] == 0
+    np.testing.assert_allclose(answered["learning_rate"], 8e-3 / 2, rtol=1e-6)
 
 
 def test_progress_counts_from_the_highest_window():
     """A run that first rises (5 windows 50 -> 100), falls back to 54 and then sits there
     with white values: progress from the first window (mean 54.7: 0.7) is too small for a
     stall (round 5: none), progress from the highest window (about 97) is not: data-noise
-    stalls halve the step."""
+    stalls halve the step (until one halving buys no fall and is undone)."""
     rng = np.random.default_rng(5)
     up, down = np.linspace(50.0, 100.0, 80), np.linspace(100.0, 54.0, 80)
     out = scripted(np.concatenate([up, down, 54.0 + rng.normal(size=320)]))
-    assert out["num_data_noise"] >= 4
+    assert out["num_data_noise"] >= 1
 
 
 def test_a_told_run_that_never_stalls_never_decays():

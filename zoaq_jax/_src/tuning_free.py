@@ -125,6 +125,8 @@ class StepControl(NamedTuple):
     before_mean: jax.Array  # float32, mean of the window before a pending data-noise stall
     before_se2: jax.Array  # float32, squared standard error of that mean
     settled: jax.Array  # bool, a stall was seen (a told budget's decay is on)
+    on_trial: jax.Array  # bool, the last window halved the step for data noise
+    data_noise_off: jax.Array  # bool, a data-noise halving bought no fall and was undone
 
 
 class TuningFreeState(NamedTuple):
@@ -261,7 +263,11 @@ def tuning_free(
     * a significant rise: :math:`\eta \leftarrow \eta/2`;
     * a stall from **data noise**: :math:`\eta \leftarrow \eta/2` when the window
       before stalled on data noise too and the two windows together did not fall
-      significantly either (one such stall alone changes nothing);
+      significantly either (one such stall alone changes nothing); if the next window
+      does not fall significantly either (:math:`\Delta \le z\, SE`, no rise), the
+      halving lowered no noise floor: it is undone (:math:`\eta \leftarrow 2\eta`) and
+      data noise halves the step no more in this run (a slow descent under minibatch
+      noise reads as a data-noise floor that a smaller step does not lower);
     * a stall from **direction noise**: :math:`K \leftarrow \min(2K, K_{\max})` (at
       :math:`K_{\max}`, :math:`\eta \leftarrow \eta / 2`);
     * otherwise (a significant fall) nothing changes.
@@ -305,7 +311,8 @@ def tuning_free(
       :func:`zoaq_jax.apply_updates`; chain nothing after it). Diagnostics:
       ``num_queries``, ``num_nonfinite``, ``last_k``, ``next_k``, ``value_estimate``,
       ``learning_rate``, ``scale``, ``num_lr_down``, ``num_data_noise``, ``num_k_up``,
-      ``num_lr_up``, ``settled`` (a stall was seen: a told budget's final decay is on).
+      ``num_lr_up``, ``settled`` (a stall was seen: a told budget's final decay is on),
+      ``data_noise_off`` (a data-noise halving was undone).
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, zoaq_jax
@@ -385,7 +392,8 @@ def tuning_free(
             num_lr_down=zero_i(), num_data_noise=zero_i(),
             num_k_up=zero_i(), pending=jnp.zeros((), bool),
             ramping=jnp.asarray(factor < 1.0), prev_rate=zero_f(), num_lr_up=zero_i(),
-            before_mean=zero_f(), before_se2=zero_f(), settled=jnp.zeros((), bool))
+            before_mean=zero_f(), before_se2=zero_f(), settled=jnp.zeros((), bool),
+            on_trial=jnp.zeros((), bool), data_noise_off=jnp.zeros((), bool))
         return TuningFreeState(est, ScaleByRAdaZOState(m=dirs.zeros(z0), v=dirs.zeros(z0)),
                                control)
 
@@ -453,15 +461,20 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
     # Data noise halves the step only when two windows in a row stall on it (one such stall
     # is as likely a slow fall that one window's noise hides: docs/design.md).
     data_stall = stalled & ~rose & data_noise
-    blamed = data_stall & c.pending
+    blamed = data_stall & c.pending & ~c.data_noise_off
     opened = data_stall & ~c.pending  # a first data-noise stall: pending from here
     grow_k = stalled & ~rose & ~data_noise & (k < k_max)
     lr_down = ((stalled & ~data_noise) | blamed | rose) & ~grow_k
     gain = c.prev_mean - mean
     gain_rate = gain / n.astype(jnp.float32)
-    fell = c.have_prev & ~stalled & ~rose & (gain > z * jnp.sqrt(c.prev_se2 + se2))
+    significant = gain > z * jnp.sqrt(c.prev_se2 + se2)
+    fell = c.have_prev & ~stalled & ~rose & significant
+    # A data-noise halving that the next window does not answer with a significant fall
+    # lowered no floor: it is undone, and data noise halves the step no more (round 8b).
+    undo = c.on_trial & ~significant & ~rose
+    lr_down = lr_down & ~undo
     ramp, ramping = start_ramp(c, fell, stalled | rose, gain_rate, data_noise, eta0)
-    lr = c.learning_rate * jnp.where(lr_down, 0.5, 1.0) * ramp
+    lr = c.learning_rate * jnp.where(lr_down, 0.5, 1.0) * jnp.where(undo, 2.0, 1.0) * ramp
     closed = c._replace(
         learning_rate=lr, elapsed=elapsed,
         window_len=window_length(elapsed, window, growth), window_n=jnp.zeros((), jnp.int32),
@@ -476,7 +489,8 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
         num_lr_up=c.num_lr_up + (ramp > 1.0),
         before_mean=jnp.where(opened, c.prev_mean, c.before_mean),
         before_se2=jnp.where(opened, c.prev_se2, c.before_se2),
-        settled=c.settled | stalled)
+        settled=c.settled | stalled, on_trial=blamed,
+        data_noise_off=c.data_noise_off | undo)
     running = c._replace(elapsed=elapsed, window_n=n, window_ref=ref, window_sum=total,
                          window_sq=sq, window_sq_diff=sq_diff, last_value=value)
     close = n >= c.window_len
