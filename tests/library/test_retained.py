@@ -203,6 +203,8 @@ def test_refresh_is_checked_at_construction(factory):
     (3, [(1, 0), (1, 2), (2, 1)], [True, False, True, True]),  # the push wraps, evicts one
     (4, [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2)],  # a wrapped buffer,
      [True] * 6),  # more kept than the capacity
+    (4, [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2)],  # a wrapped buffer whose
+     [True, False, False]),  # old records survive the push (a slot's age is not its index)
 ])
 def test_the_refresh_picks_the_pushed_records_keys_from_the_step_batch(step, old, keep):
     """The keys the refresh regenerates the pushed buffer from, picked from the step's one

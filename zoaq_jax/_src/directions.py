@@ -415,10 +415,10 @@ def regenerate_sums(
     direction is regenerated from its key once and serves every coefficient vector. The
     records are drawn in chunks inside a ``lax.while_loop`` whose trip count follows
     ``count`` (traced): all of them in one vectorised call when :func:`fits_in_batch`
-    says so, else one at a time (memory ``O(d)`` for any number of records). ``count = 0`` draws nothing and returns
-    zeros; under ``vmap`` the loop runs for the largest ``count`` of the batch, so a
-    ``count`` that is zero in every lane costs no draw (unlike a ``lax.cond`` on a
-    batched predicate, which evaluates both branches).
+    says so, else one at a time (memory ``O(d)`` for any number of records).
+    ``count = 0`` draws nothing and returns zeros; under ``vmap`` the loop runs for the
+    largest ``count`` of the batch, so a ``count`` that is zero in every lane costs no
+    draw (unlike a ``lax.cond`` on a batched predicate, which evaluates both branches).
     """
     n = coeffs[0].shape[0]
     chunk = n if fits_in_batch(n, like) else 1

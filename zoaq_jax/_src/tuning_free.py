@@ -312,7 +312,8 @@ def tuning_free(
       ``num_queries``, ``num_nonfinite``, ``last_k``, ``next_k``, ``value_estimate``,
       ``learning_rate``, ``scale``, ``num_lr_down``, ``num_data_noise``, ``num_k_up``,
       ``num_lr_up``, ``settled`` (a stall was seen: a told budget's final decay is on),
-      ``data_noise_off`` (a data-noise halving was undone).
+      ``data_noise_off`` (a data-noise halving was undone; an undone halving still
+      counts in ``num_lr_down`` and ``num_data_noise``).
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, zoaq_jax
