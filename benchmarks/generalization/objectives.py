@@ -123,11 +123,16 @@ def _logistic_data(d: int, rows: int = 2000, l2: float = 1e-3):
     return a.astype(np.float32), y.astype(np.float32), np.float32(f_min), l2
 
 
+def _at_rows(rows, *data):
+    """``data`` (a problem's fixed rows) as JAX arrays at ``rows``, a minibatch's row
+    indices, or whole where ``rows`` is None (the full-data loss)."""
+    data = tuple(jnp.asarray(v) for v in data)
+    return data if rows is None else tuple(v[rows] for v in data)
+
+
 def _logistic(x, rows):
     a, y, _, l2 = _logistic_data(x.shape[-1])
-    a, y = jnp.asarray(a), jnp.asarray(y)
-    if rows is not None:
-        a, y = a[rows], y[rows]
+    a, y = _at_rows(rows, a, y)
     return jnp.mean(jnp.logaddexp(0.0, -y * (a @ x))) + 0.5 * l2 * x @ x
 
 
@@ -175,9 +180,7 @@ def _mlp_data(rows: int = 2000, flip: float = 0.1):
 
 
 def _mlp_loss(x, rows):
-    a, y = (jnp.asarray(v) for v in _mlp_data())
-    if rows is not None:
-        a, y = a[rows], y[rows]
+    a, y = _at_rows(rows, *_mlp_data())
     return jnp.mean(jnp.logaddexp(0.0, -y * _mlp(x, a)))
 
 
@@ -206,9 +209,7 @@ def _teacher_data(rows: int = 2000, noise: float = 0.3):
 
 
 def _teacher_loss(x, rows):
-    a, y = (jnp.asarray(v) for v in _teacher_data())
-    if rows is not None:
-        a, y = a[rows], y[rows]
+    a, y = _at_rows(rows, *_teacher_data())
     return 0.5 * jnp.mean((_mlp(x, a, shape=TEACHER_SHAPE) - y) ** 2)
 
 

@@ -361,7 +361,7 @@ def _sample_exact(kind: Family, like: Any, keys: jax.Array) -> Any:
 def _sample(kind: Family, keys: jax.Array, like: Any) -> Any:
     leaves, treedef = jax.tree.flatten(like)
     z: list[jax.Array | None] = [None] * len(leaves)
-    for row, j in enumerate(j for j, x in enumerate(leaves) if optimised(x)):
+    for row, j in enumerate(_leaf_index(like)):
         z[j] = _draw_leaf(kind, keys[row], jnp.shape(leaves[j]), compute_dtype(leaves[j]))
     if kind.name == "sphere":
         norm = jnp.sqrt(sum(jnp.sum(jnp.square(zi)) for zi in z if zi is not None))
