@@ -1,11 +1,14 @@
 """The generalization protocol: configuration, runs and query regret.
 
-Each (problem, method) is compiled once and run for every seed (``vmap``) until the
-problem's largest budget; the anytime curve of that one run gives every smaller budget.
-The budgets are half-decades from 10^3 calls up to the problem's largest
-(:func:`budgets_of`). A method told its budget (a cosine decay over the run,
-``tuning_free:budget``) is instead run once per budget of the table, and scored at each
-budget by the run told that budget. Every other method is scored by its query regret
+Each (problem, method) is compiled once and run for every seed (``vmap``); the anytime
+curve of that one run gives every budget. The budgets are half-decades from 10^3 calls up
+to the problem's largest, ``B`` (:func:`budgets_of`). The envelopes' runs (the fixed K and
+the grid points) stop at ``B``; a scored method's run goes on to ``EXTEND B = 2B`` calls
+(:func:`runs_to`), so that its query regret at a budget ``b <= B`` is measured up to
+``2B / b`` (at ``B``: up to 2, the target's worst) instead of reading ``inf`` past ``B``.
+A method told its budget (a cosine decay over the run, ``tuning_free:budget``) is instead
+run once per budget of the table, and scored at each budget by the run told that budget
+(its regret is at most 1, or ``inf``). Every other method is scored by its query regret
 (:mod:`benchmarks.anytime`) against two envelopes: the best fixed K in hindsight at the
 rule's learning rate (R-AdaZO, K in {1, 2, 4, 8, 16}: :data:`FIXED`), and the best point
 in hindsight of the (learning rate, K) grid (the rule's learning rate times the config's
@@ -37,13 +40,15 @@ FIXED = tuple(f"radazo:k={k}" for k in KS)
 # (both forms).
 ADAPTIVE = BASELINES + tuple(COMPLETE)
 FIRST_BUDGET = 1000  # calls: the smallest budget scored
+EXTEND = 2  # a scored method's anytime run goes on to EXTEND x the largest budget
 # Design rounds that scored the held-out set (round 1: b422e1f, round 2: 72a29a3, round 3:
 # b5a1219, round 4: tuning_free's confirmation rule and start-up ramp, round 5: the radius
 # that follows the step and the ramp's ceiling, round 6: its
 # progress origin, span confirmation, quiet ramp and stall-gated decay, round 7: its ramp
 # window that decides nothing, round 8: its undo of a data-noise halving that buys no
-# fall (design round 8b)); the coordinator sets it.
-HELDOUT_ROUNDS = 8
+# fall (design round 8b), round 9: the 2B measurement (a scored anytime run goes on to
+# twice the largest budget; no design change kept)); the coordinator sets it.
+HELDOUT_ROUNDS = 9
 
 
 @dataclass(frozen=True)
@@ -94,8 +99,20 @@ def budgets_of(budget: int) -> tuple[float, ...]:
 
 
 def grid_of(budget: int) -> np.ndarray:
-    """The call grid the curves are sampled on (fine below the first budget, too)."""
-    return anytime.call_grid(budget, budgets_of(budget), points=600, low=FIRST_BUDGET / 64)
+    """The call grid the curves are sampled on (fine below the first budget, too): log
+    spaced up to ``budget`` (the budgets included), then on at the same spacing to
+    ``EXTEND x budget``, where only the scored methods' runs go (:func:`runs_to`)."""
+    points, low = 600, FIRST_BUDGET / 64
+    grid = anytime.call_grid(budget, budgets_of(budget), points=points, low=low)
+    beyond = math.ceil(math.log(EXTEND) / math.log(budget / low) * (points - 1))
+    return np.concatenate([grid, budget * EXTEND ** (np.arange(1, beyond + 1) / beyond)])
+
+
+def runs_to(budget: int, envelope: bool, told: bool) -> int:
+    """The calls a run goes to on a problem whose largest budget is ``budget``: the
+    envelopes' runs (``envelope``: a fixed K or a grid point) and a run told its budget
+    (``told``) stop there, a scored method's anytime run goes on to ``EXTEND x budget``."""
+    return budget if envelope or told else EXTEND * budget
 
 
 def settings_of(p: Problem) -> Hyper:
@@ -127,7 +144,8 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
             program = loops.anytime_program(
                 (lambda key, lane: v.build(settings, key, told)) if told else build,
                 lambda x, batch, fid: p.fn(x, batch), lambda x, fid: p.gap(x), _start(p),
-                told or p.budget, config.log_every, lanes=values)
+                told or runs_to(p.budget, bool(v.fixed_k or v.grid_k), v.told_budget),
+                config.log_every, lanes=values)
             compile_seconds, [(log, seconds)] = loops.compiled_runs(
                 program, config.seeds, [[0, 0]])
             for lane, extra in enumerate(fields):
@@ -158,7 +176,8 @@ def cost(config: Config, spec: str) -> float:
     v = variant(spec)
     k = (v.grid_k or 2) / (1.5 if v.told_budget else 1.0)  # told: 1.46 runs' calls
     k /= len(config.lr_scales) if v.fixed_k and config.lr_scales else 1
-    return sum(config.problem(n).budget * SETS[config.set][n].dim ** 0.5 / k
+    return sum(runs_to(config.problem(n).budget, bool(v.fixed_k or v.grid_k), v.told_budget)
+               * SETS[config.set][n].dim ** 0.5 / k
                for n in config.problems)
 
 

@@ -39,12 +39,16 @@ def header(config: experiment.Config, record: run_record.RunRecord) -> str:
     return "\n".join([
         *pages.record_lines(record),
         f"- Protocol: preset `{config.preset}`, set `{config.set}`, seeds {list(config.seeds)}, "
-        "R-AdaZO backbone (betas 0.9, 0.99, eps 1e-8), central differences; every run stops "
-        "at its problem's largest budget and its anytime curve gives the smaller ones, except "
-        "the methods told the budget (R-AdaZO with a cosine decay over the budget; "
-        "`tuning_free:budget`, whose step decays over the budget's last quarter once it has "
-        "seen a stall): "
-        "each budget of the table is its own run, told that budget.",
+        "R-AdaZO backbone (betas 0.9, 0.99, eps 1e-8), central differences; one run a "
+        "(problem, method), whose anytime curve gives every budget, except the methods told "
+        "the budget (R-AdaZO with a cosine decay over the budget; `tuning_free:budget`, whose "
+        "step decays over the budget's last quarter once it has seen a stall): each budget of "
+        "the table is its own run, told that budget (its regret is at most 1, or ∞). The "
+        "envelopes' runs (the grid's points, fixed K among them) stop at the problem's largest "
+        f"budget B; every other scored method's run goes on to {experiment.EXTEND}B calls, so "
+        f"that its regret at a budget b of the tables (all <= B) is measured up to "
+        f"{experiment.EXTEND}B / b (up to {experiment.EXTEND} at B, the worst target) rather "
+        "than reading ∞ past B.",
         f"- The (learning rate, K) grid: the rule's lr {scales}, times K in {{{ks}}} (R-AdaZO); its envelope at budget B is the best mean gap any grid point reached "
         "within B calls. The fixed-K envelope: the same at the rule's lr only.",
         f"- Scored methods, each run without tuning: {', '.join(v.display for v in scored)}. "
@@ -105,7 +109,8 @@ def regret_table(rows, key: str) -> str:
              for r in rows if key in r and not (key == "regret" and r["method"] == ENVELOPE)]
     return pages.columns({
         "budget columns": "the query regret at that many oracle calls (blank: beyond the "
-                          "problem's largest budget)",
+                          "problem's largest budget B; an anytime run's regret at b is "
+                          f"measured up to {experiment.EXTEND}B / b)",
         "median, worst": f"over the problem's budgets. {anytime.SAVING} on other budgets "
                          "and problems"}) + "\n\n" + pages.table(
         ["problem", "method", *(_calls(b) for b in budgets), "median", "worst"], table)
@@ -142,8 +147,15 @@ def _label(name: str) -> str:
 
 def plot_curves(results, path: Path, key: str, ylabel: str) -> Path:
     """Mean gap (or K) against calls per problem: fixed K thin, scored methods thick."""
+    def drawn(r):  # up to the calls the run went to
+        grid = experiment.grid_of(r["budget"])
+        end = experiment.runs_to(r["budget"], bool(r["fixed_k"] or r.get("grid_k")),
+                                 r.get("told_budget") is not None)
+        upto = np.searchsorted(grid, end, side="right")
+        return grid[:upto], np.mean(r[key], axis=0)[:upto]
+
     plots = [(_label(name), [
-        (experiment.grid_of(r["budget"]), np.mean(r[key], axis=0), r["label"],
+        (*drawn(r), r["label"],
          {"lw": 0.8, "alpha": 0.7} if r["fixed_k"] else {"lw": 2.0, "alpha": 1.0})
         for r in anytime.plotted(rs) if not (key == "k_curves" and r["fixed_k"])], {})
         for name, rs in pages.grouped(results, "problem").items()]

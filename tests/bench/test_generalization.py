@@ -11,6 +11,7 @@ import optax
 import pytest
 
 import zoaq_jax
+from benchmarks import anytime
 from benchmarks.__main__ import main as cli
 from benchmarks.common import read_json
 from benchmarks.generalization import experiment, objectives
@@ -110,6 +111,32 @@ def test_the_grid_envelope_and_both_regrets_on_step_curves():
     assert summary["scored"]["above_1_grid"] == ["p"]
 
 
+def test_an_anytime_run_is_scored_up_to_twice_the_largest_budget():
+    # The envelope (K = 1) reaches 1.0 at 10^4 calls, the problem's largest budget; the
+    # scored run gets there at 1.5 x 10^4 calls, within its 2 x 10^4 (the envelope's run
+    # stops at 10^4): its regret at a budget b is measured up to 2 x 10^4 / b.
+    steps = lambda *pairs: lambda g: np.select([g >= c for c, _ in pairs[::-1]],  # noqa: E731
+                                               [v for _, v in pairs[::-1]], 4.0)
+    results = [_record("radazo:k=1", steps((0, 2.0), (10_000, 1.0)), fixed_k=1, grid_k=1),
+               _record("scored", steps((0, 3.0), (15_000, 1.0))),
+               _record("never", steps((0, 3.0), (20_001, 1.0)))]  # past 2B: not on the grid
+    rows = {r["method"]: r for r in experiment.regret_rows(results)}
+    assert rows["scored"]["budgets"] == [1000, 3162, 10_000]  # the tables: budgets <= B
+    assert 1.5 <= rows["scored"]["regret"][-1] <= 1.52  # the grid's spacing: about 1.1%
+    grid = experiment.grid_of(10_000)
+    past = grid[np.searchsorted(grid, 15_000)]  # the first grid point at or past 1.5 x 10^4
+    assert rows["scored"]["regret"] == [past / 1000, past / 3162, past / 10_000]
+    assert rows["never"]["regret"] == [np.inf] * 3
+    assert experiment.overall(list(rows.values()))["scored"]["max"] == past / 1000
+    # the grid up to B is the one the envelopes were always sampled on; past B, to 2B
+    below = anytime.call_grid(10_000, experiment.budgets_of(10_000), points=600,
+                              low=experiment.FIRST_BUDGET / 64)
+    assert np.array_equal(grid[:below.size], below) and grid[-1] == 20_000
+    assert np.all(np.diff(grid) > 0) and np.max(np.diff(np.log(grid))) < 0.011
+    assert experiment.runs_to(10_000, envelope=False, told=False) == 20_000
+    assert experiment.runs_to(10_000, True, False) == experiment.runs_to(10_000, False, True)
+
+
 def test_lr_scale_schedule_and_backbone_specs():
     v = experiment.variant("radazo:k=4,lr_scale=2")
     assert (v.name, v.grid_k, v.fixed_k, v.lr_scale) == ("radazo:k=4,lr_scale=2.0", 4, None, 2.0)
@@ -168,8 +195,9 @@ def test_the_baselines_and_grid_lanes_run(tmp_path):
         ("radazo:k=1,schedule=cosine", 1.0, 1000), ("radazo:backbone=prodigy,k=1", 1.0, None),
         ("radazo:backbone=dog,k=1", 1.0, None), ("radazo:backbone=dowg,k=1", 1.0, None),
         ("radazo:k=1,schedule=plateau", 1.0, None)]
-    for r in records:
-        assert 1000 <= r["num_queries"][0] <= 1000 + 4 * 2 * 2 and np.isfinite(r["final_gap"][0])
+    for r in records:  # the grid's lanes and the cosine decay (told) stop at B, the rest at 2B
+        end = 1000 if r["grid_k"] or r["told_budget"] else 2000
+        assert end <= r["num_queries"][0] <= end + 4 * 2 * 2 and np.isfinite(r["final_gap"][0])
     assert records[0]["lr"] == 0.5 * records[1]["lr"]
 
 
@@ -193,8 +221,9 @@ def test_cli_runs_scores_and_re_renders(tmp_path):
             "--methods", "radazo:k=1", "auto_k", "--workers", "1", "--out", str(tmp_path)]
     assert cli(argv) == 0
     data = read_json(tmp_path / "generalization_heldout.json.xz")
-    for r in data["results"]:  # a log period may overshoot by at most 4 steps
-        assert all(1000 <= c <= 1000 + 4 * 2 * (r["fixed_k"] or 16) for c in r["num_queries"])
+    for r in data["results"]:  # a log period may overshoot by at most 4 steps; the
+        end = 1000 if r["fixed_k"] else 2000  # envelope's run stops at B, auto_k's at 2B
+        assert all(end <= c <= end + 4 * 2 * (r["fixed_k"] or 16) for c in r["num_queries"])
     assert [(row["problem"], row["method"]) for row in data["regret"]] == [
         ("sum_powers", "auto_k")]
     assert data["summary"]["auto_k"]["cells"] == 1
