@@ -49,8 +49,8 @@ def header(config: experiment.Config, record: run_record.RunRecord) -> str:
         f"that its regret at a budget b of the tables (all <= B) is measured up to "
         f"{experiment.EXTEND}B / b (up to {experiment.EXTEND} at B, the worst target) rather "
         "than reading ∞ past B.",
-        f"- The (learning rate, K) grid: the rule's lr {scales}, times K in {{{ks}}} (R-AdaZO); its envelope at budget B is the best mean gap any grid point reached "
-        "within B calls. The fixed-K envelope: the same at the rule's lr only.",
+        f"- The (learning rate, K) grid: the rule's lr {scales}, times K in {{{ks}}} (R-AdaZO); its envelope at budget b is the best mean gap any grid point reached "
+        "within b calls. The fixed-K envelope: the same at the rule's lr only.",
         f"- Scored methods, each run without tuning: {', '.join(v.display for v in scored)}. "
         "Parameter-free optimizers (optax.contrib at their defaults) replace the R-AdaZO "
         "backbone and the lr after the R-AdaZO estimator; reduce-on-plateau (optax.contrib "
@@ -85,7 +85,11 @@ def summary_table(summary: dict[str, dict[str, Any]]) -> str:
               ", ".join(_label(p) for p in s.get("above_1_grid", s["above_1"])) or "none"]
              for m, s in summary.items()]
     return pages.columns({
-        "(problem, budget) cells": "the query regrets of the tables below, pooled",
+        "(problem, budget) cells": "the query regrets of the tables below, pooled (the best "
+                                   "fixed K's row comes from envelope runs that stop at the "
+                                   "largest budget B, so its cell at B reads <= 1 or ∞, where "
+                                   "a scored method's is measured up to "
+                                   f"{experiment.EXTEND}; compare the two rows below B)",
         "median, worst vs (lr, K) grid": "their median and maximum against the grid's "
                                          "envelope",
         "median, worst vs fixed K": "the same against the best fixed K at the rule's lr",

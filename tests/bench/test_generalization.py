@@ -134,7 +134,8 @@ def test_an_anytime_run_is_scored_up_to_twice_the_largest_budget():
     assert np.array_equal(grid[:below.size], below) and grid[-1] == 20_000
     assert np.all(np.diff(grid) > 0) and np.max(np.diff(np.log(grid))) < 0.011
     assert experiment.runs_to(10_000, envelope=False, told=False) == 20_000
-    assert experiment.runs_to(10_000, True, False) == experiment.runs_to(10_000, False, True)
+    assert experiment.runs_to(10_000, True, False) == experiment.runs_to(10_000, False, True) \
+        == 10_000  # the envelopes' runs and the runs told their budget stop at B
 
 
 def test_lr_scale_schedule_and_backbone_specs():
