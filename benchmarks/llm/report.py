@@ -14,7 +14,7 @@ from benchmarks import anytime, common, experiment, pages, record
 from benchmarks.pages import mean_std
 from benchmarks.llm import tables
 from benchmarks.llm.experiment import fe_to_reach
-from benchmarks.llm.methods import grid_k, is_fixed, parse_one
+from benchmarks.llm.methods import grid_k, is_fixed
 
 # The paper's Table "Complete LLM fine-tuning results" (OPT-1.3B rows): total FE,
 # avg K, FE savings %, best eval loss, last eval loss, accuracy, dev acc, train loss.
@@ -153,7 +153,7 @@ def plot(results: list[dict], path: Path, title: str, envelope: list[dict] = (),
             keyed.append(([c["share"] * budget for c in r["curve"]], [c[key] for c in r["curve"]],
                           label, {"marker": "s", "ms": 3, "color": "k", "lw": 0.8}))
     for env, label, style in ((envelope, "fixed-K envelope E(B)", {}),
-                              (grid_envelope, "(lr, K) envelope", {"ls": ":"})):
+                              (grid_envelope, "(lr, K) envelope", {"linestyle": ":"})):
         if env:
             lines["dev_loss"].append(([e["budget"] for e in env], [e["dev_loss"] for e in env],
                                       label, {**pages.ENVELOPE, "lw": 1, **style}))
@@ -275,14 +275,9 @@ def _regret_section(payload: dict[str, Any], key: str = "regret") -> list[str]:
     if key == "regret":
         name, which, member = "the fixed-K envelope", "fixed-K method", is_fixed
     else:
-        scales = sorted({parse_one(r["method"]).get("lr_scale") for r in payload["results"]
-                         if grid_k(r["method"])})
-        ks = sorted({grid_k(r["method"]) for r in payload["results"] if grid_k(r["method"])})
         name = "the (learning rate, K) envelope"
-        which = (f"point of the (learning rate, K) grid (learning rate x "
-                 f"{', '.join(f'{x:g}' for x in scales)} of the run's, K in "
-                 f"{{{', '.join(map(str, ks))}}}; a smaller grid than issue 32's 4 x 5, "
-                 "for the CPU time)")
+        which = (f"point of the (learning rate, K) grid ({tables.grid_extent(payload['results'])}"
+                 "; a smaller grid than issue 32's 4 x 5, for the CPU time)")
         member = (lambda spec: grid_k(spec) is not None)
     return [
         f"## Anytime: query regret against {name}",

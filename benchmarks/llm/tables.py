@@ -149,6 +149,23 @@ def first_order_lines(payload: dict[str, Any]) -> list[str]:
                     rows)]
 
 
+def grid_extent(results: list[dict]) -> str:
+    """The (learning rate, K) points run, per learning rate with its K and seed count
+    (the grid need not be a full product: e.g. K = 4 at the run's learning rate only)."""
+    points: dict[float, dict[int, set]] = {}
+    for r in results:
+        if grid_k(r["method"]):
+            scale = parse_one(r["method"]).get("lr_scale") or 1.0
+            points.setdefault(scale, {}).setdefault(grid_k(r["method"]), set()).add(r["seed"])
+
+    def one(scale: float, ks: dict[int, set]) -> str:
+        counts = sorted({len(seeds) for seeds in ks.values()})
+        return (f"x {scale:g} with K in {{{', '.join(map(str, sorted(ks)))}}} "
+                f"({'/'.join(map(str, counts))} seed{'s' * (counts != [1])})")
+
+    return "learning rate " + ", ".join(one(*p) for p in sorted(points.items())) + " of the run's"
+
+
 def grid_lines(payload: dict[str, Any]) -> list[str]:
     """Issue 32's LLM target: each method that is not a grid point (tuning_free, auto_k,
     a schedule) against the best point of the (learning rate, K) grid run (fixed K at
@@ -158,9 +175,7 @@ def grid_lines(payload: dict[str, Any]) -> list[str]:
     grid = [n for n in groups if grid_k(n)]
     if not grid or len(grid) == len(groups):
         return []
-    scales = sorted({parse_one(n).get("lr_scale") for n in grid})
-    extent = (f"learning rate x {', '.join(f'{x:g}' for x in scales)} of the run's, K in "
-              f"{{{', '.join(str(k) for k in sorted({grid_k(n) for n in grid}))}}}")
+    extent = grid_extent(payload["results"])
     loss = {n: _stats([r["best_eval_loss"] for r in runs]) for n, runs in groups.items()}
     best = min(grid, key=lambda n: loss[n][0])
     lines = [f"{groups[n][0]['label']}: {pages.pm(*loss[n], '{:.4f}')}, "

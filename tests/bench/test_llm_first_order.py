@@ -11,7 +11,7 @@ from llm_helpers import tiny_bundle
 
 from benchmarks import anytime, experiment
 from benchmarks.common import read_json
-from benchmarks.llm import baselines, cli, config, methods, train
+from benchmarks.llm import baselines, cli, config, methods, report, tables, train
 from benchmarks.llm.experiment import regrets, with_first_order
 
 
@@ -69,7 +69,7 @@ def _run(method, fe, loss):
             "curve": [{"fe": f, "dev_loss": v} for f, v in zip(fe, loss)]}
 
 
-def test_grid_envelope_takes_every_learning_rate_the_fixed_k_envelope_one():
+def test_grid_envelope_takes_every_learning_rate_the_fixed_k_envelope_one(tmp_path):
     grid = [0, 10, 20]
     results = [_run("radazo:k=1", grid, [1.0, 0.9, 0.8]),
                _run("radazo:k=1,lr_scale=2", grid, [1.0, 0.7, 0.75]),
@@ -83,6 +83,16 @@ def test_grid_envelope_takes_every_learning_rate_the_fixed_k_envelope_one():
     assert out["grid_regret"]["methods"]["tuning_free"]["regret"] == pytest.approx(
         [fe / 10, fe / 20])
     assert "grid_regret" not in regrets(results[:1] + results[2:], 20, 10)
+    # the page names the points run, per learning rate (not a full product of the sets)
+    more = results + [{**results[0], "method": "radazo:k=4", "seed": s} for s in (0, 1)]
+    assert tables.grid_extent(more) == ("learning rate x 1 with K in {1, 4} (1/2 seeds), "
+                                        "x 2 with K in {1} (1 seed) of the run's")
+    # the figure draws both envelopes (the grid's dotted over the fixed K's dashed style)
+    runs = [{**r, "label": r["method"], "curve": [{**c, "dev_accuracy": 0.5} for c in r["curve"]]}
+            for r in results]
+    png = report.plot(runs, tmp_path / "llm.png", "grid", out["regret"]["envelope"],
+                      grid_envelope=out["grid_regret"]["envelope"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert regrets(results[2:], 20, 10) == {}  # no fixed K (one process of a merged page)
 
 
