@@ -102,13 +102,12 @@ def update(
 
 
 def _predraw(state: AdaptiveState, params: Params, policies: Policies, execution: Execution
-             ) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None,
-                        tuple[jax.Array, jax.Array] | None]:
-    """The step's fresh candidates and the records they may evict, in one batch, with the
-    keys of every retained record: ``(oldest, drawn, keys)`` (:func:`expansion.draw_step`:
-    ``oldest`` and ``drawn`` None where the directions are drawn where used)."""
+             ) -> tuple[chex.ArrayTree | None, tuple[jax.Array, jax.Array] | None]:
+    """The records the step's fresh candidates may evict and the candidates, in one batch,
+    with the keys of every retained record: ``(drawn, keys)`` (:func:`expansion.draw_step`:
+    ``drawn`` None where the directions are drawn where used)."""
     if not execution.predraw or execution.mesh is not None:
-        return None, None, None  # with a mesh, each device draws its own share
+        return None, None  # with a mesh, each device draws its own share
     slots, n_hist = execution.grid.k_max, policies.retention.capacity
     retained = None
     if n_hist:
@@ -137,7 +136,7 @@ def step(
         k_cap = expansion.grid_cap(grid, (left - query.centre_calls)
                                    // query.diff.calls_per_direction)
     context = gate.prepare(state.gate)
-    oldest, drawn, keys = _predraw(state, params, policies, execution)
+    drawn, keys = _predraw(state, params, policies, execution)
 
     def evidence(cand: expansion.Candidate) -> Evidence:
         if not n_hist:
@@ -153,7 +152,8 @@ def step(
     if execution.mesh is None:
         acquirer = expansion.fresh_acquirer(query, params, step_key, family, drawn,
                                             execution.evaluation,
-                                            None if keys is None else keys[0])
+                                            None if keys is None else keys[0],
+                                            min(grid.k_max, n_hist))
         cand = expansion.accept_or_expand(
             expansion.Expansion(acquirer, test, params, grid, k_start, k_cap,
                                 gate.second_moment), execution.evaluation)
@@ -163,7 +163,7 @@ def step(
     ev = evidence(cand)
     g, usable = expansion.finish(ev.total, ev.n, scale, cand.n_ok)
     source = retained.Source(family, schedule, state.ledger, params,
-                             None if oldest is None else (drawn, oldest), keys)
+                             drawn, keys)
     outcome = Outcome(
         k=cand.k, usable=usable, value=query.value_estimate(cand), score=cand.score,
         estimate=g, context=context,

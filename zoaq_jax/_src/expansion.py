@@ -51,31 +51,30 @@ def draw_step(
     kind: dirs.Family, schedule: ledger.KeySchedule, book: ledger.QueryLedger, slots: int,
     like: chex.ArrayTree, retained: tuple[jax.Array, jax.Array] | None = None,
     n_drawn: int = 0,
-) -> tuple[chex.ArrayTree | None, chex.ArrayTree | None,
-           tuple[jax.Array, jax.Array] | None]:
+) -> tuple[chex.ArrayTree | None, tuple[jax.Array, jax.Array] | None]:
     """Draws a step's ``slots`` fresh directions, and those of the first ``n_drawn`` of the
     ``retained`` records (``(steps, index)``, the buffer oldest first), at once; the
     directions' per-leaf keys of all of them, fresh and retained, are derived in one
     batch (:meth:`ledger.KeySchedule.step_and_record_keys`), and kept for the draws of
     the step and of its refresh.
 
-    Returns ``(retained, fresh, keys)``: the direction batches, ``(None, None)`` when
-    the batch would be too large (:func:`directions.fits_in_batch`) and directions must
-    be drawn where they are used; and the per-leaf keys ``(fresh, retained)`` (None
-    without ``retained``).
+    Returns ``(batch, keys)``: the directions, the ``n_drawn`` retained ones first, then
+    the fresh ones (one array a leaf, which every use slices: a slice of its own would
+    make XLA compute the draw again, fused into each slice); None when the batch would
+    be too large (:func:`directions.fits_in_batch`) and directions must be drawn where
+    they are used; and the per-leaf keys ``(fresh, retained)`` (None without
+    ``retained``).
     """
     derived = None
     if retained is not None:
         derived = schedule.step_and_record_keys(book, slots, *retained, like)
     if not dirs.fits_in_batch(n_drawn + slots, like):
-        return None, None, derived
+        return None, derived
     if derived is None:
         keys = ledger.direction_keys(schedule.step_key(book), 0, slots)
     else:
         keys = jnp.concatenate([derived[1][:n_drawn], derived[0]])
-    u = dirs.sample_many(kind, keys, like)
-    old = jax.tree.map(lambda x: x[:n_drawn], u) if n_drawn else None
-    return old, jax.tree.map(lambda x: x[n_drawn:], u), derived
+    return dirs.sample_many(kind, keys, like), derived
 
 
 EVALUATIONS = ("loop", "unrolled", "vectorized")
@@ -159,13 +158,15 @@ def fresh_acquirer(
     drawn: chex.ArrayTree | None = None,
     evaluation: str = "loop",
     keys: jax.Array | None = None,
+    skip: int = 0,
 ) -> Acquirer:
     """The :class:`Acquirer` of the fresh directions of a step at ``params``.
 
     Fresh direction ``i`` of the step keyed by ``key`` comes from
     ``ledger.direction_keys(key, i, 1)``; ``keys``, when given, holds their per-leaf keys
     (``[k_max, L]``, :func:`directions.leaf_keys`), derived in advance. ``drawn``, when
-    given, holds all of them drawn in advance (leading axis ``k_max``): drawing them in
+    given, holds all of them drawn in advance (leading axis ``skip + k_max``, fresh
+    direction ``i`` at row ``skip + i``: :func:`draw_step`'s batch): drawing them in
     one batch is much cheaper than one draw per retry when ``d`` is small, and gives
     the same numbers. With
     ``evaluation`` other than ``"loop"`` (see :data:`EVALUATIONS`) and ``drawn`` given,
@@ -176,6 +177,7 @@ def fresh_acquirer(
         return jax.lax.dynamic_slice_in_dim(x, first, size)
 
     if drawn is not None and evaluation != "loop":
+        drawn = jax.tree.map(lambda x: x[skip:], drawn)
         all_r, all_v = step.diff.responses(params, drawn, step.centre)
 
         def acquire_precomputed(first: jax.Array | int, size: int
@@ -190,7 +192,7 @@ def fresh_acquirer(
             u = dirs.sample_many(kind, ledger.direction_keys(key, first, size) if keys is None
                                  else cut(keys, first, size), params)
         else:
-            u = jax.tree.map(lambda x: cut(x, first, size), drawn)
+            u = jax.tree.map(lambda x: cut(x, skip + first, size), drawn)
         return (*step.diff.responses(params, u, step.centre), u)
 
     return Acquirer(acquire)

@@ -43,7 +43,8 @@ class Source(NamedTuple):
     schedule: ledger.KeySchedule  # the run's key schedule (static)
     book: ledger.QueryLedger  # the ledger of the current step (before it advances)
     like: chex.ArrayTree  # the params
-    drawn: tuple[chex.ArrayTree, chex.ArrayTree] | None = None  # (fresh, oldest), if predrawn
+    # the directions of the buffer's oldest records, then the fresh ones, if predrawn
+    drawn: chex.ArrayTree | None = None
     # (fresh [slots, L], buffer [capacity, L] oldest first): the directions' per-leaf keys
     # the step derived in one batch (ledger.KeySchedule.step_and_record_keys), if it did
     # (also where the directions themselves are not drawn in advance)
@@ -101,8 +102,8 @@ def leaving_sums(
     """Sums of ``c * u`` over the records that the step's kept records evict.
 
     Args:
-      source: the step's :class:`Source`; with ``source.drawn`` (the step's fresh
-        directions and those of the buffer's oldest records, :func:`history.oldest`,
+      source: the step's :class:`Source`; with ``source.drawn`` (the directions of the
+        buffer's oldest records, :func:`history.oldest`, then the step's fresh ones,
         drawn in advance) the leaving directions are picked from them, else they are
         regenerated, one vectorised batch or one at a time
         (:func:`directions.regenerate_sums`), only as many as leave.
@@ -131,14 +132,13 @@ def leaving_sums(
     # of the step's batch). The rows are picked by a one-hot product, exact for finite
     # directions (one product by 1, the others by 0): XLA's CPU gather of a few rows cost
     # more than the rest of ZoAQ's history bookkeeping (docs/results/overhead.md).
-    fresh, old = source.drawn
-    n_old = jax.tree.leaves(old)[0].shape[0]
+    n_old = jax.tree.leaves(source.drawn)[0].shape[0] - slots
     row = jnp.where(steps == book.step, n_old + index, jnp.arange(slots))
     row = jnp.minimum(row, slots + n_old - 1)  # past the live prefix: any row, weight 0
     pick = (row[:, None] == jnp.arange(slots + n_old)).astype(jnp.float32)
-    u = jax.tree.map(lambda f, o: jnp.tensordot(
-        pick.astype(f.dtype), jnp.concatenate([o, f]), axes=1,
-        precision=jax.lax.Precision.HIGHEST), fresh, old)
+    u = jax.tree.map(lambda rows: jnp.tensordot(
+        pick.astype(rows.dtype), rows, axes=1, precision=jax.lax.Precision.HIGHEST),
+        source.drawn)
     return tuple(dirs.weighted_sum(c, u) for c in vectors)
 
 

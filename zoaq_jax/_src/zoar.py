@@ -155,7 +155,8 @@ def zoar_estimator(
         sums = (state.retained_sum, state.direction_sum) if forward else (state.retained_sum,)
         added = tuple(dirs.weighted_sum(jnp.where(ok, c, 0.0), u) for c in coeffs(stored))
         source = retained.Source(family, schedule, state.ledger, params,
-                                 None if oldest is None else (u, oldest), keys)
+                                 None if oldest is None else jax.tree.map(
+                                     lambda o, f: jnp.concatenate([o, f]), oldest, u), keys)
 
         def baseline_of(records):  # forward: the mean retained value
             kept = history.valid(records)
