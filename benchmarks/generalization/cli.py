@@ -1,9 +1,11 @@
-"""Generalization: auto_k's query regret against the best fixed K in hindsight, on a
-held-out set of objectives never used to choose a default (and on the tuning set).
+"""Generalization: the query regret of the methods run without tuning (``tuning_free``,
+``auto_k``, the untuned baselines) against the (learning rate, K) grid and the best fixed K
+in hindsight, on a held-out set of objectives never used to choose a default (and on the
+tuning set).
 
 Presets: ``smoke`` (seconds, for tests: one problem, 10^3 calls, one seed), ``quick`` (4
 held-out problems, 10^4 calls, 2 seeds: about 3 min on 2 cores),
-``full`` (the 10 held-out problems, 10^3 to 10^6 calls, 3 seeds), ``tuning`` (the tuning
+``full`` (the 14 held-out problems, 10^3 to 10^6 calls, 3 seeds), ``tuning`` (the tuning
 set at the same scale). See :mod:`benchmarks.generalization.objectives` for both sets.
 
 Examples:
@@ -36,9 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_preset(parser, {
         "smoke": "one problem, 10^3 calls, one seed (20 s of CPU time; 132 s wall at load 14)",
         "quick": "4 held-out problems, 10^4 calls, 2 seeds (about 3 min on 2 cores)",
-        "full": "the held-out page: 10 problems, 10^3 to 10^6 calls, 3 seeds (290 s on one "
-                "core)",
-        "tuning": "the tuning set at the full scale (334 s on one core)"}, default="quick")
+        "full": "the held-out page: 14 problems, 10^3 to 10^6 calls, 3 seeds (the page, 13 "
+                "problems capped at 10^4 calls: 20-46 min wall with --workers 1, as recorded "
+                "on it)",
+        "tuning": "the tuning set at the full scale (its page, capped at 10^5 calls: 19-42 "
+                  "min wall with --workers 1)"}, default="quick")
     parser.add_argument("--set", choices=tuple(SETS), help="problem set (default: the preset's)")
     parser.add_argument("--problems", nargs="+", metavar="NAME",
                         help="problems of the set (default: the preset's)")

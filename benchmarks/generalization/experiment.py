@@ -108,6 +108,11 @@ def grid_of(budget: int) -> np.ndarray:
     return np.concatenate([grid, budget * EXTEND ** (np.arange(1, beyond + 1) / beyond)])
 
 
+def is_envelope(fixed_k: int | None, grid_k: int | None) -> bool:
+    """Whether a run is one of the envelopes' (a fixed K, or a point of the grid)."""
+    return bool(fixed_k or grid_k)
+
+
 def runs_to(budget: int, envelope: bool, told: bool) -> int:
     """The calls a run goes to on a problem whose largest budget is ``budget``: the
     envelopes' runs (``envelope``: a fixed K or a grid point) and a run told its budget
@@ -144,7 +149,7 @@ def run(config: Config, spec: str) -> list[dict[str, Any]]:
             program = loops.anytime_program(
                 (lambda key, lane: v.build(settings, key, told)) if told else build,
                 lambda x, batch, fid: p.fn(x, batch), lambda x, fid: p.gap(x), _start(p),
-                told or runs_to(p.budget, bool(v.fixed_k or v.grid_k), v.told_budget),
+                told or runs_to(p.budget, is_envelope(v.fixed_k, v.grid_k), v.told_budget),
                 config.log_every, lanes=values)
             compile_seconds, [(log, seconds)] = loops.compiled_runs(
                 program, config.seeds, [[0, 0]])
@@ -176,7 +181,7 @@ def cost(config: Config, spec: str) -> float:
     v = variant(spec)
     k = (v.grid_k or 2) / (1.5 if v.told_budget else 1.0)  # told: 1.46 runs' calls
     k /= len(config.lr_scales) if v.fixed_k and config.lr_scales else 1
-    return sum(runs_to(config.problem(n).budget, bool(v.fixed_k or v.grid_k), v.told_budget)
+    return sum(runs_to(config.problem(n).budget, is_envelope(v.fixed_k, v.grid_k), v.told_budget)
                * SETS[config.set][n].dim ** 0.5 / k
                for n in config.problems)
 

@@ -153,7 +153,8 @@ def plot_curves(results, path: Path, key: str, ylabel: str) -> Path:
     """Mean gap (or K) against calls per problem: fixed K thin, scored methods thick."""
     def drawn(r):  # up to the calls the run went to
         grid = experiment.grid_of(r["budget"])
-        end = experiment.runs_to(r["budget"], bool(r["fixed_k"] or r.get("grid_k")),
+        end = experiment.runs_to(r["budget"],
+                                 experiment.is_envelope(r["fixed_k"], r.get("grid_k")),
                                  r.get("told_budget") is not None)
         upto = np.searchsorted(grid, end, side="right")
         return grid[:upto], np.mean(r[key], axis=0)[:upto]
