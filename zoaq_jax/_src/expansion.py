@@ -59,11 +59,11 @@ def draw_step(
     the step and of its refresh.
 
     Returns ``(batch, keys)``: the directions, the ``n_drawn`` retained ones first, then
-    the fresh ones (one array a leaf, which every use slices: a slice of its own would
-    make XLA compute the draw again, fused into each slice); None when the batch would
-    be too large (:func:`directions.fits_in_batch`) and directions must be drawn where
-    they are used; and the per-leaf keys ``(fresh, retained)`` (None without
-    ``retained``).
+    the fresh ones (one array a leaf, which every use slices or picks rows of: an array
+    of its own would make XLA compute the draw again, fused into each use); None when
+    the batch would be too large (:func:`directions.fits_in_batch`) and directions must
+    be drawn where they are used; and the per-leaf keys ``(fresh, retained)`` (None
+    without ``retained``).
     """
     derived = None
     if retained is not None:
