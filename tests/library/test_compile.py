@@ -159,3 +159,22 @@ def test_a_step_derives_its_directions_keys_in_one_batch(name, d):
     step = jax.jit(lambda x, s: opt.update(None, s, x, value_fn=_counting([])))
     text = step.lower(x, opt.init(x)).compile().as_text()
     assert sum("threefry" in line for line in text.splitlines() if " while(" in line) == 3
+
+
+def _hashing_fusions(opt, d=D):
+    """The fused kernels of a jitted step that hash keys (threefry's xors)."""
+    x = jnp.linspace(-1.0, 1.0, d)
+    step = jax.jit(lambda x, s: opt.update(None, s, x, value_fn=_counting([])))
+    text = step.lower(x, opt.init(x)).compile().as_text()
+    bodies = text.split("\n\n")
+    return sum(b.startswith("%fused") and " xor(" in b for b in bodies)
+
+
+def test_a_first_chunk_bought_before_the_loop_does_not_draw_the_batch_again():
+    """ZoAQ's predrawn batch (the buffer's oldest records, then the fresh candidates) is
+    drawn in one kernel also where the first chunk is bought outside the expansion loop
+    (``k_min = k_max``, or ``k_step != k_min``): its rows are picked by a product, where a
+    slice made XLA hash the keys again in each of the chunk's uses (before: 3 more)."""
+    default = _hashing_fusions(zoaq_jax.zoaq(1e-2, k_max=4, n_hist=2))
+    for k_min in (4, 2):
+        assert _hashing_fusions(zoaq_jax.zoaq(1e-2, k_min=k_min, k_max=4, n_hist=2)) == default

@@ -377,6 +377,21 @@ def sample_many(kind: Family, keys: jax.Array, like: Any) -> Any:
     return jax.vmap(lambda k: sample_leaves(kind, k, like))(keys)
 
 
+def pick_rows(batch: Any, rows: jax.Array) -> Any:
+    """Rows ``rows`` of every leaf of ``batch`` (its leading axis), by a one-hot product.
+
+    Exact for finite directions (one product by 1, the others by 0). XLA fuses a slice or
+    a gather with the computation of what it reads, so a drawn batch that several uses
+    slice would be drawn again in each (its keys hashed again); a product reads the batch
+    once it is computed, and costs less on CPU than a gather of a few rows
+    (``docs/results/overhead.md``).
+    """
+    n = jax.tree.leaves(batch)[0].shape[0]
+    pick = (jnp.asarray(rows)[:, None] == jnp.arange(n)).astype(jnp.float32)
+    return jax.tree.map(lambda x: jnp.tensordot(
+        pick.astype(x.dtype), x, axes=1, precision=jax.lax.Precision.HIGHEST), batch)
+
+
 def weighted_sum(coeffs: jax.Array, directions: Any) -> Any:
     """Returns ``sum_i coeffs[i] * directions[i]`` over the leading axis.
 

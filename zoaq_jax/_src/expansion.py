@@ -59,11 +59,11 @@ def draw_step(
     the step and of its refresh.
 
     Returns ``(batch, keys)``: the directions, the ``n_drawn`` retained ones first, then
-    the fresh ones (one array a leaf, which every use slices: a slice of its own would
-    make XLA compute the draw again, fused into each slice); None when the batch would
-    be too large (:func:`directions.fits_in_batch`) and directions must be drawn where
-    they are used; and the per-leaf keys ``(fresh, retained)`` (None without
-    ``retained``).
+    the fresh ones (one array a leaf, which every use slices or picks rows of: an array
+    of its own would make XLA compute the draw again, fused into each use); None when
+    the batch would be too large (:func:`directions.fits_in_batch`) and directions must
+    be drawn where they are used; and the per-leaf keys ``(fresh, retained)`` (None
+    without ``retained``).
     """
     derived = None
     if retained is not None:
@@ -159,6 +159,7 @@ def fresh_acquirer(
     evaluation: str = "loop",
     keys: jax.Array | None = None,
     skip: int = 0,
+    shared: bool = False,
 ) -> Acquirer:
     """The :class:`Acquirer` of the fresh directions of a step at ``params``.
 
@@ -168,7 +169,10 @@ def fresh_acquirer(
     given, holds all of them drawn in advance (leading axis ``skip + k_max``, fresh
     direction ``i`` at row ``skip + i``: :func:`draw_step`'s batch): drawing them in
     one batch is much cheaper than one draw per retry when ``d`` is small, and gives
-    the same numbers. With
+    the same numbers. ``shared`` says that the batch has other uses (the expansion loop,
+    the leaving records): the first chunk, bought before the loop (``first`` a Python
+    int), then picks its rows by a product (:func:`directions.pick_rows`), as a slice
+    would make XLA draw the batch again in the chunk's uses. With
     ``evaluation`` other than ``"loop"`` (see :data:`EVALUATIONS`) and ``drawn`` given,
     every response is computed up front (``precomputed``).
     """
@@ -191,6 +195,8 @@ def fresh_acquirer(
         if drawn is None:
             u = dirs.sample_many(kind, ledger.direction_keys(key, first, size) if keys is None
                                  else cut(keys, first, size), params)
+        elif shared and isinstance(first, int):
+            u = dirs.pick_rows(drawn, skip + jnp.arange(first, first + size))
         else:
             u = jax.tree.map(lambda x: cut(x, skip + first, size), drawn)
         return (*step.diff.responses(params, u, step.centre), u)
@@ -298,7 +304,7 @@ def loop_init(ex: Expansion) -> Candidate:
     k_min, k_max, k_step = ex.grid
     if k_step == k_min and k_max > k_min:
         return empty(ex)
-    return decide(ex, absorb(ex, empty(ex), jnp.zeros((), jnp.int32), k_min))
+    return decide(ex, absorb(ex, empty(ex), 0, k_min))
 
 
 def loop_step(ex: Expansion, cand: Candidate) -> Candidate:

@@ -129,16 +129,11 @@ def leaving_sums(
             keys = _picked_keys(source, steps, index, jnp.arange(slots, dtype=jnp.int32))
         return dirs.regenerate_sums(source.family, keys, vectors, source.like, count)
     # The buffer's j-th oldest record is row j, fresh record i row n_old + i (the order
-    # of the step's batch). The rows are picked by a one-hot product, exact for finite
-    # directions (one product by 1, the others by 0): XLA's CPU gather of a few rows cost
-    # more than the rest of ZoAQ's history bookkeeping (docs/results/overhead.md).
+    # of the step's batch), picked by a one-hot product (:func:`directions.pick_rows`).
     n_old = jax.tree.leaves(source.drawn)[0].shape[0] - slots
     row = jnp.where(steps == book.step, n_old + index, jnp.arange(slots))
     row = jnp.minimum(row, slots + n_old - 1)  # past the live prefix: any row, weight 0
-    pick = (row[:, None] == jnp.arange(slots + n_old)).astype(jnp.float32)
-    u = jax.tree.map(lambda rows: jnp.tensordot(
-        pick.astype(rows.dtype), rows, axes=1, precision=jax.lax.Precision.HIGHEST),
-        source.drawn)
+    u = dirs.pick_rows(source.drawn, row)
     return tuple(dirs.weighted_sum(c, u) for c in vectors)
 
 
