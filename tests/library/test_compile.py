@@ -148,25 +148,26 @@ def test_golden_snapshot(name, d, refresh):
     assert _digest(name, d, refresh) == GOLDEN[name, d, refresh]
 
 
+def _step_text(opt, d=D):
+    """What XLA compiled for a jitted step of ``opt`` at ``d`` (its optimised HLO text)."""
+    x = jnp.linspace(-1.0, 1.0, d)
+    step = jax.jit(lambda x, s: opt.update(None, s, x, value_fn=_counting([])))
+    return step.lower(x, opt.init(x)).compile().as_text()
+
+
 @pytest.mark.parametrize("name, d", [("zoaq", D), ("zoar", D), ("zoaq", 20_000)])
 def test_a_step_derives_its_directions_keys_in_one_batch(name, d):
     """What XLA compiles: a step derives the per-leaf keys of all its directions (fresh,
     evicted, refreshed) in one batch, also where the directions do not fit one batch
     (d = 20,000): three threefry loops (run key to step, to index, to leaf), whatever
     else the step loops over (before: 6, 7 and 9 loops)."""
-    opt = getattr(zoaq_jax, name)(1e-2)
-    x = jnp.linspace(-1.0, 1.0, d)
-    step = jax.jit(lambda x, s: opt.update(None, s, x, value_fn=_counting([])))
-    text = step.lower(x, opt.init(x)).compile().as_text()
+    text = _step_text(getattr(zoaq_jax, name)(1e-2), d)
     assert sum("threefry" in line for line in text.splitlines() if " while(" in line) == 3
 
 
-def _hashing_fusions(opt, d=D):
+def _hashing_fusions(opt):
     """The fused kernels of a jitted step that hash keys (threefry's xors)."""
-    x = jnp.linspace(-1.0, 1.0, d)
-    step = jax.jit(lambda x, s: opt.update(None, s, x, value_fn=_counting([])))
-    text = step.lower(x, opt.init(x)).compile().as_text()
-    bodies = text.split("\n\n")
+    bodies = _step_text(opt).split("\n\n")
     return sum(b.startswith("%fused") and " xor(" in b for b in bodies)
 
 
