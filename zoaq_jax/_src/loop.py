@@ -197,7 +197,9 @@ def run(
     (``num_log_evaluations``) together never exceed it. One call is kept back for the
     next log point's evaluation; a log point whose iterate has not moved since the last
     evaluation (the run stopped) repeats that value without a call. Pass
-    ``log_values=False`` to give the whole budget to the estimator.
+    ``log_values=False`` to give the whole budget to the estimator. An optimizer's own
+    budget (``tuning_free(budget=B)``: ``B`` calls over its state's life) holds as well:
+    ``max_queries`` never raises it, and a resumed ``init_state`` keeps it.
 
     The function is pure: to run many seeds, ``jax.vmap`` over ``seed`` with one
     optimizer object built outside, or build the optimizer inside the mapped function
@@ -344,6 +346,34 @@ def _check_state(state: optax.OptState, expected: optax.OptState) -> None:
                 "optimizer.")
 
 
+def _is_ledger(node: Any) -> bool:
+    return isinstance(node, ledger.QueryLedger)
+
+
+def _limited(state: optax.OptState) -> bool:
+    """Whether a ledger of ``state`` has a query limit (one the optimizer set itself)."""
+    nodes = jax.tree.leaves(state, is_leaf=_is_ledger)
+    return any(_is_ledger(n) and n.query_limit is not None for n in nodes)
+
+
+def _capped(state: optax.OptState, own: optax.OptState | None) -> optax.OptState:
+    """``state`` whose ledgers' query limits are at most those ``own`` (a fresh state of
+    the optimizer) sets, e.g. ``tuning_free(budget=B)``'s ``B`` calls in all: a run's
+    ``max_queries`` never raises them, and a resumed state (whose limits ``run`` drops)
+    gets them back. ``own`` None: ``state`` unchanged (no optimizer limit)."""
+    if own is None:
+        return state
+
+    def cap(node, fresh):
+        if not _is_ledger(node) or fresh.query_limit is None:
+            return node
+        limit = fresh.query_limit if node.query_limit is None else jnp.minimum(
+            node.query_limit, fresh.query_limit)
+        return node._replace(query_limit=limit)
+
+    return jax.tree.map(cap, state, own, is_leaf=_is_ledger)
+
+
 def _compile(parts: Callable[[], tuple]) -> Callable[..., Any]:
     """The jitted run of ``parts() = (init, update, value_fn)``."""
     return jax.jit(lambda *args, **kwargs: _run(*parts(), *args, **kwargs),
@@ -358,10 +388,12 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
     opt = optax.GradientTransformationExtraArgs(init, update)
     f = oracle.bind(value_fn, params, kwargs) if log_values else None
     fresh = jax.eval_shape(opt.init, params)
+    # the optimizer's own limits (tuning_free(budget=B)): None when it sets none
+    own = opt.init(params) if _limited(fresh) else None
     if init_state is None:
-        state = opt.init(params)
+        state = opt.init(params) if own is None else own
     else:  # each run has its own budget: a limit left by an earlier run is dropped
-        state = ledger.limit_queries(init_state, None)
+        state = _capped(ledger.limit_queries(init_state, None), own)
         _check_state(state, fresh)
     has_ledger = optax.tree.get(fresh, "num_queries") is not None
     if max_queries is not None and not has_ledger:
@@ -378,7 +410,7 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
     paid = max_queries is not None and log_values  # logging paid from the budget
     start = _diagnostic(state, "num_queries", 0, jnp.int32)
     if max_queries is not None:
-        state = ledger.limit_queries(state, max_queries, start)
+        state = _capped(ledger.limit_queries(state, max_queries, start), own)
 
     class Carry(NamedTuple):
         params: optax.Params
@@ -406,7 +438,8 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
         # the estimator may spend the rest, but one call for the next evaluation
         allowance = jnp.maximum(max_queries - logs - 1, 0)
         return carry._replace(value=value, logs=logs, moved=carry.moved & ~call,
-                              state=ledger.limit_queries(carry.state, allowance, start))
+                              state=_capped(ledger.limit_queries(carry.state, allowance,
+                                                                 start), own))
 
     def record(step, carry: Carry) -> tuple[Carry, Trace]:
         carry = evaluate(carry)
