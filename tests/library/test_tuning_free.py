@@ -397,3 +397,21 @@ def test_zero_size_and_python_float_leaves():
         params = zoaq_jax.apply_updates(params, u)
     assert params["e"].shape == (0,) and int(optax.tree.get(state, "num_queries")) == 80
     assert float(f(params)) < 0.9 * float(f(x0))
+
+
+def test_a_step_without_a_finite_response_moves_nothing():
+    """Every pair non-finite (the radius, 16 steps wide, reaches out of the objective's
+    domain): the step knows nothing, so the iterate and the moments stay; it coasted on
+    the momentum before, out of the domain (x - log x ended NaN on 3 of 5 seeds)."""
+    opt = zoaq_jax.tuning_free(key=0)
+    step = jax.jit(lambda p, s, c: opt.update(
+        None, s, p, value_fn=lambda x, c: jnp.where(c > 0, bowl(x), jnp.nan), c=c))
+    params = jnp.full(D, 3.0)
+    state = opt.init(params)
+    for c in [1.0] * 5 + [0.0]:
+        before = params, state.moments
+        u, state = step(params, state, jnp.float32(c))
+        params = zoaq_jax.apply_updates(params, u)
+    chex.assert_trees_all_equal((params, state.moments), before)
+    assert int(optax.tree.get(state, "num_nonfinite")) == 1
+    assert float(jnp.max(jnp.abs(before[1].m))) > 0  # there was a momentum to coast on

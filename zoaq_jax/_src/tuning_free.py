@@ -275,7 +275,9 @@ def tuning_free(
     falls from 1 to 0 along a cosine over the last quarter of the budget
     (:func:`final_decay` of the calls :math:`n_t` spent) once a window has stalled (a run
     whose windows all still fall is at no noise floor, and a decay would only slow it),
-    and the run never makes more than :math:`B` calls.
+    and the run never makes more than :math:`B` calls. A step without a finite response
+    (every pair non-finite: the radius reaches out of the objective's domain) moves
+    nothing and leaves the moments as they were.
 
     Smoothing. The radius follows the step, :math:`\mu_t = \kappa\, \eta_t` with
     :math:`\kappa` = :data:`MU_RATIO` (``mu`` fixes it instead): a radius many steps wide
@@ -331,7 +333,11 @@ def tuning_free(
       q_data: von Neumann ratio at or above which a stall is blamed on data noise.
       precision: a window is precise enough to stall when its standard error is at most
         this fraction of the run's progress so far (:func:`noise_diagnosis`).
-      scale: the unit :math:`s` (> 0); None: the RMS of the start point.
+      scale: the unit :math:`s` (> 0); None: the RMS of the start point. Give it when
+        that RMS is not the size of the way to go: every step and radius is a multiple
+        of :math:`s`, so a start near but not at 0 (e.g. ``1e-6`` everywhere, where 0
+        gives :math:`s = 1`) moves by steps of about :math:`10^{-8}` at first, never
+        gets far, and its responses round to 0 (``num_zero_responses``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (an :class:`Estimator`): its
@@ -456,11 +462,14 @@ def tuning_free(
             lr = lr * jnp.where(c.settled, final_decay(est.ledger.num_queries, budget), 1.0)
         dz = jax.tree.map(lambda d: -lr * d, direction)
         took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
-        dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
+        # A step without a finite response (every pair left the objective's domain) knows
+        # nothing: it moves nothing, rather than coast on the momentum out of the domain.
+        informed = took & jnp.isfinite(est.ledger.value_estimate)
+        dz = jax.tree.map(lambda d: jnp.where(informed, d, 0.0), dz)
         control = _control(c, est, took, unit, k_max=k_max, window=window, growth=growth, z=z,
                            q_data=q_data, precision=precision, eta0=learning_rate)
         new_est = est._replace(budget=ResetState(control[1]))
-        moments = jax.tree.map(lambda new, old: jnp.where(took, new, old),
+        moments = jax.tree.map(lambda new, old: jnp.where(informed, new, old),
                                ScaleByRAdaZOState(m, v), state.moments)
         return (dirs.cast_like(_scaled(dz, s), params),
                 TuningFreeState(new_est, moments, control[0]))
