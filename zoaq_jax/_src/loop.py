@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import warnings
 import weakref
@@ -140,6 +141,24 @@ def _check_optimizer(opt: Any, value_fn: Any) -> None:
         raise TypeError(f"run: value_fn must be callable, got {type(value_fn).__name__}.")
 
 
+def _check_data_names(value_fn: Callable[..., Any], given: dict[str, bool]) -> None:
+    """Refuses a data parameter of ``value_fn`` named after a keyword of ``run`` itself
+    (``given``: the keywords, and whether the call set them), which ``run`` would take
+    for its own: one without a default could never be passed (the error would say it is
+    missing), one with a default silently kept its default."""
+    try:
+        signature = inspect.signature(value_fn)
+    except (TypeError, ValueError):  # builtins and some C extensions have none
+        return
+    for name, parameter in oracle.data_parameters(signature).items():
+        if name in given and (given[name] or parameter.default is parameter.empty):
+            raise TypeError(
+                f"value_fn{signature} has a data parameter named {name!r}, a keyword of "
+                f"run itself: run({name}=...) sets run's option, never value_fn's data. "
+                f"Rename that parameter of value_fn (e.g. to 'data_{name}') and pass the "
+                "data under the new name.")
+
+
 def _foreign(exc: Exception) -> TypeError:
     return TypeError(
         "run: opt is not a zoaq_jax optimizer (its state has no query ledger) and its "
@@ -236,7 +255,8 @@ def run(
       divergence: the growth factor over the best estimate that stops the run, None
         never stops on divergence nor on non-finite estimates.
       log_values: evaluate ``value_fn`` at the log points for ``Trace.value``.
-      **fn_kwargs: data for ``value_fn``.
+      **fn_kwargs: data for ``value_fn`` (a data parameter of ``value_fn`` named after
+        one of ``run``'s own keywords, e.g. ``seed``, is refused: rename it).
 
     Returns:
       ``(params, state, trace)``: final parameters, final optimizer state and a
@@ -272,6 +292,12 @@ def run(
     if isinstance(seed, (int, np.integer)):
         checks.check_key(seed, name="seed")
     _check_optimizer(opt, value_fn)
+    _check_data_names(value_fn, {
+        "log_every": log_every != 1, "init_state": init_state is not None,
+        "extras": not (isinstance(extras, (tuple, list)) and not extras),
+        "max_queries": max_queries is not None,
+        "seed": seed is not None, "progress": progress is not None,
+        "divergence": divergence != 1e3, "log_values": not log_values})
     static = {k: v for k, v in fn_kwargs.items() if isinstance(v, _STATIC_TYPES)}
     data = {k: v for k, v in fn_kwargs.items() if k not in static}
     token = None
