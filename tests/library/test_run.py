@@ -386,3 +386,41 @@ def test_seeds_beyond_32_bits_are_refused():
         zoaq_jax.zoaq(1e-2, key=2**32)
     zoaq_jax.zoaq(1e-2, key=2**32 - 1)
     zoaq_jax.zoaq(1e-2, key=-(2**31))
+
+
+def test_a_run_never_raises_the_optimizers_own_budget():
+    """tuning_free(budget=60) may make 60 calls in all: a larger ``max_queries`` left it
+    spending 80 here (run replaced its limit), and resuming its state raised "made by
+    another optimizer" (run dropped the limit, and with it a field of the state)."""
+    opt = zoaq_jax.tuning_free(60, key=0)
+    f = functools.partial(quadratic, a=1.0)
+    x0 = jnp.full(D, 3.0)
+    _, state, trace = zoaq_jax.run(opt, f, x0, 40, log_every=40, max_queries=1000)
+    assert int(trace.num_queries[-1]) == 60
+    assert zoaq_jax.STATUSES[int(trace.status[-1])] == "budget_spent"
+    params, state, trace = zoaq_jax.run(opt, f, x0, 40, log_every=40, max_queries=22)
+    assert int(trace.num_queries[-1]) == 20  # the same program, 2 calls for the log points
+    _, state, trace = zoaq_jax.run(opt, f, params, 40, log_every=40, init_state=state,
+                                   max_queries=1000)
+    assert int(trace.num_queries[-1]) == 60
+
+
+def test_a_data_parameter_named_after_a_run_keyword_is_refused_by_name():
+    """run(seed=...) is run's own seed: value_fn(x, seed) could never get its data (the
+    error said to pass what was passed), value_fn(x, extras) failed on hashing, and
+    value_fn(x, seed=0) silently kept its default while the optimizer was reseeded."""
+    opt = zoaq_jax.zo_sgd(1e-2, k=1)
+    x0 = jnp.zeros(D)
+
+    def noisy(x, seed=0):
+        return quadratic(x, 1.0) + 0.0 * seed
+
+    def shifted(x, extras):
+        return quadratic(x, extras)
+
+    for f, kwargs, name in ((noisy, {"seed": 3}, "seed"), (shifted, {}, "extras"),
+                            (shifted, {"extras": jnp.ones(D)}, "extras")):
+        with pytest.raises(TypeError, match=f"data parameter named '{name}'.*data_{name}"):
+            zoaq_jax.run(opt, f, x0, 2, **kwargs)
+    _, _, trace = zoaq_jax.run(opt, noisy, x0, 2)  # its default, run's seed not given
+    assert int(trace.num_queries[-1]) == 4

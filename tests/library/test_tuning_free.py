@@ -355,3 +355,63 @@ def test_budget_decay_reaches_the_minimum():
 def test_bad_options_name_the_argument(kwargs, name):
     with pytest.raises((ValueError, TypeError), match=name):
         zoaq_jax.tuning_free(**kwargs)
+
+
+@pytest.mark.parametrize("factor", [2.0**100, 2.0**-100])
+def test_an_objective_far_from_unit_scale_takes_the_same_path(factor):
+    """Times 2**100 (about 1e30) or 2**-100 the path is bit for bit the objective's own:
+    the estimates and values are divided by a power of 2 (``StepControl.unit``), where
+    the raw squares in the second moment overflowed to inf (no step moved) or underflowed
+    to 0 (the first step jumped to 1e26)."""
+    x0 = jnp.linspace(-2.0, 3.0, D)
+    opt = zoaq_jax.tuning_free(key=1, window=8, learning_rate=0.2)  # large: it must halve
+    step = jax.jit(lambda p, s, c: opt.update(None, s, p, value_fn=lambda x: c * bowl(x)))
+    out = []
+    for c in (1.0, factor):
+        params, state = x0, opt.init(x0)
+        for _ in range(120):
+            u, state = step(params, state, jnp.float32(c))
+            params = zoaq_jax.apply_updates(params, u)
+        out.append((params, state))
+    (a, sa), (b, sb) = out
+    np.testing.assert_array_equal(a, b)
+    assert np.all(np.isfinite(a)) and not np.array_equal(a, x0)
+    for name in ("learning_rate", "next_k", "num_queries", "settled"):
+        np.testing.assert_array_equal(optax.tree.get(sa, name), optax.tree.get(sb, name))
+    assert float(optax.tree.get(sa, "unit")) == 1.0
+    assert float(optax.tree.get(sb, "unit")) == 2.0 ** round(np.log2(factor) + 7)
+
+
+def test_zero_size_and_python_float_leaves():
+    """A zero-size leaf (an empty bias) and a Python float leaf are params as for every
+    estimator: the run takes them (it raised in the moments' max and in the rescaling)."""
+    def f(p):
+        return jnp.sum(WEIGHTS[:3] * (p["a"] - 1.0) ** 2) + (p["s"] - 2.0) ** 2 + jnp.sum(p["e"])
+
+    opt = zoaq_jax.tuning_free(key=0)
+    step = jax.jit(lambda p, s: opt.update(None, s, p, value_fn=f))
+    x0 = {"a": jnp.full(3, 3.0), "e": jnp.zeros((0,)), "s": 0.5}
+    params, state = x0, opt.init(x0)
+    for _ in range(40):
+        u, state = step(params, state)
+        params = zoaq_jax.apply_updates(params, u)
+    assert params["e"].shape == (0,) and int(optax.tree.get(state, "num_queries")) == 80
+    assert float(f(params)) < 0.9 * float(f(x0))
+
+
+def test_a_step_without_a_finite_response_moves_nothing():
+    """Every pair non-finite (the radius, 16 steps wide, reaches out of the objective's
+    domain): the step knows nothing, so the iterate and the moments stay; it coasted on
+    the momentum before, out of the domain (x - log x ended NaN on 3 of 5 seeds)."""
+    opt = zoaq_jax.tuning_free(key=0)
+    step = jax.jit(lambda p, s, c: opt.update(
+        None, s, p, value_fn=lambda x, c: jnp.where(c > 0, bowl(x), jnp.nan), c=c))
+    params = jnp.full(D, 3.0)
+    state = opt.init(params)
+    for c in [1.0] * 5 + [0.0]:
+        before = params, state.moments
+        u, state = step(params, state, jnp.float32(c))
+        params = zoaq_jax.apply_updates(params, u)
+    chex.assert_trees_all_equal((params, state.moments), before)
+    assert int(optax.tree.get(state, "num_nonfinite")) == 1
+    assert float(jnp.max(jnp.abs(before[1].m))) > 0  # there was a momentum to coast on

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import warnings
 import weakref
@@ -140,6 +141,24 @@ def _check_optimizer(opt: Any, value_fn: Any) -> None:
         raise TypeError(f"run: value_fn must be callable, got {type(value_fn).__name__}.")
 
 
+def _check_data_names(value_fn: Callable[..., Any], given: dict[str, bool]) -> None:
+    """Refuses a data parameter of ``value_fn`` named after a keyword of ``run`` itself
+    (``given``: the keywords, and whether the call set them), which ``run`` would take
+    for its own: one without a default could never be passed (the error would say it is
+    missing), one with a default silently kept its default."""
+    try:
+        signature = inspect.signature(value_fn)
+    except (TypeError, ValueError):  # builtins and some C extensions have none
+        return
+    for name, parameter in oracle.data_parameters(signature).items():
+        if name in given and (given[name] or parameter.default is parameter.empty):
+            raise TypeError(
+                f"value_fn{signature} has a data parameter named {name!r}, a keyword of "
+                f"run itself: run({name}=...) sets run's option, never value_fn's data. "
+                f"Rename that parameter of value_fn (e.g. to 'data_{name}') and pass the "
+                "data under the new name.")
+
+
 def _foreign(exc: Exception) -> TypeError:
     return TypeError(
         "run: opt is not a zoaq_jax optimizer (its state has no query ledger) and its "
@@ -197,7 +216,9 @@ def run(
     (``num_log_evaluations``) together never exceed it. One call is kept back for the
     next log point's evaluation; a log point whose iterate has not moved since the last
     evaluation (the run stopped) repeats that value without a call. Pass
-    ``log_values=False`` to give the whole budget to the estimator.
+    ``log_values=False`` to give the whole budget to the estimator. An optimizer's own
+    budget (``tuning_free(budget=B)``: ``B`` calls over its state's life) holds as well:
+    ``max_queries`` never raises it, and a resumed ``init_state`` keeps it.
 
     The function is pure: to run many seeds, ``jax.vmap`` over ``seed`` with one
     optimizer object built outside, or build the optimizer inside the mapped function
@@ -234,7 +255,8 @@ def run(
       divergence: the growth factor over the best estimate that stops the run, None
         never stops on divergence nor on non-finite estimates.
       log_values: evaluate ``value_fn`` at the log points for ``Trace.value``.
-      **fn_kwargs: data for ``value_fn``.
+      **fn_kwargs: data for ``value_fn`` (a data parameter of ``value_fn`` named after
+        one of ``run``'s own keywords, e.g. ``seed``, is refused: rename it).
 
     Returns:
       ``(params, state, trace)``: final parameters, final optimizer state and a
@@ -270,6 +292,12 @@ def run(
     if isinstance(seed, (int, np.integer)):
         checks.check_key(seed, name="seed")
     _check_optimizer(opt, value_fn)
+    _check_data_names(value_fn, {
+        "log_every": log_every != 1, "init_state": init_state is not None,
+        "extras": not (isinstance(extras, (tuple, list)) and not extras),
+        "max_queries": max_queries is not None,
+        "seed": seed is not None, "progress": progress is not None,
+        "divergence": divergence != 1e3, "log_values": not log_values})
     static = {k: v for k, v in fn_kwargs.items() if isinstance(v, _STATIC_TYPES)}
     data = {k: v for k, v in fn_kwargs.items() if k not in static}
     token = None
@@ -344,6 +372,34 @@ def _check_state(state: optax.OptState, expected: optax.OptState) -> None:
                 "optimizer.")
 
 
+def _is_ledger(node: Any) -> bool:
+    return isinstance(node, ledger.QueryLedger)
+
+
+def _limited(state: optax.OptState) -> bool:
+    """Whether a ledger of ``state`` has a query limit (one the optimizer set itself)."""
+    nodes = jax.tree.leaves(state, is_leaf=_is_ledger)
+    return any(_is_ledger(n) and n.query_limit is not None for n in nodes)
+
+
+def _capped(state: optax.OptState, own: optax.OptState | None) -> optax.OptState:
+    """``state`` whose ledgers' query limits are at most those ``own`` (a fresh state of
+    the optimizer) sets, e.g. ``tuning_free(budget=B)``'s ``B`` calls in all: a run's
+    ``max_queries`` never raises them, and a resumed state (whose limits ``run`` drops)
+    gets them back. ``own`` None: ``state`` unchanged (no optimizer limit)."""
+    if own is None:
+        return state
+
+    def cap(node, fresh):
+        if not _is_ledger(node) or fresh.query_limit is None:
+            return node
+        limit = fresh.query_limit if node.query_limit is None else jnp.minimum(
+            node.query_limit, fresh.query_limit)
+        return node._replace(query_limit=limit)
+
+    return jax.tree.map(cap, state, own, is_leaf=_is_ledger)
+
+
 def _compile(parts: Callable[[], tuple]) -> Callable[..., Any]:
     """The jitted run of ``parts() = (init, update, value_fn)``."""
     return jax.jit(lambda *args, **kwargs: _run(*parts(), *args, **kwargs),
@@ -358,10 +414,12 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
     opt = optax.GradientTransformationExtraArgs(init, update)
     f = oracle.bind(value_fn, params, kwargs) if log_values else None
     fresh = jax.eval_shape(opt.init, params)
+    # the optimizer's own limits (tuning_free(budget=B)): None when it sets none
+    own = opt.init(params) if _limited(fresh) else None
     if init_state is None:
-        state = opt.init(params)
+        state = opt.init(params) if own is None else own
     else:  # each run has its own budget: a limit left by an earlier run is dropped
-        state = ledger.limit_queries(init_state, None)
+        state = _capped(ledger.limit_queries(init_state, None), own)
         _check_state(state, fresh)
     has_ledger = optax.tree.get(fresh, "num_queries") is not None
     if max_queries is not None and not has_ledger:
@@ -378,7 +436,7 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
     paid = max_queries is not None and log_values  # logging paid from the budget
     start = _diagnostic(state, "num_queries", 0, jnp.int32)
     if max_queries is not None:
-        state = ledger.limit_queries(state, max_queries, start)
+        state = _capped(ledger.limit_queries(state, max_queries, start), own)
 
     class Carry(NamedTuple):
         params: optax.Params
@@ -406,7 +464,8 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
         # the estimator may spend the rest, but one call for the next evaluation
         allowance = jnp.maximum(max_queries - logs - 1, 0)
         return carry._replace(value=value, logs=logs, moved=carry.moved & ~call,
-                              state=ledger.limit_queries(carry.state, allowance, start))
+                              state=_capped(ledger.limit_queries(carry.state, allowance,
+                                                                 start), own))
 
     def record(step, carry: Carry) -> tuple[Carry, Trace]:
         carry = evaluate(carry)

@@ -57,7 +57,7 @@ def bind(value_fn: Callable[..., jax.Array], params: optax.Params,
     ):
         kwargs = dict(extra_args)
     else:
-        names = {p.name for p in list(signature.parameters.values())[1:] if p.kind in _NAMED}
+        names = set(data_parameters(signature))
         if RESERVED & names:
             raise TypeError(
                 f"value_fn{signature} has a data parameter named "
@@ -104,6 +104,12 @@ def bind(value_fn: Callable[..., jax.Array], params: optax.Params,
             "low-precision parameters and model computations are fine."
         )
     return lambda x: jnp.reshape(fn(x), ())
+
+
+def data_parameters(signature: inspect.Signature) -> dict[str, inspect.Parameter]:
+    """The parameters of ``value_fn`` (its ``signature``) that data keywords can fill: the
+    named ones after the first (the params)."""
+    return {p.name: p for p in list(signature.parameters.values())[1:] if p.kind in _NAMED}
 
 
 def check_params(params: Any) -> None:

@@ -127,6 +127,7 @@ class StepControl(NamedTuple):
     settled: jax.Array  # bool, a stall was seen (a told budget's decay is on)
     on_trial: jax.Array  # bool, the last window halved the step for data noise
     data_noise_off: jax.Array  # bool, a data-noise halving bought no fall and was undone
+    unit: jax.Array  # float32, the power of 2 estimates and values are divided by (0: unset)
 
 
 class TuningFreeState(NamedTuple):
@@ -160,10 +161,34 @@ def _start_scale(params: chex.ArrayTree) -> jax.Array:
     return jnp.where(jnp.isfinite(rms) & (rms > 0), rms, 1.0).astype(jnp.float32)
 
 
+UNIT_RANGE = 2.0**40
+"""Estimates whose largest entry at the first step lies in ``[1 / UNIT_RANGE, UNIT_RANGE]``
+are used as they are; others are divided by a power of 2 (:func:`value_unit`)."""
+
+
+def value_unit(estimate: chex.ArrayTree) -> jax.Array:
+    r"""The power of 2 :math:`u` the run's estimates and values are divided by, from the
+    first step's estimate :math:`g_0`: 1 when :math:`\max_i |g_{0,i}|` is 0, not finite,
+    or within :data:`UNIT_RANGE` of 1; else :math:`2^{e}` with :math:`2^{e} \le \max_i
+    |g_{0,i}| < 2^{e+1}`.
+
+    Dividing by a power of 2 is exact, so the path is the same as without it, except
+    that :math:`m_t^2` in the second moment and the squared values of the controller's
+    windows stay within float32's range: an objective times :math:`10^{30}` (or
+    :math:`10^{-30}`) takes the path of the objective itself, where the raw squares
+    would overflow to inf (no step moves) or underflow to 0 (a step of
+    :math:`m_t / 10^{-38}`)."""
+    top = jnp.max(jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(estimate)
+                             if jnp.size(x)]))
+    exponent = jnp.clip(jnp.frexp(top)[1] - 1, -126, 127)
+    wide = jnp.isfinite(top) & (top > 0) & ((top > UNIT_RANGE) | (top < 1.0 / UNIT_RANGE))
+    return jnp.where(wide, jnp.ldexp(jnp.float32(1.0), exponent), 1.0).astype(jnp.float32)
+
+
 def _scaled(tree: chex.ArrayTree, factor: jax.Array) -> chex.ArrayTree:
     """``tree`` times ``factor`` on optimised leaves (carried leaves unchanged)."""
     return jax.tree.map(
-        lambda x: (x * factor).astype(x.dtype) if dirs.optimised(x) else x, tree)
+        lambda x: (x * factor).astype(jnp.result_type(x)) if dirs.optimised(x) else x, tree)
 
 
 def noise_diagnosis(mean, se2, prev_mean, prev_se2, sq, sq_diff, n, progress, *, z: float,
@@ -242,11 +267,17 @@ def tuning_free(
       z_{t+1} = z_t - \eta_t\, c_t\, \frac{m_t}{\sqrt{v_t} + 10^{-8} \max_i \sqrt{v_{t,i}}},
 
     whose :math:`\epsilon` is relative, so multiplying the objective by a constant changes
-    nothing. :math:`c_t = 1` without ``budget``; told the budget :math:`B`, :math:`c_t`
+    nothing. The estimates and the controller's values are divided by a power of 2 fixed
+    at the first step (:func:`value_unit`: 1 unless the first estimate's largest entry
+    is beyond :math:`2^{\pm 40}`), so that this holds over float32's whole range (an
+    objective times :math:`10^{\pm 30}` takes the same path), not only where
+    :math:`m_t^2` is representable. :math:`c_t = 1` without ``budget``; told the budget :math:`B`, :math:`c_t`
     falls from 1 to 0 along a cosine over the last quarter of the budget
     (:func:`final_decay` of the calls :math:`n_t` spent) once a window has stalled (a run
     whose windows all still fall is at no noise floor, and a decay would only slow it),
-    and the run never makes more than :math:`B` calls.
+    and the run never makes more than :math:`B` calls. A step without a finite response
+    (every pair non-finite: the radius reaches out of the objective's domain) moves
+    nothing and leaves the moments as they were.
 
     Smoothing. The radius follows the step, :math:`\mu_t = \kappa\, \eta_t` with
     :math:`\kappa` = :data:`MU_RATIO` (``mu`` fixes it instead): a radius many steps wide
@@ -302,7 +333,11 @@ def tuning_free(
       q_data: von Neumann ratio at or above which a stall is blamed on data noise.
       precision: a window is precise enough to stall when its standard error is at most
         this fraction of the run's progress so far (:func:`noise_diagnosis`).
-      scale: the unit :math:`s` (> 0); None: the RMS of the start point.
+      scale: the unit :math:`s` (> 0); None: the RMS of the start point. Give it when
+        that RMS is not the size of the way to go: every step and radius is a multiple
+        of :math:`s`, so a start near but not at 0 (e.g. ``1e-6`` everywhere, where 0
+        gives :math:`s = 1`) moves by steps of about :math:`10^{-8}` at first, never
+        gets far, and its responses round to 0 (``num_zero_responses``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (an :class:`Estimator`): its
@@ -313,7 +348,8 @@ def tuning_free(
       ``learning_rate``, ``scale``, ``num_lr_down``, ``num_data_noise``, ``num_k_up``,
       ``num_lr_up``, ``settled`` (a stall was seen: a told budget's final decay is on),
       ``data_noise_off`` (a data-noise halving was undone; an undone halving still
-      counts in ``num_lr_down`` and ``num_data_noise``).
+      counts in ``num_lr_down`` and ``num_data_noise``), ``unit`` (:func:`value_unit`; 0
+      before the first step).
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, zoaq_jax
@@ -394,7 +430,8 @@ def tuning_free(
             num_k_up=zero_i(), pending=jnp.zeros((), bool),
             ramping=jnp.asarray(factor < 1.0), prev_rate=zero_f(), num_lr_up=zero_i(),
             before_mean=zero_f(), before_se2=zero_f(), settled=jnp.zeros((), bool),
-            on_trial=jnp.zeros((), bool), data_noise_off=jnp.zeros((), bool))
+            on_trial=jnp.zeros((), bool), data_noise_off=jnp.zeros((), bool),
+            unit=zero_f())
         return TuningFreeState(est, ScaleByRAdaZOState(m=dirs.zeros(z0), v=dirs.zeros(z0)),
                                control)
 
@@ -413,9 +450,11 @@ def tuning_free(
         g_w, est = estimator.update(None, state.estimator, w, value_fn=value_fn_w, value=value,
                                     **extra_args)
         g = jax.tree.map(lambda x: x / rho, g_w)
+        unit = jnp.where(c.unit > 0, c.unit, value_unit(g))
+        g = jax.tree.map(lambda x: jnp.where(unit == 1.0, x, x / unit), g)
         m, v = refined_moments(g, state.moments, b1, b2)
         root = jax.tree.map(jnp.sqrt, v)
-        top = jnp.max(jnp.stack([jnp.max(r) for r in jax.tree.leaves(root)]))
+        top = jnp.max(jnp.stack([jnp.max(r) for r in jax.tree.leaves(root) if r.size]))
         floor = eps * top + jnp.finfo(jnp.float32).tiny
         direction = jax.tree.map(lambda mi, ri: mi / (ri + floor), m, root)
         lr = c.learning_rate
@@ -423,11 +462,14 @@ def tuning_free(
             lr = lr * jnp.where(c.settled, final_decay(est.ledger.num_queries, budget), 1.0)
         dz = jax.tree.map(lambda d: -lr * d, direction)
         took = est.ledger.step > state.estimator.ledger.step  # a step the budget afforded
-        dz = jax.tree.map(lambda d: jnp.where(took, d, 0.0), dz)
-        control = _control(c, est, took, k_max=k_max, window=window, growth=growth, z=z,
+        # A step without a finite response (every pair left the objective's domain) knows
+        # nothing: it moves nothing, rather than coast on the momentum out of the domain.
+        informed = took & jnp.isfinite(est.ledger.value_estimate)
+        dz = jax.tree.map(lambda d: jnp.where(informed, d, 0.0), dz)
+        control = _control(c, est, took, unit, k_max=k_max, window=window, growth=growth, z=z,
                            q_data=q_data, precision=precision, eta0=learning_rate)
         new_est = est._replace(budget=ResetState(control[1]))
-        moments = jax.tree.map(lambda new, old: jnp.where(took, new, old),
+        moments = jax.tree.map(lambda new, old: jnp.where(informed, new, old),
                                ScaleByRAdaZOState(m, v), state.moments)
         return (dirs.cast_like(_scaled(dz, s), params),
                 TuningFreeState(new_est, moments, control[0]))
@@ -435,10 +477,10 @@ def tuning_free(
     return Estimator(init_fn, update_fn)
 
 
-def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth, z,
+def _control(c: StepControl, est: AdaptiveState, took, unit, *, k_max, window, growth, z,
              q_data, precision, eta0):
-    """The controller after one step: ``(StepControl, next_k)``."""
-    value = est.ledger.value_estimate
+    """The controller after one step: ``(StepControl, next_k)``; values in ``unit``."""
+    value = jnp.where(unit == 1.0, est.ledger.value_estimate, est.ledger.value_estimate / unit)
     k = est.budget.next_k
     ok = took & (est.ledger.last_k > 0) & jnp.isfinite(value)
     first = c.window_n == 0
@@ -497,5 +539,6 @@ def _control(c: StepControl, est: AdaptiveState, took, *, k_max, window, growth,
     close = n >= c.window_len
     new = jax.tree.map(lambda a, b: jnp.where(close, a, b), closed, running)
     new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, c)
+    new = new._replace(unit=jnp.where(took, unit, c.unit))
     new_k = jnp.where(ok & close & grow_k, jnp.minimum(2 * k, k_max), k)
     return new, jnp.asarray(new_k, jnp.int32)
