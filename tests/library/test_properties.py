@@ -27,6 +27,9 @@ from __future__ import annotations
 import functools
 import inspect
 import pickle
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import chex
@@ -623,50 +626,60 @@ def test_multisteps_and_apply_if_finite_around_the_optimizer(name):
 
 # ----------------------------------------------------------------------------- meshes
 
-@pytest.mark.parametrize("name", ["zoaq", "statzo_estimator_central", "zoar"])
-def test_both_mesh_axis_types_give_the_unsharded_result(name):
-    """``jax.make_mesh`` (explicit axes, JAX's default) and Auto axes, on 8 fake CPUs.
-
-    tests/conftest.py gives every test process 8 CPU devices, so this runs in the test's
-    own process (no second JAX start). Representatives of the code that touches whole
-    leaves: the skeleton with a buffer and sphere directions (the expansion's slice
-    updates, the history, the retained sums, the cross-leaf norm; a step without a buffer
-    runs a subset of this code), its variance test, ZoAR's step.
-    """
-    from jax.sharding import AxisType, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    from registry import zoaq_chain
-
-    assert len(jax.devices()) == 8, "tests/conftest.py requests 8 fake CPU devices"
+_MESH_SCRIPT = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np, zoaq_jax, sys
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    sys.path.insert(0, "tests/library")
+    from registry import REGISTRY, zoaq_chain
+    assert len(jax.devices()) == 8
     params = {"w": jnp.linspace(-1, 1, 64), "m": jnp.ones((8, 16))}
+    MAKERS = {"zoaq": lambda: zoaq_chain(**REGISTRY["zoaq"].kwargs, directions="sphere",
+                                         key=1)}  # the buffer and sphere normalisation
 
     def f(p):
         return jnp.sum(p["w"] ** 2 * (1 + p["w"] ** 2)) + jnp.sum((p["m"] - 0.5) ** 2)
 
-    if name == "zoaq":  # the buffer and sphere normalisation
-        opt = zoaq_chain(**REGISTRY["zoaq"].kwargs, directions="sphere", key=1)
-    else:
-        opt = REGISTRY[name].make(key=1)
-    scale = -1e-3 if REGISTRY[name].estimator else 1.0  # raw estimates at d = 192
-
-    def steps(p):
+    def steps(opt, p):
         def body(carry, _):
             p, s = carry
             u, s = opt.update(None, s, p, value_fn=f)
             return (zoaq_jax.apply_updates(p, jax.tree.map(lambda x: scale * x, u)), s), u
         return jax.lax.scan(body, (p, opt.init(p)), length=3)[0]
 
-    ref_p, ref_s = jax.jit(steps)(params)
-    for kind in (AxisType.Explicit, AxisType.Auto):
-        mesh = jax.make_mesh((8,), ("x",), axis_types=(kind,))
-        sharded = {"w": jax.device_put(params["w"], NamedSharding(mesh, P("x"))),
-                   "m": jax.device_put(params["m"], NamedSharding(mesh, P("x", None)))}
-        out_p, out_s = jax.jit(steps)(sharded)
-        assert len(out_p["w"].sharding.device_set) == 8, kind
-        assert out_p["w"].sharding.mesh.axis_types == (kind,)
-        for a, b in zip(jax.tree.leaves(out_s), jax.tree.leaves(ref_s)):
-            if not jnp.issubdtype(a.dtype, jnp.floating):
-                np.testing.assert_array_equal(a, b)
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4),
-                     out_p, ref_p)
+    for name in sys.argv[1:]:
+        opt = MAKERS[name]() if name in MAKERS else REGISTRY[name].make(key=1)
+        scale = -1e-3 if REGISTRY[name].estimator else 1.0  # raw estimates at d = 192
+        (ref_p, ref_s) = jax.jit(lambda p: steps(opt, p))(params)
+        for kind in (AxisType.Explicit, AxisType.Auto):
+            mesh = jax.make_mesh((8,), ("x",), axis_types=(kind,))
+            sharded = {"w": jax.device_put(params["w"], NamedSharding(mesh, P("x"))),
+                       "m": jax.device_put(params["m"], NamedSharding(mesh, P("x", None)))}
+            out_p, out_s = jax.jit(lambda p: steps(opt, p))(sharded)
+            assert len(out_p["w"].sharding.device_set) == 8, (name, kind)
+            for a, b in zip(jax.tree.leaves(out_s), jax.tree.leaves(ref_s)):
+                if not jnp.issubdtype(a.dtype, jnp.floating):
+                    np.testing.assert_array_equal(a, b)
+            jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4),
+                         out_p, ref_p)
+            print(name, kind, "ok")
+""")
+
+
+def test_both_mesh_axis_types_give_the_unsharded_result():
+    """``jax.make_mesh`` (explicit axes, JAX's default) and Auto axes, on 8 fake CPUs.
+
+    In its own process: the device count is read when JAX starts. Representatives of the
+    code that touches whole leaves: the skeleton with a buffer and sphere directions (the
+    expansion's slice updates, the history, the retained sums, the cross-leaf norm; a
+    step without a buffer runs a subset of this code), its variance test, ZoAR's step.
+    """
+    names = ["zoaq", "statzo_estimator_central", "zoar"]
+    import os
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "XLA_FLAGS": os.environ["XLA_FLAGS"],  # tests/conftest.py's: 8 devices, FAST
+           "JAX_PLATFORMS": "cpu"}
+    root = Path(__file__).resolve().parents[2]  # this checkout's zoaq_jax, not another
+    done = subprocess.run([sys.executable, "-c", _MESH_SCRIPT, *names], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count(" ok") == 2 * len(names)
