@@ -100,19 +100,20 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     assert "21714 ± 318" in text  # the paper's table alongside
     figure = report.parent / "llm" / "llm_smoke_sst2.png"
     assert figure.read_bytes()[:4] == b"\x89PNG" and "(llm/llm_smoke_sst2.png)" in text
-    # --render rewrites the page from the JSON alone.
+    # --render rewrites the page from the JSON alone (its figure named after the page),
+    # replacing a stale generated block and keeping the hand-written text around it.
     again = tmp_path / "again.md"
+    stale = text.replace("| R-AdaZO K=4 | 32 ± 0 |", "| R-AdaZO K=4 | stale |")
+    assert stale != text
+    notes = "\n## Notes\n\nkeep me\n"
+    again.write_text("intro\n" + stale + notes)
     before = {p: p.stat().st_mtime_ns for p in out.iterdir()}
     args = parser.parse_args(["--render", str(out / "llm.json.xz"), "--report", str(again)])
-    assert cli.main(args) == 0 and again.read_text() == text.replace(
+    assert cli.main(args) == 0 and again.read_text() == "intro\n" + text.replace(
         "(llm/llm_smoke_sst2.png)", "(llm/again_smoke_sst2.png)"
-    )
+    ) + notes
     # without --out, rendering leaves the run's folder alone
     assert {p: p.stat().st_mtime_ns for p in out.iterdir()} == before
-    # Hand-written text around the generated block survives a re-render.
-    report.write_text(text + "\n## Notes\n\nkeep me\n")
-    args = parser.parse_args(["--render", str(out / "llm.json.xz"), "--report", str(report)])
-    assert cli.main(args) == 0 and report.read_text() == text + "\n## Notes\n\nkeep me\n"
 
 
 def test_default_report_is_in_out_not_in_docs():
