@@ -267,7 +267,10 @@ def test_compile_ratios_are_paired_within_a_round_and_targets_use_the_median():
     assert ratios["zoaq", 8, c.ROUND] == 2.0 / 4.125  # rounds' totals 4.125, 4.4375, 8.25
     assert c.median_cpu(section["rows"][1]) == 1.625
     page = "\n".join(report.compile_latency({"compile": section}, {}))
-    assert "zoaq, d = 8: 2.00 CPU s, median of 3 rounds (target ≤ 2.0 s on an idle core): met" in page
-    assert "zo_sgd, d = 8: 1.62 CPU s, median of 3 rounds (target ≤ 1.5 s on an idle core): not met" in page
-    old = {"rows": [{k: v for k, v in r.items() if k != "cpu_seconds_all"} for r in section["rows"]]}
+    assert "zoaq, d = 8: 2.00 CPU s, median of 3 rounds (target ≤ 2.0 s on an idle core): " \
+           "met" in page
+    assert "zo_sgd, d = 8: 1.62 CPU s, median of 3 rounds (target ≤ 1.5 s on an idle core): " \
+           "not met" in page
+    old = {"rows": [{k: v for k, v in r.items() if k != "cpu_seconds_all"}
+                    for r in section["rows"]]}
     assert c.ratios(old) == ratios  # a record without CPU rounds: each round's wall time
