@@ -367,7 +367,7 @@ def expand_vectorized(ex: Expansion) -> Candidate:
     may differ from the loop's), one batched test, the first accepted candidate."""
     slots = ex.grid.k_max
     sizes = chunk_sizes(ex.grid)
-    responses, values, directions = ex.acquirer.acquire(0, slots)
+    responses, values, directions = ex.acquirer.acquire(0, slots, False)
     ok = jnp.isfinite(responses)
     coeffs = jnp.where(ok, responses, 0.0)
     ends = jnp.cumsum(jnp.asarray(sizes, jnp.int32))  # the grid points
