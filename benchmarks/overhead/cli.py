@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds-calls", type=flags.positive_int, default=None,
                         help="oracle calls per seed in the seed sweep")
     parser.add_argument("--repeats", type=flags.positive_int, default=None,
-                        help="interleaved timing rounds per configuration (minimum reported)")
+                        help="interleaved timing rounds per configuration (minimum reported; "
+                             "compile: the median)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin to one core (default: the preset's; on for cpu)")
     parser.add_argument("--compile-methods", nargs="+", default=None, metavar="NAME",

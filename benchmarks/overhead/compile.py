@@ -8,10 +8,14 @@ cached, call); the references are ``optax.adam``'s step on the exact gradient an
 process.
 
 Protocol: the speed benchmark's (:mod:`benchmarks.overhead.protocol`: interleaved rounds,
-order rotated, the load before each round, the minimum over rounds), with caches cleared
-before every measurement (``jax.clear_caches()``; the persistent compilation cache is off
-unless the user configured one, and the record says so); ratios and targets always use
-the process's CPU time (compilation is host work, on any backend).
+order rotated, the load before each round), with caches cleared before every measurement
+(``jax.clear_caches()``; the persistent compilation cache is off unless the user
+configured one, and the record says so), the process's CPU time of every round recorded
+(compilation is host work, on any backend). Ratios are paired within a round, the median
+over rounds (:func:`ratios`): a slow phase of the machine slows every program of a round
+alike, so the ratio of two minima compares different phases; the targets apply to the
+median over rounds of a program's CPU time (:func:`median_cpu`: what a user typically
+meets, where the minimum is one lucky round).
 
 A program's time is tracing and lowering (``jit(f).lower``) plus XLA's compilation
 (``.compile()``); the first execution is timed apart. Kernel counts of the compiled
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 from typing import Any
 
 from benchmarks.overhead import protocol
@@ -115,16 +120,36 @@ def measure(methods: tuple[str, ...], dims: tuple[int, ...], rounds: int) -> dic
         best = min(measured, key=lambda x: x["seconds"])
         rows.append({"method": m, "d": d, **best,
                      "cpu_seconds": min(x["cpu_seconds"] for x in measured),
-                     "seconds_all": [x["seconds"] for x in measured]})
+                     "seconds_all": [x["seconds"] for x in measured],
+                     "cpu_seconds_all": [x["cpu_seconds"] for x in measured]})
     return {"rows": rows, "rounds": rounds, "loads": loads,
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "persistent_cache": jax.config.jax_compilation_cache_dir}
 
 
+ROUND = "round"  # the third "reference" of the ratios: the round's total
+
+
+def cpu_rounds(row: dict[str, Any]) -> list[float]:
+    """The CPU seconds of every round of ``row`` (a record made before they were kept: the
+    wall seconds of every round, the same clock on a pinned core up to waits for it)."""
+    return row.get("cpu_seconds_all", row["seconds_all"])
+
+
+def median_cpu(row: dict[str, Any]) -> float:
+    """The median over rounds of ``row``'s CPU seconds: the statistic of the targets."""
+    return float(statistics.median(cpu_rounds(row)))
+
+
 def ratios(section: dict[str, Any]) -> dict[tuple[str, int, str], float]:
-    """``(method, d, reference) -> min CPU seconds / the reference's min CPU seconds``, a
-    reference against itself left out (CPU time: on a shared machine, wall time also
-    counts the waits for a core)."""
-    rows = {(r["method"], r["d"]): r for r in section["rows"]}
-    return {(m, d, ref): r["cpu_seconds"] / rows[ref, d]["cpu_seconds"]
-            for (m, d), r in rows.items() for ref in REFERENCES if (ref, d) in rows and ref != m}
+    """``(method, d, reference) -> ratio``, each paired within a round, the median over
+    rounds (:func:`benchmarks.overhead.protocol.round_ratio`) of CPU seconds: over each
+    reference's (a reference against itself left out) and, for ``reference`` =
+    :data:`ROUND`, over the round's total of every program at that ``d`` (a share, steadier
+    than a ratio to one short program)."""
+    rows = {(r["method"], r["d"]): cpu_rounds(r) for r in section["rows"]}
+    totals = {d: [sum(x) for x in zip(*(t for (_, e), t in rows.items() if e == d))]
+              for _, d in rows}
+    out = {(m, d, ref): protocol.round_ratio(t, rows[ref, d])
+           for (m, d), t in rows.items() for ref in REFERENCES if (ref, d) in rows and ref != m}
+    return out | {(m, d, ROUND): protocol.round_ratio(t, totals[d]) for (m, d), t in rows.items()}

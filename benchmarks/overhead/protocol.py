@@ -10,9 +10,10 @@ agree, and to show how far they do:
   (on a shared machine it leaves out the waits for that core; on an idle core the two
   agree), wall time otherwise (threads on several cores, or an accelerator whose work
   the host's CPU time does not count); a time is the minimum over rounds (the
-  measurement least disturbed by other processes); the tables and goals use the ratio of
-  two such minima, and the repeatability check also gives each ratio paired within a
-  round, the median over rounds (:func:`round_ratio`);
+  measurement least disturbed by other processes); the tables and goals of the compare
+  and dims sections use the ratio of two such minima, and their repeatability check also
+  gives each ratio paired within a round, the median over rounds (:func:`round_ratio`),
+  which the compile section states for every ratio (:mod:`benchmarks.overhead.compile`);
 * the core: the least busy of the process's cores, measured just before pinning
   (:func:`idlest_core`; other jobs pinned to the first core do not share it), its busy
   share recorded;

@@ -100,14 +100,16 @@ PAIRED = ("ratios paired round by round (the median over rounds of the ratio wit
           "round, not shown in the table)")
 
 
-def _repeatability(now: dict, before: dict | None, name, ratios=None, records=None) -> list[str]:
-    """The repeatability sentence of two runs' ratios (``name``: a ratio's key in words);
-    with ``ratios`` (the section's function) and ``records`` (this run's and the previous
-    run's), also of the ratios paired round by round."""
+def _repeatability(now: dict, before: dict | None, name, ratios=None, records=None,
+                   what: str = "ratios") -> list[str]:
+    """The repeatability sentence of two runs' ratios (``name``: a ratio's key in words;
+    ``what``: the ratios in words); with ``ratios`` (the section's function) and
+    ``records`` (this run's and the previous run's), also of the ratios paired round by
+    round."""
     differences = protocol.ratio_differences(now, before or {})
     if not differences:
         return []
-    out = [protocol.repeatability(differences, lambda k: name(*k))]
+    out = [protocol.repeatability(differences, lambda k: name(*k), what)]
     if ratios is not None:
         paired = protocol.ratio_differences(*(ratios(r, paired=True) for r in records))
         out.append(protocol.repeatability(paired, lambda k: name(*k), PAIRED))
@@ -231,40 +233,57 @@ def seeds(s: dict, p: dict, previous: dict | None = None) -> list[str]:
 
 
 def compile_latency(s: dict, p: dict, previous: dict | None = None) -> list[str]:
-    """The compile section: minimum seconds per program, ratios to the references, the
-    targets, and (with ``previous``, an earlier run's section) both runs' ratios."""
+    """The compile section: median and minimum CPU seconds per program, ratios to the
+    references and shares of a round (paired within a round, the median over rounds), the
+    targets on the median, and (with ``previous``, an earlier run's section) both runs'
+    ratios with their largest differences, one sentence per ratio."""
     from benchmarks.overhead import compile as c
 
     section, now = s["compile"], c.ratios(s["compile"])
     before = c.ratios(previous) if previous else None
-    refs = [ref for ref in c.REFERENCES if any(k[2] == ref for k in now)]
+    refs = [ref for ref in (*c.REFERENCES, c.ROUND) if any(k[2] == ref for k in now)]
+    names = {ref: "share of round" if ref == c.ROUND else f"÷ {ref}" for ref in refs}
     rows, verdicts = [], []
     for r in section["rows"]:
-        key, target = (r["method"], r["d"]), c.TARGETS.get(r["method"], c.TARGET)
-        ratio = [cell for ref in refs for cell in _cells(now, before, key + (ref,), "{:.1f}")]
-        rows.append([f"{r['d']:,}", r["method"], f"{r['seconds']:.2f}", f"{r['cpu_seconds']:.2f}",
-                     *ratio, pages.num(r.get("fusions"), "{:,}", "–"),
-                     pages.num(r.get("whiles"), "{:,}", "–"),
-                     " ".join(f"{x:.2f}" for x in r["seconds_all"])])
+        key, target, median = (r["method"], r["d"]), c.TARGETS.get(r["method"], c.TARGET), \
+            c.median_cpu(r)
+        ratio = [cell for ref in refs for cell in _cells(
+            now, before, key + (ref,), "{:.1%}" if ref == c.ROUND else "{:.2f}")]
+        rows.append([f"{r['d']:,}", r["method"], f"{median:.2f}", f"{min(c.cpu_rounds(r)):.2f}",
+                     f"{min(r['seconds_all']):.2f}", *ratio,
+                     *(pages.num(r.get(k), "{:,}", "–") for k in ("fusions", "whiles",
+                                                                   "instructions")),
+                     " ".join(f"{x:.2f}" for x in c.cpu_rounds(r))])
         if r["method"] in c.ALIASES:
-            verdicts.append(_verdict(f"{r['method']}, d = {r['d']:,}: {r['cpu_seconds']:.2f} "
-                                     f"CPU s (target ≤ {target} s on an idle core)",
-                                     r["cpu_seconds"] <= target))
-    heads = _heads([f"÷ {ref}" for ref in refs], before)
+            verdicts.append(_verdict(f"{r['method']}, d = {r['d']:,}: {median:.2f} CPU s, "
+                                     f"median of {len(c.cpu_rounds(r))} rounds (target ≤ "
+                                     f"{target} s on an idle core)", median <= target))
+    heads = _heads(list(names.values()), before)
     loads = ", ".join(str(x) for x in section["loads"])
     out = [f"## Compile latency: first call of each jitted step, {section['rounds']} "
-           "interleaved rounds, minimum", pages.columns({
-        "s, CPU s": "tracing, lowering and XLA compilation (wall, and the process's CPU "
-                    "time), the minimum over rounds, caches cleared before each",
+           "interleaved rounds", pages.columns({
+        "CPU s, min": "tracing, lowering and XLA compilation, the process's CPU time, the "
+                      "median over rounds (the targets' statistic: what a user typically "
+                      "meets) and the minimum (the luckiest round), caches cleared before each",
+        "wall s": "the same, wall time, the minimum (equal to the CPU time on an idle "
+                  "pinned core)",
         "÷ adam, ÷ open_es": "CPU s over optax.adam's step (exact gradient) and evosax "
-                             "Open_ES's step, measured in the same process",
-        "fusions, whiles": "kernels and while loops of the compiled program",
-        "all rounds": "wall seconds of every round"}), pages.table(
-        ["d", "program", "s", "CPU s", *heads, "fusions", "whiles", "all rounds"], rows),
+                             "Open_ES's step, measured in the same round, the median over "
+                             "rounds of that ratio",
+        "share of round": "CPU s over the round's total of every program at that d, the "
+                          "median over rounds",
+        "fusions, whiles, instructions": "kernels, while loops and HLO instructions of the "
+                                         "compiled program",
+        "CPU s of every round": "in the order of the rounds"}), pages.table(
+        ["d", "program", "CPU s", "min", "wall s", *heads, "fusions", "whiles",
+         "instructions", "CPU s of every round"], rows),
         f"XLA_FLAGS: `{section['xla_flags'] or '(none: defaults)'}`; persistent cache: "
         f"{section['persistent_cache'] or 'off'}; load average before each round: {loads}."]
-    return out + _repeatability(now, before, lambda m, d, ref: f"{m} at d = {d:,} ÷ {ref}") + [
-        pages.bullets(verdicts)]
+    for ref in refs if before else ():
+        out += _repeatability({k: v for k, v in now.items() if k[2] == ref}, before,
+                              lambda m, d, _: f"{m} at d = {d:,}",
+                              what="shares of a round" if ref == c.ROUND else f"ratios ÷ {ref}")
+    return out + [pages.bullets(verdicts)]
 
 
 SECTIONS = {"compare": compare, "dims": dims, "seeds": seeds}  # the page's, in order

@@ -16,10 +16,13 @@ from zoaq_jax._src import directions as dirs
 LIKE = jnp.zeros(3)
 
 
-def _problem(grid, threshold, k_start=None, k_cap=None, precomputed=False):
+def _problem(grid, threshold, k_start=None, k_cap=None, precomputed=False, calls=None):
     """Fresh record i has the response i + 1 and the direction (1, 1, 1); the test passes
-    once ``threshold`` records are in."""
-    def acquire(first, size):
+    once ``threshold`` records are in; ``calls`` collects each acquisition's ``(size,
+    before_loop)``."""
+    def acquire(first, size, before_loop=False):
+        if calls is not None:
+            calls.append((size, before_loop))
         index = first + jnp.arange(size)
         return (index + 1.0).astype(jnp.float32), jnp.zeros(size), jnp.ones((size, 3))
 
@@ -47,9 +50,11 @@ def test_loop_init_leaves_the_first_chunk_to_the_loop_when_all_chunks_match():
 
 
 def test_loop_step_buys_k_step_then_the_remainder_and_stops_at_k_max():
-    ex = _problem(Grid(2, 8, 4), threshold=100)  # the grid {2, 6, 8}
+    calls = []  # only loop_init's chunk is named the one bought before the loop
+    ex = _problem(Grid(2, 8, 4), threshold=100, calls=calls)  # the grid {2, 6, 8}
     cand = expansion.loop_step(ex, expansion.loop_init(ex))
     assert int(cand.k) == 6 and bool(expansion.loop_cond(cand))
+    assert calls[0] == (2, True) and all(not before for _, before in calls[1:])
     cand = expansion.loop_step(ex, cand)
     assert int(cand.k) == 8 and not bool(expansion.loop_cond(cand))  # accepted at k_max
     np.testing.assert_array_equal(cand.total, _sum_to(8))

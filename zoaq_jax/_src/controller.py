@@ -153,7 +153,7 @@ def step(
         acquirer = expansion.fresh_acquirer(query, params, step_key, family, drawn,
                                             execution.evaluation,
                                             None if keys is None else keys[0],
-                                            min(grid.k_max, n_hist),
+                                            retained.old_rows(drawn, grid.k_max),
                                             bool(n_hist) or grid.k_max > grid.k_min)
         cand = expansion.accept_or_expand(
             expansion.Expansion(acquirer, test, params, grid, k_start, k_cap,

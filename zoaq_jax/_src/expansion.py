@@ -146,10 +146,13 @@ def open_step(
 
 
 class Acquirer(NamedTuple):
-    """``acquire(first, size)``: the fresh records ``first .. first+size-1`` of a step,
-    and whether all of them were computed up front (a static choice of strategy)."""
+    """``acquire(first, size, before_loop)``: the fresh records ``first .. first+size-1``
+    of a step (``before_loop``: the chunk bought before the expansion loop, a static
+    choice), and whether all of them were computed up front (a static choice of
+    strategy)."""
 
-    acquire: Callable[[jax.Array | int, int], tuple[jax.Array, jax.Array, chex.ArrayTree]]
+    acquire: Callable[[jax.Array | int, int, bool],
+                      tuple[jax.Array, jax.Array, chex.ArrayTree]]
     precomputed: bool = False  # every response of the step is already computed
 
 
@@ -170,9 +173,9 @@ def fresh_acquirer(
     direction ``i`` at row ``skip + i``: :func:`draw_step`'s batch): drawing them in
     one batch is much cheaper than one draw per retry when ``d`` is small, and gives
     the same numbers. ``shared`` says that the batch has other uses (the expansion loop,
-    the leaving records): the first chunk, bought before the loop (``first`` a Python
-    int), then picks its rows by a product (:func:`directions.pick_rows`), as a slice
-    would make XLA draw the batch again in the chunk's uses. With
+    the leaving records): the first chunk, bought before the loop (``before_loop``),
+    then picks its rows by a product (:func:`directions.pick_rows`), as a slice would
+    make XLA draw the batch again in the chunk's uses. With
     ``evaluation`` other than ``"loop"`` (see :data:`EVALUATIONS`) and ``drawn`` given,
     every response is computed up front (``precomputed``).
     """
@@ -184,18 +187,20 @@ def fresh_acquirer(
         drawn = jax.tree.map(lambda x: x[skip:], drawn)
         all_r, all_v = step.diff.responses(params, drawn, step.centre)
 
-        def acquire_precomputed(first: jax.Array | int, size: int
+        def acquire_precomputed(first: jax.Array | int, size: int, before_loop: bool = False
                                 ) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
+            del before_loop  # every chunk is a slice of the computed batch
             return (cut(all_r, first, size), cut(all_v, first, size),
                     jax.tree.map(lambda x: cut(x, first, size), drawn))
 
         return Acquirer(acquire_precomputed, precomputed=True)
 
-    def acquire(first: jax.Array | int, size: int) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
+    def acquire(first: jax.Array | int, size: int, before_loop: bool = False
+                ) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
         if drawn is None:
             u = dirs.sample_many(kind, ledger.direction_keys(key, first, size) if keys is None
                                  else cut(keys, first, size), params)
-        elif shared and isinstance(first, int):
+        elif shared and before_loop:  # loop_init's chunk: first = 0, a Python int
             u = dirs.pick_rows(drawn, skip + jnp.arange(first, first + size))
         else:
             u = jax.tree.map(lambda x: cut(x, skip + first, size), drawn)
@@ -239,8 +244,10 @@ def _sq_norms(directions: chex.ArrayTree, size: int) -> jax.Array | int:
                for u in jax.tree.leaves(directions))
 
 
-def absorb(ex: Expansion, cand: Candidate, first: jax.Array | int, size: int) -> Candidate:
-    """``cand`` with the fresh records ``first .. first+size-1`` added.
+def absorb(ex: Expansion, cand: Candidate, first: jax.Array | int, size: int,
+           before_loop: bool = False) -> Candidate:
+    """``cand`` with the fresh records ``first .. first+size-1`` added (``before_loop``:
+    the chunk :func:`loop_init` buys, ``first`` = 0, see :func:`fresh_acquirer`).
 
     Directions drawn where they are used come in chunks of at most
     :func:`directions.batch_size`: the same numbers and records, added one chunk after
@@ -254,12 +261,12 @@ def absorb(ex: Expansion, cand: Candidate, first: jax.Array | int, size: int) ->
         first, size = first + size // chunk * chunk, size % chunk
         if not size:
             return cand
-    return _absorb_chunk(ex, cand, first, size)
+    return _absorb_chunk(ex, cand, first, size, before_loop)
 
 
-def _absorb_chunk(ex: Expansion, cand: Candidate, first: jax.Array | int, size: int
-                  ) -> Candidate:
-    responses, values, directions = ex.acquirer.acquire(first, size)
+def _absorb_chunk(ex: Expansion, cand: Candidate, first: jax.Array | int, size: int,
+                  before_loop: bool = False) -> Candidate:
+    responses, values, directions = ex.acquirer.acquire(first, size, before_loop)
     ok = jnp.isfinite(responses)
     coeffs = jnp.where(ok, responses, 0.0)
     total = jax.tree.map(jnp.add, cand.total, dirs.weighted_sum(coeffs, directions))
@@ -304,7 +311,7 @@ def loop_init(ex: Expansion) -> Candidate:
     k_min, k_max, k_step = ex.grid
     if k_step == k_min and k_max > k_min:
         return empty(ex)
-    return decide(ex, absorb(ex, empty(ex), 0, k_min))
+    return decide(ex, absorb(ex, empty(ex), 0, k_min, before_loop=True))
 
 
 def loop_step(ex: Expansion, cand: Candidate) -> Candidate:
@@ -360,7 +367,7 @@ def expand_vectorized(ex: Expansion) -> Candidate:
     may differ from the loop's), one batched test, the first accepted candidate."""
     slots = ex.grid.k_max
     sizes = chunk_sizes(ex.grid)
-    responses, values, directions = ex.acquirer.acquire(0, slots)
+    responses, values, directions = ex.acquirer.acquire(0, slots, False)
     ok = jnp.isfinite(responses)
     coeffs = jnp.where(ok, responses, 0.0)
     ends = jnp.cumsum(jnp.asarray(sizes, jnp.int32))  # the grid points

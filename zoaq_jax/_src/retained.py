@@ -95,6 +95,13 @@ def _pushed_keys(source: Source, buffer: history.History, records: history.Histo
     return _picked_keys(source, records.steps, records.index, age)
 
 
+def old_rows(drawn: chex.ArrayTree | None, slots: int) -> int:
+    """How many rows of a step's batch of directions ``drawn`` (the buffer's oldest
+    records, then the step's ``slots`` fresh ones: :attr:`Source.drawn`) hold retained
+    records; 0 without a batch."""
+    return 0 if drawn is None else jax.tree.leaves(drawn)[0].shape[0] - slots
+
+
 def leaving_sums(
     source: Source, buffer: history.History, keep: jax.Array, responses: jax.Array,
     coeffs: Callable[[jax.Array], tuple[jax.Array, ...]],
@@ -130,7 +137,7 @@ def leaving_sums(
         return dirs.regenerate_sums(source.family, keys, vectors, source.like, count)
     # The buffer's j-th oldest record is row j, fresh record i row n_old + i (the order
     # of the step's batch), picked by a one-hot product (:func:`directions.pick_rows`).
-    n_old = jax.tree.leaves(source.drawn)[0].shape[0] - slots
+    n_old = old_rows(source.drawn, slots)
     row = jnp.where(steps == book.step, n_old + index, jnp.arange(slots))
     row = jnp.minimum(row, slots + n_old - 1)  # past the live prefix: any row, weight 0
     u = dirs.pick_rows(source.drawn, row)
