@@ -248,7 +248,8 @@ def test_compile_section_measures_ratios_and_checks_a_previous_run(tmp_path):
 def test_compile_ratios_are_paired_within_a_round_and_targets_use_the_median():
     """Synthetic rounds: the second round is fast for the references only, the third slow
     for every program alike. Every ratio is the median over rounds of the ratio within a
-    round (2 here, where the ratio of the minima would be 2 / 0.75 and 2 / 0.0625); a
+    round (zoaq: 2 to open_es and 16 to adam, where the ratios of the minima would be
+    2 / 0.75 and 2 / 0.0625); a
     share is of the round's total at that d; a target is judged on the median (zo_sgd's
     1.0 s minimum is one lucky round: 1.625 s, not met)."""
     from benchmarks.overhead import compile as c

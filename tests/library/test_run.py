@@ -403,6 +403,8 @@ def test_a_run_never_raises_the_optimizers_own_budget():
     _, state, trace = zoaq_jax.run(opt, f, params, 40, log_every=40, init_state=state,
                                    max_queries=1000)
     assert int(trace.num_queries[-1]) == 60
+    with pytest.raises(ValueError, match="made by another optimizer"):  # checked, then capped
+        zoaq_jax.run(opt, f, x0, 2, init_state=zoaq_jax.zoaq(1e-2).init(x0), max_queries=9)
 
 
 def test_a_data_parameter_named_after_a_run_keyword_is_refused_by_name():
@@ -423,4 +425,12 @@ def test_a_data_parameter_named_after_a_run_keyword_is_refused_by_name():
         with pytest.raises(TypeError, match=f"data parameter named '{name}'.*data_{name}"):
             zoaq_jax.run(opt, f, x0, 2, **kwargs)
     _, _, trace = zoaq_jax.run(opt, noisy, x0, 2)  # its default, run's seed not given
+    assert int(trace.num_queries[-1]) == 4
+    with pytest.raises(TypeError, match="data parameter named 'params'"):  # every name of run
+        zoaq_jax.run(opt, lambda x, params: quadratic(x, params), x0, 2)
+    with pytest.raises(TypeError, match="data parameter named 'divergence'"):  # not the default
+        zoaq_jax.run(opt, lambda x, divergence=1.0: quadratic(x, divergence), x0, 2,
+                     divergence=10.0)
+    bound = functools.partial(noisy, seed=3.0)  # bound by the user: data, not run's seed
+    _, _, trace = zoaq_jax.run(opt, bound, x0, 2, seed=5)
     assert int(trace.num_queries[-1]) == 4

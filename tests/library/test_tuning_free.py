@@ -9,7 +9,7 @@ import pytest
 
 import zoaq_jax
 from zoaq_jax._src.budgets import window_statistics
-from zoaq_jax._src.tuning_free import MU_RATIO, noise_diagnosis
+from zoaq_jax._src.tuning_free import MU_RATIO, noise_diagnosis, value_unit
 
 D = 8
 WEIGHTS = jnp.linspace(1.0, 30.0, D)
@@ -415,3 +415,25 @@ def test_a_step_without_a_finite_response_moves_nothing():
     chex.assert_trees_all_equal((params, state.moments), before)
     assert int(optax.tree.get(state, "num_nonfinite")) == 1
     assert float(jnp.max(jnp.abs(before[1].m))) > 0  # there was a momentum to coast on
+
+
+def test_the_unit_waits_for_an_estimate_that_knows_the_scale():
+    """A first estimate of 0 or not finite says nothing of the objective's scale: the unit
+    stays unknown (0) and the next informative step fixes it (a first step with no finite
+    response fixed it at 1 for good, and a 2**100 objective never moved after it)."""
+    assert float(value_unit(jnp.zeros(3))) == 0.0
+    assert float(value_unit(jnp.array([jnp.nan, 1.0]))) == 0.0
+    assert float(value_unit(jnp.array([3.0, -5.0]))) == 1.0
+    assert float(value_unit({"a": jnp.array([-3.0 * 2.0**100]), "b": jnp.zeros(0)})) == 2.0**101
+    opt = zoaq_jax.tuning_free(key=0)
+    step = jax.jit(lambda p, s, c: opt.update(
+        None, s, p, value_fn=lambda x, c: jnp.where(c > 0, 2.0**100 * bowl(x), jnp.nan), c=c))
+    params = jnp.full(D, 3.0)
+    state = opt.init(params)
+    units = []
+    for c in (0.0, 1.0, 1.0):
+        u, state = step(params, state, jnp.float32(c))
+        params = zoaq_jax.apply_updates(params, u)
+        units.append(float(optax.tree.get(state, "unit")))
+    assert units[0] == 0.0 and units[1] > 2.0**90 and units[2] == units[1]
+    assert float(bowl(params)) < float(bowl(jnp.full(D, 3.0)))  # it moves, downhill

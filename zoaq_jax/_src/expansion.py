@@ -200,7 +200,7 @@ def fresh_acquirer(
         if drawn is None:
             u = dirs.sample_many(kind, ledger.direction_keys(key, first, size) if keys is None
                                  else cut(keys, first, size), params)
-        elif shared and before_loop:  # loop_init's chunk: first = 0, a Python int
+        elif shared and before_loop:  # the chunk(s) loop_init buys before the loop
             u = dirs.pick_rows(drawn, skip + jnp.arange(first, first + size))
         else:
             u = jax.tree.map(lambda x: cut(x, skip + first, size), drawn)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import warnings
@@ -141,22 +142,37 @@ def _check_optimizer(opt: Any, value_fn: Any) -> None:
         raise TypeError(f"run: value_fn must be callable, got {type(value_fn).__name__}.")
 
 
-def _check_data_names(value_fn: Callable[..., Any], given: dict[str, bool]) -> None:
-    """Refuses a data parameter of ``value_fn`` named after a keyword of ``run`` itself
-    (``given``: the keywords, and whether the call set them), which ``run`` would take
-    for its own: one without a default could never be passed (the error would say it is
-    missing), one with a default silently kept its default."""
+def _check_data_names(value_fn: Callable[..., Any], options: dict[str, Any]) -> None:
+    """Refuses a data parameter of ``value_fn`` named after a parameter of ``run`` itself
+    (``options``: ``run``'s arguments by name), which ``run`` would take for its own: one
+    without a default could never be passed (the error would say it is missing), one with
+    a default would silently keep it while ``run`` took a value given under its name. A
+    keyword that ``functools.partial`` binds, and one of ``run``'s options left at its
+    default (``run`` then only takes what it takes anyway), are left alone."""
     try:
         signature = inspect.signature(value_fn)
     except (TypeError, ValueError):  # builtins and some C extensions have none
         return
+    bound = value_fn.keywords if isinstance(value_fn, functools.partial) else {}
+    defaults = inspect.signature(run).parameters
     for name, parameter in oracle.data_parameters(signature).items():
-        if name in given and (given[name] or parameter.default is parameter.empty):
+        if name not in options or name in bound:
+            continue
+        if not _is_default(options[name], defaults[name].default) or (
+                parameter.default is parameter.empty):
             raise TypeError(
-                f"value_fn{signature} has a data parameter named {name!r}, a keyword of "
-                f"run itself: run({name}=...) sets run's option, never value_fn's data. "
-                f"Rename that parameter of value_fn (e.g. to 'data_{name}') and pass the "
-                "data under the new name.")
+                f"value_fn{signature} has a data parameter named {name!r}, a parameter "
+                f"of run itself: run({name}=...) sets run's option, never value_fn's "
+                f"data. Rename that parameter of value_fn (e.g. to 'data_{name}') and "
+                "pass the data under the new name.")
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether an argument equals its parameter's default (an array never does)."""
+    try:
+        return value is default or bool(value == default)
+    except Exception:  # noqa: BLE001 - an array, or a type without a plain ==
+        return False
 
 
 def _foreign(exc: Exception) -> TypeError:
@@ -276,6 +292,7 @@ def run(
     References:
       ZoAQ paper, Appendix "Algorithm and Cost Accounting" (what ``num_queries`` counts).
     """
+    options = {k: v for k, v in locals().items() if k != "fn_kwargs"}  # as passed
     num_steps = checks.static_int("num_steps", num_steps, 0)
     log_every = checks.static_int("log_every", log_every, 1)
     if num_steps % log_every:
@@ -292,12 +309,7 @@ def run(
     if isinstance(seed, (int, np.integer)):
         checks.check_key(seed, name="seed")
     _check_optimizer(opt, value_fn)
-    _check_data_names(value_fn, {
-        "log_every": log_every != 1, "init_state": init_state is not None,
-        "extras": not (isinstance(extras, (tuple, list)) and not extras),
-        "max_queries": max_queries is not None,
-        "seed": seed is not None, "progress": progress is not None,
-        "divergence": divergence != 1e3, "log_values": not log_values})
+    _check_data_names(value_fn, options)
     static = {k: v for k, v in fn_kwargs.items() if isinstance(v, _STATIC_TYPES)}
     data = {k: v for k, v in fn_kwargs.items() if k not in static}
     token = None
@@ -419,8 +431,9 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
     if init_state is None:
         state = opt.init(params) if own is None else own
     else:  # each run has its own budget: a limit left by an earlier run is dropped
-        state = _capped(ledger.limit_queries(init_state, None), own)
-        _check_state(state, fresh)
+        state = ledger.limit_queries(init_state, None)
+        _check_state(state, ledger.limit_queries(fresh, None))
+        state = _capped(state, own)
     has_ledger = optax.tree.get(fresh, "num_queries") is not None
     if max_queries is not None and not has_ledger:
         raise ValueError("max_queries: the optimizer has no query ledger (num_queries); "

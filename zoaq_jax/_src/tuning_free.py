@@ -168,9 +168,10 @@ are used as they are; others are divided by a power of 2 (:func:`value_unit`).""
 
 def value_unit(estimate: chex.ArrayTree) -> jax.Array:
     r"""The power of 2 :math:`u` the run's estimates and values are divided by, from the
-    first step's estimate :math:`g_0`: 1 when :math:`\max_i |g_{0,i}|` is 0, not finite,
-    or within :data:`UNIT_RANGE` of 1; else :math:`2^{e}` with :math:`2^{e} \le \max_i
-    |g_{0,i}| < 2^{e+1}`.
+    first estimate :math:`g_0` with a finite, non-zero largest entry: 1 when
+    :math:`\max_i |g_{0,i}|` is within :data:`UNIT_RANGE` of 1; else :math:`2^{e}` with
+    :math:`2^{e} \le \max_i |g_{0,i}| < 2^{e+1}`; 0 (not yet known) when that entry is 0
+    or not finite, and the next step's estimate decides.
 
     Dividing by a power of 2 is exact, so the path is the same as without it, except
     that :math:`m_t^2` in the second moment and the squared values of the controller's
@@ -178,11 +179,17 @@ def value_unit(estimate: chex.ArrayTree) -> jax.Array:
     :math:`10^{-30}`) takes the path of the objective itself, where the raw squares
     would overflow to inf (no step moves) or underflow to 0 (a step of
     :math:`m_t / 10^{-38}`)."""
-    top = jnp.max(jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(estimate)
-                             if jnp.size(x)]))
+    top = _tree_max(jax.tree.map(jnp.abs, estimate))
     exponent = jnp.clip(jnp.frexp(top)[1] - 1, -126, 127)
-    wide = jnp.isfinite(top) & (top > 0) & ((top > UNIT_RANGE) | (top < 1.0 / UNIT_RANGE))
-    return jnp.where(wide, jnp.ldexp(jnp.float32(1.0), exponent), 1.0).astype(jnp.float32)
+    known = jnp.isfinite(top) & (top > 0)
+    wide = (top > UNIT_RANGE) | (top < 1.0 / UNIT_RANGE)
+    unit = jnp.where(wide, jnp.ldexp(jnp.float32(1.0), exponent), 1.0)
+    return jnp.where(known, unit, 0.0).astype(jnp.float32)
+
+
+def _tree_max(tree: chex.ArrayTree) -> jax.Array:
+    """The largest entry of ``tree``'s leaves that are not empty."""
+    return jnp.max(jnp.stack([jnp.max(x) for x in jax.tree.leaves(tree) if jnp.size(x)]))
 
 
 def _scaled(tree: chex.ArrayTree, factor: jax.Array) -> chex.ArrayTree:
@@ -268,16 +275,20 @@ def tuning_free(
 
     whose :math:`\epsilon` is relative, so multiplying the objective by a constant changes
     nothing. The estimates and the controller's values are divided by a power of 2 fixed
-    at the first step (:func:`value_unit`: 1 unless the first estimate's largest entry
-    is beyond :math:`2^{\pm 40}`), so that this holds over float32's whole range (an
-    objective times :math:`10^{\pm 30}` takes the same path), not only where
-    :math:`m_t^2` is representable. :math:`c_t = 1` without ``budget``; told the budget :math:`B`, :math:`c_t`
+    by the first estimate with a finite, non-zero largest entry (:func:`value_unit`: 1
+    unless that entry is beyond :math:`2^{\pm 40}`), so that this holds over float32's
+    whole range (an objective times :math:`10^{\pm 30}` takes the same path), not only
+    where :math:`m_t^2` is representable. :math:`c_t = 1` without ``budget``; told the
+    budget :math:`B`, :math:`c_t`
     falls from 1 to 0 along a cosine over the last quarter of the budget
     (:func:`final_decay` of the calls :math:`n_t` spent) once a window has stalled (a run
     whose windows all still fall is at no noise floor, and a decay would only slow it),
     and the run never makes more than :math:`B` calls. A step without a finite response
     (every pair non-finite: the radius reaches out of the objective's domain) moves
-    nothing and leaves the moments as they were.
+    nothing and leaves the moments as they were; the controller sees no value there
+    either, so the radius does not shrink for it: a run whose radius keeps reaching out
+    of the domain spends its calls in place (give a smaller ``mu``, or parametrize the
+    domain away, e.g. optimize ``log x``).
 
     Smoothing. The radius follows the step, :math:`\mu_t = \kappa\, \eta_t` with
     :math:`\kappa` = :data:`MU_RATIO` (``mu`` fixes it instead): a radius many steps wide
@@ -349,7 +360,7 @@ def tuning_free(
       ``num_lr_up``, ``settled`` (a stall was seen: a told budget's final decay is on),
       ``data_noise_off`` (a data-noise halving was undone; an undone halving still
       counts in ``num_lr_down`` and ``num_data_noise``), ``unit`` (:func:`value_unit`; 0
-      before the first step).
+      until an estimate fixes it).
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, zoaq_jax
@@ -450,11 +461,14 @@ def tuning_free(
         g_w, est = estimator.update(None, state.estimator, w, value_fn=value_fn_w, value=value,
                                     **extra_args)
         g = jax.tree.map(lambda x: x / rho, g_w)
-        unit = jnp.where(c.unit > 0, c.unit, value_unit(g))
-        g = jax.tree.map(lambda x: jnp.where(unit == 1.0, x, x / unit), g)
+        unit = jnp.where(c.unit > 0, c.unit, value_unit(g))  # 0: not known yet
+        # the divisor (1 while unknown); the where keeps a unit of 1 bit for bit (XLA's
+        # rewrite of x / 1 moved one run by an ulp)
+        divisor = jnp.where(unit > 0, unit, 1.0)
+        g = jax.tree.map(lambda x: jnp.where(divisor == 1.0, x, x / divisor), g)
         m, v = refined_moments(g, state.moments, b1, b2)
         root = jax.tree.map(jnp.sqrt, v)
-        top = jnp.max(jnp.stack([jnp.max(r) for r in jax.tree.leaves(root) if r.size]))
+        top = _tree_max(root)
         floor = eps * top + jnp.finfo(jnp.float32).tiny
         direction = jax.tree.map(lambda mi, ri: mi / (ri + floor), m, root)
         lr = c.learning_rate
@@ -466,8 +480,9 @@ def tuning_free(
         # nothing: it moves nothing, rather than coast on the momentum out of the domain.
         informed = took & jnp.isfinite(est.ledger.value_estimate)
         dz = jax.tree.map(lambda d: jnp.where(informed, d, 0.0), dz)
-        control = _control(c, est, took, unit, k_max=k_max, window=window, growth=growth, z=z,
-                           q_data=q_data, precision=precision, eta0=learning_rate)
+        control = _control(c, est, took, unit, divisor, k_max=k_max, window=window,
+                           growth=growth, z=z, q_data=q_data, precision=precision,
+                           eta0=learning_rate)
         new_est = est._replace(budget=ResetState(control[1]))
         moments = jax.tree.map(lambda new, old: jnp.where(informed, new, old),
                                ScaleByRAdaZOState(m, v), state.moments)
@@ -477,10 +492,12 @@ def tuning_free(
     return Estimator(init_fn, update_fn)
 
 
-def _control(c: StepControl, est: AdaptiveState, took, unit, *, k_max, window, growth, z,
-             q_data, precision, eta0):
-    """The controller after one step: ``(StepControl, next_k)``; values in ``unit``."""
-    value = jnp.where(unit == 1.0, est.ledger.value_estimate, est.ledger.value_estimate / unit)
+def _control(c: StepControl, est: AdaptiveState, took, unit, divisor, *, k_max, window,
+             growth, z, q_data, precision, eta0):
+    """The controller after one step: ``(StepControl, next_k)``; values divided by
+    ``divisor`` (the run's ``unit``, 1 while it is not known)."""
+    value = est.ledger.value_estimate
+    value = jnp.where(divisor == 1.0, value, value / divisor)
     k = est.budget.next_k
     ok = took & (est.ledger.last_k > 0) & jnp.isfinite(value)
     first = c.window_n == 0
