@@ -202,6 +202,12 @@ def skip_unaffordable(state: optax.OptState, params: optax.Params, min_calls: in
     return jax.lax.cond(left >= min_calls, take, skip)
 
 
+def is_ledger(node: Any) -> bool:
+    """Whether a node of a state's tree is a :class:`QueryLedger` (``is_leaf`` of the
+    functions that set its fields throughout a state)."""
+    return isinstance(node, QueryLedger)
+
+
 def limit_queries(state: optax.OptState, max_queries: int | jax.Array,
                   start: jax.Array | None = None) -> optax.OptState:
     """``state`` allowed ``max_queries`` more oracle calls by every :class:`QueryLedger` in it.
@@ -225,7 +231,7 @@ def limit_queries(state: optax.OptState, max_queries: int | jax.Array,
             return node._replace(query_limit=_add(base, max_queries))
         return node
 
-    return jax.tree.map(set_limit, state, is_leaf=lambda n: isinstance(n, QueryLedger))
+    return jax.tree.map(set_limit, state, is_leaf=is_ledger)
 
 
 def with_key(state: optax.OptState, key: int | jax.Array) -> optax.OptState:
@@ -247,7 +253,7 @@ def with_key(state: optax.OptState, key: int | jax.Array) -> optax.OptState:
             return node._replace(key_data=data)
         return node
 
-    return jax.tree.map(set_key, state, is_leaf=lambda n: isinstance(n, QueryLedger))
+    return jax.tree.map(set_key, state, is_leaf=is_ledger)
 
 
 def check_responses(state: optax.OptState, *, share: float = 0.1, stacklevel: int = 2) -> None:

@@ -149,9 +149,8 @@ def _check_data_names(value_fn: Callable[..., Any], options: dict[str, Any]) -> 
     a default would silently keep it while ``run`` took a value given under its name. A
     keyword that ``functools.partial`` binds, and one of ``run``'s options left at its
     default (``run`` then only takes what it takes anyway), are left alone."""
-    try:
-        signature = inspect.signature(value_fn)
-    except (TypeError, ValueError):  # builtins and some C extensions have none
+    signature = oracle.signature_of(value_fn)
+    if signature is None:
         return
     bound = value_fn.keywords if isinstance(value_fn, functools.partial) else {}
     defaults = inspect.signature(run).parameters
@@ -384,14 +383,10 @@ def _check_state(state: optax.OptState, expected: optax.OptState) -> None:
                 "optimizer.")
 
 
-def _is_ledger(node: Any) -> bool:
-    return isinstance(node, ledger.QueryLedger)
-
-
 def _limited(state: optax.OptState) -> bool:
     """Whether a ledger of ``state`` has a query limit (one the optimizer set itself)."""
-    nodes = jax.tree.leaves(state, is_leaf=_is_ledger)
-    return any(_is_ledger(n) and n.query_limit is not None for n in nodes)
+    nodes = jax.tree.leaves(state, is_leaf=ledger.is_ledger)
+    return any(ledger.is_ledger(n) and n.query_limit is not None for n in nodes)
 
 
 def _capped(state: optax.OptState, own: optax.OptState | None) -> optax.OptState:
@@ -403,13 +398,13 @@ def _capped(state: optax.OptState, own: optax.OptState | None) -> optax.OptState
         return state
 
     def cap(node, fresh):
-        if not _is_ledger(node) or fresh.query_limit is None:
+        if not ledger.is_ledger(node) or fresh.query_limit is None:
             return node
         limit = fresh.query_limit if node.query_limit is None else jnp.minimum(
             node.query_limit, fresh.query_limit)
         return node._replace(query_limit=limit)
 
-    return jax.tree.map(cap, state, own, is_leaf=_is_ledger)
+    return jax.tree.map(cap, state, own, is_leaf=ledger.is_ledger)
 
 
 def _compile(parts: Callable[[], tuple]) -> Callable[..., Any]:

@@ -48,10 +48,7 @@ def bind(value_fn: Callable[..., jax.Array], params: optax.Params,
     if not callable(value_fn):
         raise TypeError(f"value_fn must be callable, got {type(value_fn).__name__}.")
     check_params(params)
-    try:
-        signature = inspect.signature(value_fn)
-    except (TypeError, ValueError):  # builtins and some C extensions have none
-        signature = None
+    signature = signature_of(value_fn)
     if signature is None or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
     ):
@@ -104,6 +101,14 @@ def bind(value_fn: Callable[..., jax.Array], params: optax.Params,
             "low-precision parameters and model computations are fine."
         )
     return lambda x: jnp.reshape(fn(x), ())
+
+
+def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """``fn``'s signature, None where it has none (builtins, some C extensions)."""
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
 
 
 def data_parameters(signature: inspect.Signature) -> dict[str, inspect.Parameter]:
