@@ -437,3 +437,29 @@ def test_the_unit_waits_for_an_estimate_that_knows_the_scale():
         units.append(float(optax.tree.get(state, "unit")))
     assert units[0] == 0.0 and units[1] > 2.0**90 and units[2] == units[1]
     assert float(bowl(params)) < float(bowl(jnp.full(D, 3.0)))  # it moves, downhill
+
+
+@pytest.mark.parametrize("mu", [None, 0.05])
+def test_a_radius_reaching_out_of_the_domain_shrinks_with_the_step(mu):
+    """A step without a finite response halves the step, and with it the radius that
+    follows it (a fixed ``mu`` keeps both). On x - log x (domain x > 0) from 5, d = 10,
+    2,000 calls, 5 seeds, every run ends within 1e-3 of the minimum 10 (before: one seed
+    made 951 responses outside the domain and ended at 16.3)."""
+    opt = zoaq_jax.tuning_free(key=0, mu=mu)
+    step = jax.jit(lambda p, s, c: opt.update(
+        None, s, p, value_fn=lambda x, c: jnp.where(c > 0, bowl(x), jnp.nan), c=c))
+    params = jnp.full(D, 3.0)
+    state = opt.init(params)
+    for c in (1.0, 0.0):
+        before = state.control
+        _, state = step(params, state, jnp.float32(c))
+    halved = mu is None
+    assert float(state.control.learning_rate) == float(before.learning_rate) * (
+        0.5 if halved else 1.0)
+    assert int(state.control.num_lr_down) == int(before.num_lr_down) + halved
+    if mu is None:
+        f = lambda x: jnp.sum(x - jnp.log(x))
+        final = jax.vmap(lambda seed: f(zoaq_jax.run(
+            zoaq_jax.tuning_free(2000), f, jnp.full(10, 5.0), 1000, log_every=1000,
+            seed=seed, divergence=None)[0]))(jnp.arange(5))
+        assert float(jnp.max(final)) < 10.001, final

@@ -285,10 +285,10 @@ def tuning_free(
     whose windows all still fall is at no noise floor, and a decay would only slow it),
     and the run never makes more than :math:`B` calls. A step without a finite response
     (every pair non-finite: the radius reaches out of the objective's domain) moves
-    nothing and leaves the moments as they were; the controller sees no value there
-    either, so the radius does not shrink for it: a run whose radius keeps reaching out
-    of the domain spends its calls in place (give a smaller ``mu``, or parametrize the
-    domain away, e.g. optimize ``log x``).
+    nothing, leaves the moments as they were and halves the step, and with it the radius
+    that follows it, until the pairs fall inside the domain (with a fixed ``mu`` the
+    step stays: such a run spends its calls in place; parametrize the domain away, e.g.
+    optimize ``log x``).
 
     Smoothing. The radius follows the step, :math:`\mu_t = \kappa\, \eta_t` with
     :math:`\kappa` = :data:`MU_RATIO` (``mu`` fixes it instead): a radius many steps wide
@@ -480,7 +480,8 @@ def tuning_free(
         # nothing: it moves nothing, rather than coast on the momentum out of the domain.
         informed = took & jnp.isfinite(est.ledger.value_estimate)
         dz = jax.tree.map(lambda d: jnp.where(informed, d, 0.0), dz)
-        control = _control(c, est, took, unit, divisor, k_max=k_max, window=window,
+        control = _control(c, est, took, unit, divisor, follows=mu is None, k_max=k_max,
+                           window=window,
                            growth=growth, z=z, q_data=q_data, precision=precision,
                            eta0=learning_rate)
         new_est = est._replace(budget=ResetState(control[1]))
@@ -492,10 +493,11 @@ def tuning_free(
     return Estimator(init_fn, update_fn)
 
 
-def _control(c: StepControl, est: AdaptiveState, took, unit, divisor, *, k_max, window,
-             growth, z, q_data, precision, eta0):
+def _control(c: StepControl, est: AdaptiveState, took, unit, divisor, *, follows, k_max,
+             window, growth, z, q_data, precision, eta0):
     """The controller after one step: ``(StepControl, next_k)``; values divided by
-    ``divisor`` (the run's ``unit``, 1 while it is not known)."""
+    ``divisor`` (the run's ``unit``, 1 while it is not known); ``follows``: the radius
+    follows the step (no fixed ``mu``)."""
     value = est.ledger.value_estimate
     value = jnp.where(divisor == 1.0, value, value / divisor)
     k = est.budget.next_k
@@ -557,5 +559,9 @@ def _control(c: StepControl, est: AdaptiveState, took, unit, divisor, *, k_max, 
     new = jax.tree.map(lambda a, b: jnp.where(close, a, b), closed, running)
     new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, c)
     new = new._replace(unit=jnp.where(took, unit, c.unit))
+    if follows:  # a step without a finite response: its radius reached out of the domain
+        blind = took & (est.ledger.last_k > 0) & ~jnp.isfinite(value)
+        new = new._replace(learning_rate=jnp.where(blind, 0.5, 1.0) * new.learning_rate,
+                           num_lr_down=new.num_lr_down + blind)
     new_k = jnp.where(ok & close & grow_k, jnp.minimum(2 * k, k_max), k)
     return new, jnp.asarray(new_k, jnp.int32)
