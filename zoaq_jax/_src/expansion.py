@@ -247,7 +247,7 @@ def _sq_norms(directions: chex.ArrayTree, size: int) -> jax.Array | int:
 def absorb(ex: Expansion, cand: Candidate, first: jax.Array | int, size: int,
            before_loop: bool = False) -> Candidate:
     """``cand`` with the fresh records ``first .. first+size-1`` added (``before_loop``:
-    the chunk :func:`loop_init` buys, ``first`` = 0, see :func:`fresh_acquirer`).
+    the chunks :func:`loop_init` buys before the loop, see :func:`fresh_acquirer`).
 
     Directions drawn where they are used come in chunks of at most
     :func:`directions.batch_size`: the same numbers and records, added one chunk after

@@ -162,8 +162,9 @@ def _start_scale(params: chex.ArrayTree) -> jax.Array:
 
 
 UNIT_RANGE = 2.0**40
-"""Estimates whose largest entry at the first step lies in ``[1 / UNIT_RANGE, UNIT_RANGE]``
-are used as they are; others are divided by a power of 2 (:func:`value_unit`)."""
+"""A run whose first informative estimate's largest entry lies in ``[1 / UNIT_RANGE,
+UNIT_RANGE]`` uses its estimates as they are; others are divided by a power of 2
+(:func:`value_unit`)."""
 
 
 def value_unit(estimate: chex.ArrayTree) -> jax.Array:
@@ -480,10 +481,9 @@ def tuning_free(
         # nothing: it moves nothing, rather than coast on the momentum out of the domain.
         informed = took & jnp.isfinite(est.ledger.value_estimate)
         dz = jax.tree.map(lambda d: jnp.where(informed, d, 0.0), dz)
-        control = _control(c, est, took, unit, divisor, follows=mu is None, k_max=k_max,
-                           window=window,
-                           growth=growth, z=z, q_data=q_data, precision=precision,
-                           eta0=learning_rate)
+        control = _control(c, est, took, informed, unit, divisor, follows=mu is None,
+                           k_max=k_max, window=window, growth=growth, z=z, q_data=q_data,
+                           precision=precision, eta0=learning_rate)
         new_est = est._replace(budget=ResetState(control[1]))
         moments = jax.tree.map(lambda new, old: jnp.where(informed, new, old),
                                ScaleByRAdaZOState(m, v), state.moments)
@@ -493,11 +493,11 @@ def tuning_free(
     return Estimator(init_fn, update_fn)
 
 
-def _control(c: StepControl, est: AdaptiveState, took, unit, divisor, *, follows, k_max,
-             window, growth, z, q_data, precision, eta0):
-    """The controller after one step: ``(StepControl, next_k)``; values divided by
-    ``divisor`` (the run's ``unit``, 1 while it is not known); ``follows``: the radius
-    follows the step (no fixed ``mu``)."""
+def _control(c: StepControl, est: AdaptiveState, took, informed, unit, divisor, *, follows,
+             k_max, window, growth, z, q_data, precision, eta0):
+    """The controller after one step: ``(StepControl, next_k)``; ``informed``: the step
+    had a finite response; values divided by ``divisor`` (the run's ``unit``, 1 while it
+    is not known); ``follows``: the radius follows the step (no fixed ``mu``)."""
     value = est.ledger.value_estimate
     value = jnp.where(divisor == 1.0, value, value / divisor)
     k = est.budget.next_k
@@ -560,7 +560,7 @@ def _control(c: StepControl, est: AdaptiveState, took, unit, divisor, *, follows
     new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, c)
     new = new._replace(unit=jnp.where(took, unit, c.unit))
     if follows:  # a step without a finite response: its radius reached out of the domain
-        blind = took & (est.ledger.last_k > 0) & ~jnp.isfinite(value)
+        blind = took & (est.ledger.last_k > 0) & ~informed
         new = new._replace(learning_rate=jnp.where(blind, 0.5, 1.0) * new.learning_rate,
                            num_lr_down=new.num_lr_down + blind)
     new_k = jnp.where(ok & close & grow_k, jnp.minimum(2 * k, k_max), k)
