@@ -10,6 +10,7 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import zoaq_jax
@@ -329,6 +330,34 @@ def test_a_run_leaving_the_domain_ends_nonfinite_with_a_warning():
             _, _, trace = zoaq_jax.run(opt, f, jnp.zeros(4), 60)
         assert zoaq_jax.STATUSES[int(trace.status[-1])] == "nonfinite"
         assert np.isfinite(float(trace.best_value[-1]))
+
+
+def test_a_run_stops_after_blind_steps_steps_without_a_finite_estimate():
+    """An objective NaN around the start: each step's pairs are all NaN, the iterate stays
+    finite; the run stops ``nonfinite`` at step ``BLIND_STEPS``, not at the first one."""
+    from zoaq_jax import BLIND_STEPS
+    f = lambda x: jnp.where(jnp.sum(x) == 0.0, 1.0, jnp.nan)  # noqa: E731
+    with pytest.warns(RuntimeWarning, match="nonfinite"):
+        _, state, trace = zoaq_jax.run(zoaq_jax.radazo(0.1, k=2, key=0), f, jnp.zeros(4),
+                                       3 * BLIND_STEPS, log_every=1)
+    status = np.asarray(trace.status)
+    assert BLIND_STEPS > 1 and int(np.argmax(status != 0)) == BLIND_STEPS
+    assert zoaq_jax.STATUSES[int(status[-1])] == "nonfinite"
+    assert int(optax.tree.get(state, "num_queries")) == 4 * BLIND_STEPS
+
+
+def test_tuning_free_near_a_domain_edge_is_not_stopped_by_its_radius():
+    """x - log x from 5: a radius reaching over x = 0 gives a step without a finite
+    response while the iterate is inside; tuning_free halves its radius and goes on. The
+    run stopped there before (``nonfinite`` after 40-72 calls, f 12.4-19.3 on 5 seeds)."""
+    f = lambda x: jnp.sum(x - jnp.log(x))  # noqa: E731
+    opt = zoaq_jax.tuning_free(key=0)
+    for seed in range(5):
+        _, state, trace = zoaq_jax.run(opt, f, jnp.full(10, 5.0), 1000, max_queries=1500,
+                                       seed=seed, log_every=1000)
+        assert zoaq_jax.STATUSES[int(trace.status[-1])] == "budget_spent", seed
+        assert int(optax.tree.get(state, "num_nonfinite")) > 0  # it did meet the edge
+        assert float(f(trace.best_params)) < 10.01  # the minimum is 10
 
 
 def test_a_resumed_run_equals_the_uninterrupted_one_status_included():
