@@ -333,8 +333,9 @@ def test_a_run_leaving_the_domain_ends_nonfinite_with_a_warning():
 
 
 def test_a_run_stops_after_blind_steps_steps_without_a_finite_estimate():
-    """An objective NaN around the start: each step's pairs are all NaN, the iterate stays
-    finite; the run stops ``nonfinite`` at step ``BLIND_STEPS``, not at the first one."""
+    """An objective NaN around the start: each step's pairs are all NaN and the iterate
+    stays; the run stops ``nonfinite`` at step ``BLIND_STEPS``, not at the first one, also
+    when resumed a step at a time, and a paid log point does not evaluate it again."""
     from zoaq_jax import BLIND_STEPS
     f = lambda x: jnp.where(jnp.sum(x) == 0.0, 1.0, jnp.nan)  # noqa: E731
     with pytest.warns(RuntimeWarning, match="nonfinite"):
@@ -344,12 +345,23 @@ def test_a_run_stops_after_blind_steps_steps_without_a_finite_estimate():
     assert BLIND_STEPS > 1 and int(np.argmax(status != 0)) == BLIND_STEPS
     assert zoaq_jax.STATUSES[int(status[-1])] == "nonfinite"
     assert int(optax.tree.get(state, "num_queries")) == 4 * BLIND_STEPS
+    # the streak lives in the state: a run resumed a step at a time stops at the same step
+    opt, state, ends = zoaq_jax.radazo(0.1, k=2, key=0), None, []
+    for _ in range(BLIND_STEPS):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            _, state, trace = zoaq_jax.run(opt, f, jnp.zeros(4), 1, init_state=state)
+        ends.append(zoaq_jax.STATUSES[int(trace.status[-1])])
+    assert ends == ["finished"] * (BLIND_STEPS - 1) + ["nonfinite"]
+    # a paid log point after a step that left the iterate where it was costs nothing
+    _, _, trace = zoaq_jax.run(opt, f, jnp.zeros(4), 3, log_every=1, max_queries=100)
+    assert list(np.asarray(trace.num_log_evaluations)) == [1, 1, 1, 1]
 
 
 def test_tuning_free_near_a_domain_edge_is_not_stopped_by_its_radius():
     """x - log x from 5: a radius reaching over x = 0 gives a step without a finite
     response while the iterate is inside; tuning_free halves its radius and goes on. The
-    run stopped there before (``nonfinite`` after 40-72 calls, f 12.4-19.3 on 5 seeds)."""
+    run stopped there before (``nonfinite`` after 40-72 calls, f 12.6-19.3 on 5 seeds)."""
     f = lambda x: jnp.sum(x - jnp.log(x))  # noqa: E731
     opt = zoaq_jax.tuning_free(key=0)
     for seed in range(5):

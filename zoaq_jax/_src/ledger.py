@@ -18,6 +18,9 @@ chained state:
   over the state's life (NaN and inf until a step gives one): the baseline against
   which :func:`zoaq_jax.run` measures divergence, carried by the state so that a
   resumed run stops where the uninterrupted one would.
+* ``blind_steps``: how many steps in a row ended without a finite ``value_estimate``
+  (0 after a step with one), which :func:`zoaq_jax.run` stops at
+  (:data:`zoaq_jax.BLIND_STEPS`), carried by the state for the same reason.
 * ``query_limit``: None (no limit, the default), or the calls the estimator may make in
   all: a step that cannot afford its smallest budget is not taken, and adaptive steps cap
   their budget by the calls left (:func:`limit_queries`; :func:`zoaq_jax.run` sets it
@@ -70,6 +73,7 @@ class QueryLedger(NamedTuple):
     value_estimate: jax.Array  # float32, the last step's free estimate of f(x_t) (NaN: none)
     first_value: jax.Array  # float32, the first finite value_estimate (NaN: none yet)
     best_value: jax.Array  # float32, the lowest value_estimate (inf: none yet)
+    blind_steps: jax.Array  # int32, steps in a row without a finite value_estimate
     query_limit: jax.Array | None = None  # int32, calls allowed in all (None: no limit)
 
 
@@ -141,7 +145,8 @@ class KeySchedule(NamedTuple):
                            num_nonfinite=zero(), num_zero_responses=zero(), last_k=zero(),
                            value_estimate=jnp.full((), jnp.nan, jnp.float32),
                            first_value=jnp.full((), jnp.nan, jnp.float32),
-                           best_value=jnp.full((), jnp.inf, jnp.float32))
+                           best_value=jnp.full((), jnp.inf, jnp.float32),
+                           blind_steps=zero())
 
 
 def direction_keys(key: jax.Array, first: jax.Array | int, size: int) -> jax.Array:
@@ -179,6 +184,7 @@ def advance(ledger: QueryLedger, *, k: jax.Array, calls: ArrayLike, nonfinite: j
         value_estimate=value,
         first_value=jnp.where(jnp.isfinite(ledger.first_value), ledger.first_value, value),
         best_value=jnp.where(value < ledger.best_value, value, ledger.best_value),
+        blind_steps=jnp.where(jnp.isfinite(value), 0, _add(ledger.blind_steps, 1)),
     )
 
 

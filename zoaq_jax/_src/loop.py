@@ -23,23 +23,26 @@ STATUSES = ("running", "budget_spent", "diverged", "nonfinite", "finished", "sto
 """``Trace.status`` codes, why the run ended (the final row) or that it goes on (earlier
 rows): 0 running; 1 the ``max_queries`` budget could not afford the next step; 2 the
 free value estimate grew past ``divergence`` times its progress scale; 3 a step without
-a finite free value estimate moved the iterate, or :data:`zoaq_jax.BLIND_STEPS` such
-steps in a row did not (no finite response: the run left the objective's domain), or
-the iterate became non-finite;
-4 every step was taken; 5 the ``progress`` callback raised (``run`` re-raises its
-exception)."""
+a finite free value estimate (no finite response: the objective is undefined or
+infinite around the iterate, or NaN at scattered points) moved the iterate, or
+:data:`zoaq_jax.BLIND_STEPS` such steps in a row did not, or the iterate became
+non-finite; 4 every step was taken; 5 the ``progress`` callback raised (``run``
+re-raises its exception)."""
 RUNNING, BUDGET_SPENT, DIVERGED, NONFINITE, FINISHED, STOPPED = range(len(STATUSES))
 
 BLIND_STEPS = 4
-"""How many steps in a row without a finite free value estimate, each leaving the
-iterate where it was, stop a run (``nonfinite``); such a step that moves the iterate
-(momentum coasting on no information) stops it at once. One such step does not mean that
-the iterate left the objective's domain: the estimate averages responses at
-``x +- mu u``, and a radius reaching over the domain's edge makes them NaN while ``x``
-is inside. :func:`zoaq_jax.tuning_free` moves nothing on such a step and halves its step
-and radius, so a few steps bring its probes back inside (``x - log x`` from 5 meets two
-such steps in a row on one seed of five); an iterate truly outside the domain gets no
-finite response again and stops after ``BLIND_STEPS`` steps."""
+"""How many steps in a row without a finite free value estimate, each leaving the iterate
+where it was, stop a run (``nonfinite``; a constant of the library, read by
+:func:`zoaq_jax.run`); such a step that moves the iterate (momentum coasting on no
+information) stops it at once. One such step does not mean that the iterate left the
+objective's domain: the estimate averages responses at ``x +- mu u``, and a radius
+reaching over the domain's edge makes them NaN while ``x`` is inside.
+:func:`zoaq_jax.tuning_free` moves nothing on such a step and halves its step and
+radius, so a few steps bring its probes back inside (``x - log x`` from 5 meets two such
+steps in a row on one seed of five); an iterate truly outside the domain gets no finite
+response again and stops after ``BLIND_STEPS`` steps. The streak is the state's
+``blind_steps`` (:class:`zoaq_jax.QueryLedger`), so a resumed run stops where the
+uninterrupted one would."""
 
 
 class Trace(NamedTuple):
@@ -234,7 +237,7 @@ def run(
     uninterrupted one would), when that estimate is NaN or infinite at a step that moves
     the iterate or at :data:`zoaq_jax.BLIND_STEPS` steps in a row that do not (the run
     left the objective's domain; one such step may be a radius reaching over its edge,
-    which :func:`zoaq_jax.tuning_free` shrinks; the count restarts in a resumed run) or
+    which :func:`zoaq_jax.tuning_free` shrinks; the streak is kept in the state too) or
     the iterate becomes non-finite, or when ``progress`` raises.
     The iterate with the lowest estimate is returned as ``trace.best_params``. Called
     outside ``jit``/``vmap``, ``run`` warns on the host about a divergent or non-finite
@@ -362,10 +365,11 @@ def _warn(state: optax.OptState, trace: Trace, divergence: float | None) -> None
     steps = np.asarray(trace.step).reshape(-1, status.shape[-1])[0]
     for code, why in ((DIVERGED, f"the free value estimate grew over {divergence} times "
                        "its best progress"),
-                      (NONFINITE, "a step's free value estimate was NaN or infinite "
-                       f"and it moved the iterate, or {BLIND_STEPS} such steps in a row "
-                       "did not (no finite response: the objective is undefined or "
-                       "infinite around the iterate), or the iterate became non-finite")):
+                      (NONFINITE, "a step without a finite free value estimate (no finite "
+                       "response: the objective is undefined or infinite around the "
+                       "iterate, or NaN at scattered points) moved the iterate, or "
+                       f"{BLIND_STEPS} such steps in a row did not, or the iterate became "
+                       "non-finite")):
         if (status == code).any():
             step = int(steps[np.argmax((status == code).any(axis=0))])
             warnings.warn(
@@ -373,9 +377,17 @@ def _warn(state: optax.OptState, trace: Trace, divergence: float | None) -> None
                 "learning rate may be too large for this objective: lower learning_rate "
                 "(e.g. 10x) or clip the updates; if the objective is infinite outside a "
                 "domain, keep the iterate inside it (e.g. a penalty or a change of "
-                "variables). trace.best_params holds the best iterate.",
+                "variables); if it returns NaN at scattered points (a failing simulation), "
+                "use more directions per step (k or k_min) or divergence=None. "
+                "trace.best_params holds the best iterate.",
                 RuntimeWarning, stacklevel=3)
     ledger.check_responses(state, stacklevel=4)
+
+
+def _equal(a: optax.Params, b: optax.Params) -> jax.Array:
+    """Whether two parameter trees of one structure are equal, leaf by leaf (a bool)."""
+    return jnp.all(jnp.stack([jnp.all(x == y) for x, y in zip(jax.tree.leaves(a),
+                                                               jax.tree.leaves(b))]))
 
 
 def _check_state(state: optax.OptState, expected: optax.OptState) -> None:
@@ -472,7 +484,6 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
         value: jax.Array  # float32, the last logged value
         logs: jax.Array  # int32, logging evaluations made
         moved: jax.Array  # bool, the iterate moved since the last logging evaluation
-        blind: jax.Array  # int32, consecutive steps whose estimate was not finite
 
     def evaluate(carry: Carry) -> Carry:
         """The logged value at ``carry.params`` (and its cost, with a budget)."""
@@ -529,21 +540,21 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
         better = spent & (estimate < carry.best_value)
         best_value = jnp.where(better, estimate, carry.best_value)
         status = jnp.where(spent, RUNNING, BUDGET_SPENT)
+        stayed = (_equal(params, carry.params) if paid or divergence is not None
+                  else jnp.asarray(False))
         if divergence is not None:
             first = optax.tree.get(state, "first_value")
             best = optax.tree.get(state, "best_value")  # over the state's life (resumable)
             scale = jnp.maximum(jnp.abs(first - best), jnp.abs(best))
             grew = (scale > 0) & (estimate - best > divergence * scale)
             finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)])
-            stayed = jnp.all(jnp.stack([jnp.all(a == b) for a, b in zip(
-                jax.tree.leaves(params), jax.tree.leaves(carry.params))]))
-            blind = jnp.where(jnp.isfinite(estimate), 0, carry.blind + 1)
+            blind = optax.tree.get(state, "blind_steps")  # in the state (resumable)
             bad = (blind >= BLIND_STEPS) | ((blind > 0) & ~stayed) | ~jnp.all(finite)
             status = jnp.where(spent & grew, DIVERGED, status)
             status = jnp.where(spent & bad, NONFINITE, status)
-            carry = carry._replace(blind=blind.astype(jnp.int32))
         stepped = carry._replace(params=params, state=state, best_value=best_value,
-                                 status=jnp.asarray(status, jnp.int32), moved=jnp.asarray(True))
+                                 status=jnp.asarray(status, jnp.int32),
+                                 moved=carry.moved | ~stayed)
         stepped = stepped._replace(best_params=jax.tree.map(
             lambda a, b: jnp.where(better, a, b), carry.params, carry.best_params))
         if max_queries is None:
@@ -572,7 +583,7 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
 
     carry = Carry(params, state, params, jnp.full((), jnp.inf, jnp.float32),
                   jnp.zeros((), jnp.int32), jnp.full((), jnp.nan, jnp.float32),
-                  jnp.zeros((), jnp.int32), jnp.asarray(True), jnp.zeros((), jnp.int32))
+                  jnp.zeros((), jnp.int32), jnp.asarray(True))
     carry, first = record(0, carry)
     carry, rest = jax.lax.scan(one_period, carry, jnp.arange(num_steps // log_every))
     trace = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
