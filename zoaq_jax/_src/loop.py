@@ -22,27 +22,26 @@ from zoaq_jax._src.updates import apply_updates
 STATUSES = ("running", "budget_spent", "diverged", "nonfinite", "finished", "stopped")
 """``Trace.status`` codes, why the run ended (the final row) or that it goes on (earlier
 rows): 0 running; 1 the ``max_queries`` budget could not afford the next step; 2 the
-free value estimate grew past ``divergence`` times its progress scale; 3 a step without
-a finite free value estimate (no finite response: the objective is undefined or
-infinite around the iterate, or NaN at scattered points) moved the iterate, or
-:data:`zoaq_jax.BLIND_STEPS` such steps in a row did not, or the iterate became
-non-finite; 4 every step was taken; 5 the ``progress`` callback raised (``run``
+free value estimate grew past ``divergence`` times its progress scale; 3
+:data:`zoaq_jax.BLIND_STEPS` steps in a row had no finite free value estimate (no finite
+response: the objective is undefined or infinite around the iterate), or the iterate
+became non-finite; 4 every step was taken; 5 the ``progress`` callback raised (``run``
 re-raises its exception)."""
 RUNNING, BUDGET_SPENT, DIVERGED, NONFINITE, FINISHED, STOPPED = range(len(STATUSES))
 
 BLIND_STEPS = 4
-"""How many steps in a row without a finite free value estimate, each leaving the iterate
-where it was, stop a run (``nonfinite``; a constant of the library, read by
-:func:`zoaq_jax.run`); such a step that moves the iterate (momentum coasting on no
-information) stops it at once. One such step does not mean that the iterate left the
-objective's domain: the estimate averages responses at ``x +- mu u``, and a radius
-reaching over the domain's edge makes them NaN while ``x`` is inside.
-:func:`zoaq_jax.tuning_free` moves nothing on such a step and halves its step and
-radius, so a few steps bring its probes back inside (``x - log x`` from 5 meets two such
-steps in a row on one seed of five); an iterate truly outside the domain gets no finite
-response again and stops after ``BLIND_STEPS`` steps. The streak is the state's
-``blind_steps`` (:class:`zoaq_jax.QueryLedger`), so a resumed run stops where the
-uninterrupted one would."""
+"""How many steps in a row without a finite free value estimate stop a run (``nonfinite``;
+a constant of the library, read by :func:`zoaq_jax.run`). One such step does not mean
+that the iterate left the objective's domain: the estimate averages responses at ``x +-
+mu u``, and a radius reaching over the domain's edge makes them NaN while ``x`` is
+inside; a simulation may fail at scattered points. :func:`zoaq_jax.tuning_free` moves
+nothing on such a step and halves its step and radius, so a few steps bring its probes
+back inside (``x - log x`` from 5 meets two such steps in a row on one seed of five);
+the other estimators keep their momentum. An iterate truly outside the domain gets no
+finite response again and stops after ``BLIND_STEPS`` steps (an estimator with momentum
+may coast on meanwhile: ``trace.best_params`` holds the best iterate). The streak is the
+state's ``blind_steps`` (:class:`zoaq_jax.QueryLedger`), so a resumed run stops where
+the uninterrupted one would. A non-finite estimate is never ``diverged``."""
 
 
 class Trace(NamedTuple):
@@ -234,11 +233,11 @@ def run(
     left), when the steps' free estimate of ``f(x_t)`` (no extra query: central
     midpoints or the forward centre) exceeds its best by ``divergence`` times the
     progress scale (both kept in the optimizer state, so a resumed run stops where the
-    uninterrupted one would), when that estimate is NaN or infinite at a step that moves
-    the iterate or at :data:`zoaq_jax.BLIND_STEPS` steps in a row that do not (the run
-    left the objective's domain; one such step may be a radius reaching over its edge,
-    which :func:`zoaq_jax.tuning_free` shrinks; the streak is kept in the state too) or
-    the iterate becomes non-finite, or when ``progress`` raises.
+    uninterrupted one would), when that estimate is NaN or infinite at
+    :data:`zoaq_jax.BLIND_STEPS` steps in a row (the run left the objective's domain; one
+    such step may be a radius reaching over its edge, which :func:`zoaq_jax.tuning_free`
+    shrinks, or a simulation failing at a scattered point; the streak is kept in the state
+    too) or the iterate becomes non-finite, or when ``progress`` raises.
     The iterate with the lowest estimate is returned as ``trace.best_params``. Called
     outside ``jit``/``vmap``, ``run`` warns on the host about a divergent or non-finite
     run (naming the learning rate) and about exactly-zero responses
@@ -365,11 +364,9 @@ def _warn(state: optax.OptState, trace: Trace, divergence: float | None) -> None
     steps = np.asarray(trace.step).reshape(-1, status.shape[-1])[0]
     for code, why in ((DIVERGED, f"the free value estimate grew over {divergence} times "
                        "its best progress"),
-                      (NONFINITE, "a step without a finite free value estimate (no finite "
-                       "response: the objective is undefined or infinite around the "
-                       "iterate, or NaN at scattered points) moved the iterate, or "
-                       f"{BLIND_STEPS} such steps in a row did not, or the iterate became "
-                       "non-finite")):
+                      (NONFINITE, f"{BLIND_STEPS} steps in a row had no finite free value "
+                       "estimate (no finite response: the objective is undefined or "
+                       "infinite around the iterate), or the iterate became non-finite")):
         if (status == code).any():
             step = int(steps[np.argmax((status == code).any(axis=0))])
             warnings.warn(
@@ -377,9 +374,7 @@ def _warn(state: optax.OptState, trace: Trace, divergence: float | None) -> None
                 "learning rate may be too large for this objective: lower learning_rate "
                 "(e.g. 10x) or clip the updates; if the objective is infinite outside a "
                 "domain, keep the iterate inside it (e.g. a penalty or a change of "
-                "variables); if it returns NaN at scattered points (a failing simulation), "
-                "use more directions per step (k or k_min) or divergence=None. "
-                "trace.best_params holds the best iterate.",
+                "variables). trace.best_params holds the best iterate.",
                 RuntimeWarning, stacklevel=3)
     ledger.check_responses(state, stacklevel=4)
 
@@ -540,16 +535,17 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
         better = spent & (estimate < carry.best_value)
         best_value = jnp.where(better, estimate, carry.best_value)
         status = jnp.where(spent, RUNNING, BUDGET_SPENT)
-        stayed = (_equal(params, carry.params) if paid or divergence is not None
-                  else jnp.asarray(False))
+        # a paid log point after a step that left the iterate in place repeats its value
+        stayed = _equal(params, carry.params) if paid else jnp.asarray(False)
         if divergence is not None:
             first = optax.tree.get(state, "first_value")
             best = optax.tree.get(state, "best_value")  # over the state's life (resumable)
             scale = jnp.maximum(jnp.abs(first - best), jnp.abs(best))
-            grew = (scale > 0) & (estimate - best > divergence * scale)
+            grew = (scale > 0) & (estimate - best > divergence * scale) & jnp.isfinite(
+                estimate)  # a non-finite estimate is a blind step's, below
             finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)])
             blind = optax.tree.get(state, "blind_steps")  # in the state (resumable)
-            bad = (blind >= BLIND_STEPS) | ((blind > 0) & ~stayed) | ~jnp.all(finite)
+            bad = (blind >= BLIND_STEPS) | ~jnp.all(finite)
             status = jnp.where(spent & grew, DIVERGED, status)
             status = jnp.where(spent & bad, NONFINITE, status)
         stepped = carry._replace(params=params, state=state, best_value=best_value,
