@@ -389,6 +389,22 @@ def test_an_infinite_estimate_is_a_blind_step_not_a_divergence():
     assert int(optax.tree.get(state, "blind_steps")) == zoaq_jax.BLIND_STEPS
 
 
+def test_a_minus_infinite_centre_is_not_the_best_value():
+    """f = -inf on a band the iterate crosses (forward differences evaluate the centre),
+    then a wall of 1e6: the -inf estimate is a blind step, not the divergence baseline's
+    best (it made the baseline infinite, and the run never stopped on the wall)."""
+    def f(x):
+        wall = jnp.sum((x - 2.0) ** 2) + jnp.where(x[0] > 2.1, 1e6, 0.0)
+        return jnp.where((x[0] > 0.8) & (x[0] < 1.2), -jnp.inf, wall)
+
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        _, state, trace = zoaq_jax.run(zoaq_jax.radazo(0.05, k=2, difference="forward",
+                                                       key=0), f, jnp.full(4, 0.5), 100)
+    assert zoaq_jax.STATUSES[int(trace.status[-1])] == "diverged"
+    assert np.isfinite(float(optax.tree.get(state, "best_value")))
+    assert np.isfinite(float(trace.best_value[-1]))
+
+
 def test_tuning_free_near_a_domain_edge_is_not_stopped_by_its_radius():
     """x - log x from 5: a radius reaching over x = 0 gives a step without a finite
     response while the iterate is inside; tuning_free halves its radius and goes on. The

@@ -14,7 +14,7 @@ chained state:
   warning.
 * ``last_k``: fresh directions acquired at the last step.
 * ``value_estimate``: the last step's free estimate of ``f(x_t)`` (no extra query).
-* ``first_value``, ``best_value``: the first finite and the lowest of these estimates
+* ``first_value``, ``best_value``: the first finite and the lowest finite of these estimates
   over the state's life (NaN and inf until a step gives one): the baseline against
   which :func:`zoaq_jax.run` measures divergence, carried by the state so that a
   resumed run stops where the uninterrupted one would.
@@ -183,7 +183,8 @@ def advance(ledger: QueryLedger, *, k: jax.Array, calls: ArrayLike, nonfinite: j
         last_k=jnp.asarray(k, jnp.int32),
         value_estimate=value,
         first_value=jnp.where(jnp.isfinite(ledger.first_value), ledger.first_value, value),
-        best_value=jnp.where(value < ledger.best_value, value, ledger.best_value),
+        best_value=jnp.where(jnp.isfinite(value) & (value < ledger.best_value), value,
+                             ledger.best_value),
         blind_steps=jnp.where(jnp.isfinite(value), 0, _add(ledger.blind_steps, 1)),
     )
 

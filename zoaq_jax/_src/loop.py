@@ -26,22 +26,26 @@ free value estimate grew past ``divergence`` times its progress scale; 3
 :data:`zoaq_jax.BLIND_STEPS` steps in a row had no finite free value estimate (no finite
 response: the objective is undefined or infinite around the iterate), or the iterate
 became non-finite; 4 every step was taken; 5 the ``progress`` callback raised (``run``
-re-raises its exception)."""
+re-raises its exception). ``divergence=None`` turns 2 and 3 off."""
 RUNNING, BUDGET_SPENT, DIVERGED, NONFINITE, FINISHED, STOPPED = range(len(STATUSES))
 
 BLIND_STEPS = 4
 """How many steps in a row without a finite free value estimate stop a run (``nonfinite``;
 a constant of the library, read by :func:`zoaq_jax.run`). One such step does not mean
-that the iterate left the objective's domain: the estimate averages responses at ``x +-
-mu u``, and a radius reaching over the domain's edge makes them NaN while ``x`` is
+that the iterate left the objective's domain: a central estimate averages responses at
+``x ± mu u``, and a radius reaching over the domain's edge makes them NaN while ``x`` is
 inside; a simulation may fail at scattered points. :func:`zoaq_jax.tuning_free` moves
-nothing on such a step and halves its step and radius, so a few steps bring its probes
-back inside (``x - log x`` from 5 meets two such steps in a row on one seed of five);
-the other estimators keep their momentum. An iterate truly outside the domain gets no
-finite response again and stops after ``BLIND_STEPS`` steps (an estimator with momentum
-may coast on meanwhile: ``trace.best_params`` holds the best iterate). The streak is the
-state's ``blind_steps`` (:class:`zoaq_jax.QueryLedger`), so a resumed run stops where
-the uninterrupted one would. A non-finite estimate is never ``diverged``."""
+nothing on such a step and (unless its ``mu`` is fixed) halves its step and radius, so a
+few steps bring its probes back inside (``x - log x`` from 5 meets two such steps in a
+row on one seed of five); the other estimators keep their momentum. An iterate truly
+outside the domain gets no finite response again and stops after ``BLIND_STEPS`` steps:
+the three before the stop cost what the estimator's step costs without a finite response
+(ZoAQ expands to ``k_max``: ``2 k_max`` calls each), and an estimator with momentum may
+coast on meanwhile (``trace.best_params`` holds the best iterate). With forward
+differences the estimate is the centre value, so a step is counted only when that is not
+finite. The streak is the state's ``blind_steps`` (:class:`zoaq_jax.QueryLedger`), so a
+resumed run stops where the uninterrupted one would. A non-finite estimate is never
+``diverged``."""
 
 
 class Trace(NamedTuple):
@@ -248,7 +252,8 @@ def run(
     estimators' oracle calls (``num_queries``) and the logging evaluations
     (``num_log_evaluations``) together never exceed it. One call is kept back for the
     next log point's evaluation; a log point whose iterate has not moved since the last
-    evaluation (the run stopped) repeats that value without a call. Pass
+    evaluation (the run stopped, or its steps left the iterate in place) repeats that
+    value without a call. Pass
     ``log_values=False`` to give the whole budget to the estimator. An optimizer's own
     budget (``tuning_free(budget=B)``: ``B`` calls over its state's life) holds as well:
     ``max_queries`` never raises it, and a resumed ``init_state`` keeps it.
@@ -532,7 +537,7 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
         spent = optax.tree.get(state, "num_queries") != optax.tree.get(
             carry.state, "num_queries")
         estimate = optax.tree.get(state, "value_estimate")
-        better = spent & (estimate < carry.best_value)
+        better = spent & jnp.isfinite(estimate) & (estimate < carry.best_value)
         best_value = jnp.where(better, estimate, carry.best_value)
         status = jnp.where(spent, RUNNING, BUDGET_SPENT)
         # a paid log point after a step that left the iterate in place repeats its value
