@@ -405,6 +405,14 @@ def test_a_minus_infinite_centre_is_not_the_best_value():
     assert np.isfinite(float(trace.best_value[-1]))
 
 
+def test_a_chain_of_two_estimators_gets_a_clear_error():
+    """run counts and stops on one ledger; two raised optax's "multiple values" KeyError."""
+    opt = optax.chain(zoaq_jax.fixed_estimator(2, key=0), zoaq_jax.fixed_estimator(2, key=1),
+                      optax.scale(-0.1))
+    with pytest.raises(ValueError, match="opt: its state holds 2 query ledgers"):
+        zoaq_jax.run(opt, lambda x: jnp.sum(x**2), jnp.ones(3), 4)
+
+
 def test_tuning_free_near_a_domain_edge_is_not_stopped_by_its_radius():
     """x - log x from 5: a radius reaching over x = 0 gives a step without a finite
     response while the iterate is inside; tuning_free halves its radius and goes on. The

@@ -450,6 +450,13 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
     opt = optax.GradientTransformationExtraArgs(init, update)
     f = oracle.bind(value_fn, params, kwargs) if log_values else None
     fresh = jax.eval_shape(opt.init, params)
+    ledgers = [n for n in jax.tree.leaves(fresh, is_leaf=ledger.is_ledger)
+               if ledger.is_ledger(n)]
+    if len(ledgers) > 1:
+        raise ValueError(
+            f"opt: its state holds {len(ledgers)} query ledgers (zoaq_jax estimators), and "
+            "run counts, limits and stops on one. Chain one zoaq_jax estimator with "
+            "gradient transformations, or drive the chain with your own loop.")
     # the optimizer's own limits (tuning_free(budget=B)): None when it sets none
     own = opt.init(params) if _limited(fresh) else None
     if init_state is None:
