@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import anytime, common, flags, pages
+from benchmarks.experiment import read_results
 from benchmarks.generalization import experiment
 from benchmarks.generalization.objectives import SETS
 
@@ -201,7 +202,28 @@ def prefix_mismatch(short: Mapping[str, Any], long: Mapping[str, Any]) -> float:
     common_calls = np.intersect1d(grids[0][grids[0] <= end], grids[1])
     a, b = (np.asarray(r["curves"], np.float64)[:, np.searchsorted(g, common_calls)]
             for r, g in zip((short, long), grids))
-    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-30)))
+    with np.errstate(invalid="ignore"):  # equal infinities differ by 0
+        diff = np.where(a == b, 0.0, np.abs(a - b) / np.maximum(np.abs(b), 1e-30))
+    return float(np.max(np.nan_to_num(diff, nan=np.inf)))
+
+
+def prefix_rows(short: Sequence[Mapping[str, Any]], long: Sequence[Mapping[str, Any]]
+                ) -> list[list[str]]:
+    """The prefix check on two runs of the same lanes, ``short`` with a smaller largest
+    budget than ``long``: every run of ``short`` not told its budget against the same
+    lane's run in ``long``, and every told run of ``long`` against its run told the
+    largest budget (``[problem, lane, shorter run, largest relative difference]``)."""
+    def key(r):
+        return r["problem"], r["method"], r.get("told_budget")
+
+    longest = {key(r)[:2]: r for r in long if r.get("told_budget") is not None}
+    by_key = {key(r): r for r in long}
+    pairs = [(r, by_key[key(r)], f"{r['budget']:,} calls") for r in short
+             if r.get("told_budget") is None and key(r) in by_key]
+    pairs += [(r, longest[key(r)[:2]], f"told {r['told_budget']:,}") for r in long
+              if r.get("told_budget") is not None and r is not longest[key(r)[:2]]]
+    return [[a["problem"], lane_name(a) or a["method"], what, f"{prefix_mismatch(a, b):.3g}"]
+            for a, b, what in pairs]
 
 
 def stochastic(problem: str, set_name: str) -> bool:
@@ -298,6 +320,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--keep-curves) and write OUT/racing_<set>.md; runs nothing")
     parser.add_argument("--races", nargs="+", choices=list(RACES), metavar="RACE",
                         help=f"with --race: the races scored (default all: {'; '.join(RACES)})")
+    parser.add_argument("--prefix", type=Path, nargs=2, metavar=("SHORT", "LONG"),
+                        help="with --race: the prefix check (prefix_rows) on two results "
+                             "files of the same lanes with --keep-curves, SHORT run to a "
+                             "smaller --budget")
     parser.add_argument("--reps", type=flags.positive_int,  # unset: not in a run's record
                         help=f"with --race: noise draws a cell, its median scored "
                              f"(default {REPS})")
@@ -315,11 +341,17 @@ def main(args: argparse.Namespace) -> int:
         parts += [f"## Selection: {noise}", summary(rows),
                   "### Against the (lr, K) grid's envelope", table(rows, "regret_grid"),
                   "### Against the fixed-K envelope", table(rows, "regret")]
+    if args.prefix:
+        short, long = (experiment_read(p)["results"] for p in args.prefix)
+        parts += ["## Prefix check", pages.table(
+            ["problem", "lane", "shorter run", "largest relative difference"],
+            prefix_rows(short, long))]
     chosen = " ".join(f"'{n}'" for n in args.races or [])
     md = args.out / f"racing_{set_name}.md"
     md.write_text(f"# Racing lanes on the {set_name} set (simulated)\n\nCommand: `python -m "
                   f"benchmarks generalization --race {args.race}"
-                  f"{' --races ' + chosen if chosen else ''} --reps {args.reps or REPS} --out "
+                  f"{' --races ' + chosen if chosen else ''} --reps {args.reps or REPS}"
+                  f"{' --prefix ' + ' '.join(map(str, args.prefix)) if args.prefix else ''} --out "
                   f"{args.out}`\n\n" + "\n\n".join(parts) + "\n")
     common.write_json(args.out / f"racing_{set_name}.json", stored)
     print(md.read_text())
@@ -328,8 +360,6 @@ def main(args: argparse.Namespace) -> int:
 
 def experiment_read(path: Path) -> dict[str, Any]:
     """The results file, which must hold every lane's per-seed curves."""
-    from benchmarks.experiment import read_results
-
     data = read_results(path, "--race")
     if not all(len(r["curves"]) == len(r["seeds"]) for r in data["results"]):
         flags.fail(f"{path} holds no per-seed curves: write it with --keep-curves")

@@ -92,6 +92,9 @@ def test_the_prefix_check_tells_an_anytime_lane_from_a_told_run():
     told = _record(3162, lambda g: falling(g) * np.where(g > 2000, 0.5, 1.0),
                    told_budget=3162)  # a run told 3,162 calls decays early
     assert racing.prefix_mismatch(told, long) == pytest.approx(0.5)
+    told_long = _record(100_000, falling, told_budget=100_000)
+    rows = racing.prefix_rows([_record(3162, falling)], [long, told, told_long])
+    assert rows == [["p", "m", "3,162 calls", "0"], ["p", "m", "told 3,162", "0.5"]]
 
 
 def test_a_one_lane_race_scores_as_its_lane_with_the_pages_regret():
@@ -110,3 +113,38 @@ def test_a_one_lane_race_scores_as_its_lane_with_the_pages_regret():
     assert by["race tf"]["regret_grid"] == by["tuning_free"]["regret_grid"]
     assert by["race tf"]["regret"] == by["tuning_free"]["regret"]
     assert by["tuning_free"]["regret_grid"][0] == pytest.approx(1.25, rel=0.02)
+
+
+def test_keep_curves_stores_every_lane_per_seed_and_the_same_regrets():
+    from benchmarks.generalization import cli
+
+    class Record:
+        def as_dict(self):
+            return {}
+
+    def lane(scale, k, lr=1.0):
+        return _record(10_000, lambda g: scale / (1.0 + g), fixed_k=k if lr == 1.0 else None,
+                       grid_k=k, lr_scale=lr, method=f"radazo:k={k},lr_scale={lr}")
+
+    results = [lane(3.0, 1), lane(9.0, 1, 0.5), lane(2.0, 1, 2.0), lane(2.5, None)]
+    results[-1].update(method="tuning_free", grid_k=None)
+    config = experiment.PRESETS["smoke"]
+    kept, compacted = (cli.stored(config, (results, keep), Record()) for keep in (True, False))
+    assert kept["regret"] == compacted["regret"] and kept["summary"] == compacted["summary"]
+    assert kept["results"] is results and all(len(r["curves"]) == 2 for r in results)
+    assert [len(r["curves"]) for r in compacted["results"]] == [1, 0, 1, 1]  # x0.5: dropped
+
+
+def test_a_first_step_lane_passes_its_learning_rate(monkeypatch):
+    import zoaq_jax
+
+    calls = []
+    monkeypatch.setattr(zoaq_jax, "tuning_free", lambda budget=None, *, key=0, **kw: calls.append(
+        (budget, key, kw)), raising=False)
+    v = experiment.variant("tuning_free:learning_rate=0.032")
+    v.build(experiment.SYNTHETIC_HYPER, 7, 500)
+    assert calls == [(None, 7, {"learning_rate": 0.032})] and not v.told_budget
+    assert v.display == "tuning_free, first step 0.032" and racing.lane_name(
+        {"method": v.name, "told_budget": None}) == "tf x4"
+    with pytest.raises(ValueError, match="must be > 0"):
+        experiment.variant("tuning_free:learning_rate=0")
