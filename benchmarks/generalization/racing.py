@@ -305,12 +305,14 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> str:
     """Per method, median and worst over the cells against both envelopes."""
     body = []
     for method, stats in experiment.overall(list(rows)).items():
+        grid = np.concatenate([r["regret_grid"] for r in rows if r["method"] == method])
         body.append([stats["label"], str(stats["cells"]), anytime.fmt(stats["median_grid"]),
-                     anytime.fmt(stats["max_grid"]), anytime.fmt(stats["median"]),
+                     anytime.fmt(stats["max_grid"]), str(int(np.sum(grid > 2.0))),
+                     str(int(np.sum(~np.isfinite(grid)))), anytime.fmt(stats["median"]),
                      anytime.fmt(stats["max"]), ", ".join(stats["above_1_grid"]) or "none"])
     return pages.table(["method", "cells", "median vs grid", "worst vs grid",
-                        "median vs fixed K", "worst vs fixed K", "problems above 1 vs grid"],
-                       body)
+                        "cells > 2 vs grid", "∞ vs grid", "median vs fixed K",
+                        "worst vs fixed K", "problems above 1 vs grid"], body)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
