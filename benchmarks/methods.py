@@ -51,6 +51,7 @@ generalization, overhead).
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -500,6 +501,12 @@ def _budgeted(opt, hyper, key, budget):
     return opt(budget, key=key)
 
 
+def _first_step(learning_rate, opt, hyper, key, budget):
+    """``opt(key=key, learning_rate=learning_rate)``: the library's defaults but the first
+    step (``tuning_free:learning_rate=X``, a lane of a race: design round 10)."""
+    return opt(key=key, learning_rate=learning_rate)
+
+
 # One line a method: (settings, key, budget) -> the optimizer (module functions, so that a
 # protocol holding them reaches a worker process).
 COMPLETE = {c.spec: c for c in (
@@ -509,13 +516,23 @@ COMPLETE = {c.spec: c for c in (
 )}
 
 
+FIRST_STEP = "tuning_free:learning_rate="  # the untold optimizer with another first step
+
+
 def complete(spec: str) -> Complete | None:
-    """The complete method ``spec`` (``None`` if it is not one).
+    """The complete method ``spec`` (``None`` if it is not one): one of :data:`COMPLETE`,
+    or ``tuning_free:learning_rate=X`` (untold, first step ``X``).
 
     Raises:
       ValueError: ``spec`` names one the installed zoaq_jax does not have.
     """
     method = COMPLETE.get(spec.strip())
+    if method is None and spec.strip().startswith(FIRST_STEP):
+        value = _coerce(spec.strip()[len(FIRST_STEP):], 1.0, spec)
+        if not value > 0:
+            raise ValueError(f"bad value in {spec!r}: the first step must be > 0")
+        method = Complete(spec.strip(), f"tuning_free, first step {value:g}", "tuning_free",
+                          functools.partial(_first_step, value))
     if method is not None and not hasattr(zoaq_jax, method.library):
         raise ValueError(f"{spec}: this zoaq_jax has no {method.library} (issue 32's optimizer "
                          "is not in this checkout)")

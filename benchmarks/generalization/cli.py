@@ -14,6 +14,9 @@ Examples:
   python -m benchmarks generalization --preset full --out docs/results --workers 2
   python -m benchmarks generalization --preset tuning --budget 100000 --methods auto_k:growth=0.5
   python -m benchmarks generalization --render docs/results/generalization_heldout.json.xz
+  python -m benchmarks generalization --preset tuning --keep-curves --out OUT
+  python -m benchmarks generalization --race OUT/generalization_tuning.json.xz --out OUT
+      (racing lanes simulated on a run made with --keep-curves: design round 10)
 
 Writes OUT/generalization_<set>.json.xz, PNG figures under OUT/generalization/ and the
 Markdown report OUT/generalization_<set>.md.
@@ -27,7 +30,7 @@ from pathlib import Path
 from benchmarks import common, flags, presets
 from benchmarks.experiment import Command, execute, split
 from benchmarks.experiment import main as run_command
-from benchmarks.generalization import experiment, report
+from benchmarks.generalization import experiment, racing, report
 from benchmarks.generalization.objectives import SETS
 from benchmarks.record import RunRecord
 from benchmarks.methods import SYNTHETIC as REGISTRY
@@ -53,8 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr-scales", type=float, nargs="+", metavar="S",
                         help="each fixed K also runs at these multiples of the rule's lr, "
                              "the (lr, K) grid (default: the preset's)")
+    parser.add_argument("--keep-curves", action="store_true",
+                        help="store every record's per-seed curves, every grid point's "
+                             "included (the input of benchmarks.generalization.racing); the "
+                             "regrets and the page are the same")
     flags.add_outputs(parser, Path("out"), "OUT/generalization_<set>.md")
     flags.add_workers(parser)
+    racing.add_arguments(parser)
 
 
 def config_of(args: argparse.Namespace) -> experiment.Config:
@@ -84,10 +92,11 @@ def _derived(results: list) -> tuple[list, list, dict]:
     return results, rows, experiment.overall(rows)
 
 
-def stored(config, results, record: RunRecord) -> dict:
-    results, rows, summary = _derived(results)
+def stored(config, computed: tuple[list, bool], record: RunRecord) -> dict:
+    results, keep = computed  # keep: --keep-curves (the records as run, not compacted)
+    compacted, rows, summary = _derived(results)
     return {"record": record.as_dict(), "config": presets.as_dict(config), "regret": rows,
-            "summary": summary, "results": results}
+            "summary": summary, "results": results if keep else compacted}
 
 
 def page(config, data: dict, args) -> Path:
@@ -104,12 +113,12 @@ def page(config, data: dict, args) -> Path:
 
 COMMAND = Command(
     "generalization", lambda args: [config_of(args)],
-    lambda config, args, _: execute(experiment.run, split(config, "problems", config.methods),
-                                    args.workers, f"generalization {config.set}",
-                                    cost=experiment.cost),
+    lambda config, args, _: (execute(experiment.run, split(config, "problems", config.methods),
+                                     args.workers, f"generalization {config.set}",
+                                     cost=experiment.cost), args.keep_curves),
     stored, lambda config, args: args.out / f"generalization_{config.set}{common.RESULTS}",
     lambda data: presets.from_dict(experiment.Config, data["config"]), page)
 
 
 def main(args: argparse.Namespace) -> int:
-    return run_command(COMMAND, args)
+    return racing.main(args) if args.race else run_command(COMMAND, args)
