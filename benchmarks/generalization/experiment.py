@@ -47,8 +47,9 @@ EXTEND = 2  # a scored method's anytime run goes on to EXTEND x the largest budg
 # progress origin, span confirmation, quiet ramp and stall-gated decay, round 7: its ramp
 # window that decides nothing, round 8: its undo of a data-noise halving that buys no
 # fall (design round 8b), round 9: the 2B measurement (a scored anytime run goes on to
-# twice the largest budget; no design change kept)); the coordinator sets it.
-HELDOUT_ROUNDS = 9
+# twice the largest budget; no design change kept), round 10: racing lanes, simulated on
+# stored curves (`--race`; not shipped)); the coordinator sets it.
+HELDOUT_ROUNDS = 10
 
 
 @dataclass(frozen=True)
