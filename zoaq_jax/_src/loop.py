@@ -412,10 +412,14 @@ def _check_state(state: optax.OptState, expected: optax.OptState) -> None:
                 "optimizer.")
 
 
+def _ledgers(state: optax.OptState) -> list[ledger.QueryLedger]:
+    """The query ledgers of ``state`` (one per zoaq_jax estimator it holds)."""
+    return [n for n in jax.tree.leaves(state, is_leaf=ledger.is_ledger) if ledger.is_ledger(n)]
+
+
 def _limited(state: optax.OptState) -> bool:
     """Whether a ledger of ``state`` has a query limit (one the optimizer set itself)."""
-    nodes = jax.tree.leaves(state, is_leaf=ledger.is_ledger)
-    return any(ledger.is_ledger(n) and n.query_limit is not None for n in nodes)
+    return any(n.query_limit is not None for n in _ledgers(state))
 
 
 def _capped(state: optax.OptState, own: optax.OptState | None) -> optax.OptState:
@@ -450,8 +454,7 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
     opt = optax.GradientTransformationExtraArgs(init, update)
     f = oracle.bind(value_fn, params, kwargs) if log_values else None
     fresh = jax.eval_shape(opt.init, params)
-    ledgers = [n for n in jax.tree.leaves(fresh, is_leaf=ledger.is_ledger)
-               if ledger.is_ledger(n)]
+    ledgers = _ledgers(fresh)
     if len(ledgers) > 1:
         raise ValueError(
             f"opt: its state holds {len(ledgers)} query ledgers (zoaq_jax estimators), and "
