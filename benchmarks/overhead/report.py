@@ -242,13 +242,15 @@ def compile_latency(s: dict, p: dict, previous: dict | None = None) -> list[str]
     section, now = s["compile"], c.ratios(s["compile"])
     before = c.ratios(previous) if previous else None
     refs = [ref for ref in (*c.REFERENCES, c.ROUND) if any(k[2] == ref for k in now)]
-    names = {ref: "share of round" if ref == c.ROUND else f"÷ {ref}" for ref in refs}
+    # per reference: its column's head, its number format, its ratios in words
+    kinds = {ref: ("share of round", "{:.1%}", "shares of a round") if ref == c.ROUND
+             else (f"÷ {ref}", "{:.2f}", f"ratios ÷ {ref}") for ref in refs}
     rows, verdicts = [], []
     for r in section["rows"]:
         key, target, median = (r["method"], r["d"]), c.TARGETS.get(r["method"], c.TARGET), \
             c.median_cpu(r)
-        ratio = [cell for ref in refs for cell in _cells(
-            now, before, key + (ref,), "{:.1%}" if ref == c.ROUND else "{:.2f}")]
+        ratio = [cell for ref in refs for cell in _cells(now, before, key + (ref,),
+                                                         kinds[ref][1])]
         rows.append([f"{r['d']:,}", r["method"], f"{median:.2f}", f"{min(c.cpu_rounds(r)):.2f}",
                      f"{min(r['seconds_all']):.2f}", *ratio,
                      *(pages.num(r.get(k), "{:,}", "–") for k in ("fusions", "whiles",
@@ -258,7 +260,7 @@ def compile_latency(s: dict, p: dict, previous: dict | None = None) -> list[str]
             verdicts.append(_verdict(f"{r['method']}, d = {r['d']:,}: {median:.2f} CPU s, "
                                      f"median of {len(c.cpu_rounds(r))} rounds (target ≤ "
                                      f"{target} s on an idle core)", median <= target))
-    heads = _heads(list(names.values()), before)
+    heads = _heads([head for head, _, _ in kinds.values()], before)
     loads = ", ".join(str(x) for x in section["loads"])
     out = [f"## Compile latency: first call of each jitted step, {section['rounds']} "
            "interleaved rounds", pages.columns({
@@ -281,8 +283,7 @@ def compile_latency(s: dict, p: dict, previous: dict | None = None) -> list[str]
         f"{section['persistent_cache'] or 'off'}; load average before each round: {loads}."]
     for ref in refs if before else ():
         out += _repeatability({k: v for k, v in now.items() if k[2] == ref}, before,
-                              lambda m, d, _: f"{m} at d = {d:,}",
-                              what="shares of a round" if ref == c.ROUND else f"ratios ÷ {ref}")
+                              lambda m, d, _: f"{m} at d = {d:,}", what=kinds[ref][2])
     return out + [pages.bullets(verdicts)]
 
 
