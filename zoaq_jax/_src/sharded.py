@@ -143,7 +143,8 @@ def split_records(
         acquirer = expansion.fresh_acquirer(step._replace(centre=centre), params, key, kind,
                                             drawn)
         own = expansion.accept_or_expand(expansion.Expansion(
-            acquirer._replace(acquire=lambda i, size, _: acquirer.acquire(first + i, size)),
+            acquirer._replace(acquire=lambda i, size, before_loop: acquirer.acquire(
+                first + i, size, before_loop)),
             lambda cand: (0.0, True), params, Grid(per_device, per_device, per_device),
             k_start=per_device))
         r_all = jax.lax.all_gather(own.responses, axes, tiled=True)
