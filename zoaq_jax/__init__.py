@@ -23,7 +23,7 @@ from zoaq_jax._src.chain import Estimator, chain
 from zoaq_jax._src.controller import AdaptiveState, adaptive_estimator
 from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.history import History
-from zoaq_jax._src.host import host_errors, host_oracle
+from zoaq_jax._src.host import host_errors, host_oracle, numpy_generator
 from zoaq_jax._src.ledger import QueryLedger, check_responses
 from zoaq_jax._src.loop import BLIND_STEPS, STATUSES, Trace, run
 from zoaq_jax._src.policies import (
@@ -36,6 +36,7 @@ from zoaq_jax._src.policies import (
     Retention,
 )
 from zoaq_jax._src.monitor import ConsistencyState, monitor_consistency
+from zoaq_jax._src.oracle import NOISE_KEY
 from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
 from zoaq_jax._src.sequential import sequential
 from zoaq_jax._src.sharded import replicate
@@ -58,6 +59,7 @@ __all__ = [
     "Gate",
     "Grid",
     "History",
+    "NOISE_KEY",
     "Outcome",
     "QueryLedger",
     "Records",
@@ -82,6 +84,7 @@ __all__ = [
     "host_oracle",
     "mezo",
     "monitor_consistency",
+    "numpy_generator",
     "radazo",
     "replicate",
     "retention",

@@ -17,7 +17,7 @@ from typing import TypeAlias
 import jax
 import optax
 
-from zoaq_jax._src import budgets, checks, gates, retained
+from zoaq_jax._src import budgets, checks, gates, oracle, retained
 from zoaq_jax._src import retention as retentions
 from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.chain import chain
@@ -70,6 +70,7 @@ def zoaq(
     eps: float = 1e-8,
     refresh: int = retained.REFRESH,
     key: KeyLike = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAQ on the R-AdaZO backbone, the paper's optimizer with its flat settings.
 
@@ -87,7 +88,7 @@ def zoaq(
 
     Args:
       learning_rate: step size :math:`\eta` or an Optax schedule.
-      k_min, k_max, mu, key: see :func:`zoaq_estimator`.
+      k_min, k_max, mu, key, common_random_numbers: see :func:`zoaq_estimator`.
       n_hist, refresh: see :func:`retention.fifo`.
       tau0, beta_tau, b1: see :func:`gates.momentum`.
       b2, eps: see :func:`scale_by_radazo`.
@@ -116,6 +117,7 @@ def zoaq(
     estimator = zoaq_estimator(
         k_min, k_max, mu=mu, gate=gates.momentum(tau0=tau0, beta_tau=beta_tau, b1=b1),
         retention=retentions.fifo(n_hist, refresh=refresh), key=key,
+        common_random_numbers=common_random_numbers,
     )
     return _chain(estimator, scale_by_radazo(b1=b1, b2=b2, eps=eps), learning_rate)
 
@@ -133,6 +135,7 @@ def radazo(
     directions: str = "gaussian",
     key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""R-AdaZO: a fixed ``k``-direction estimate on the refined adaptive backbone.
 
@@ -142,7 +145,8 @@ def radazo(
     Args:
       learning_rate: step size or schedule.
       k: directions per step.
-      mu, difference, directions, key, mesh: see :func:`fixed_estimator`.
+      mu, difference, directions, key, mesh, common_random_numbers: see
+        :func:`fixed_estimator`.
       b1, b2, eps, eps_in_sqrt: see :func:`scale_by_radazo`.
 
     Returns:
@@ -160,7 +164,7 @@ def radazo(
     """
     return _chain(
         fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key,
-                        mesh=mesh),
+                        mesh=mesh, common_random_numbers=common_random_numbers),
         scale_by_radazo(b1=b1, b2=b2, eps=eps, eps_in_sqrt=eps_in_sqrt),
         learning_rate,
     )
@@ -179,6 +183,7 @@ def zo_adamm(
     directions: str = "gaussian",
     key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZO-AdaMM: a fixed ``k``-direction estimate on Adam-style moments.
 
@@ -188,7 +193,8 @@ def zo_adamm(
     Args:
       learning_rate: step size or schedule.
       k: directions per step.
-      mu, difference, directions, key, mesh: see :func:`fixed_estimator`.
+      mu, difference, directions, key, mesh, common_random_numbers: see
+        :func:`fixed_estimator`.
       b1, b2, eps, amsgrad: see :func:`scale_by_zo_adamm`.
 
     Returns:
@@ -206,7 +212,7 @@ def zo_adamm(
     """
     return _chain(
         fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key,
-                        mesh=mesh),
+                        mesh=mesh, common_random_numbers=common_random_numbers),
         scale_by_zo_adamm(b1=b1, b2=b2, eps=eps, amsgrad=amsgrad),
         learning_rate,
     )
@@ -221,12 +227,14 @@ def zo_sgd(
     directions: str = "gaussian",
     key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZO-SGD: :math:`x_{t+1} = x_t - \eta g_t` with a fixed ``k``-direction estimate.
 
     Args:
       learning_rate: step size or schedule.
-      k, mu, difference, directions, key, mesh: see :func:`fixed_estimator`.
+      k, mu, difference, directions, key, mesh, common_random_numbers: see
+        :func:`fixed_estimator`.
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`.
@@ -244,7 +252,7 @@ def zo_sgd(
     """
     return _chain(
         fixed_estimator(k=k, mu=mu, difference=difference, directions=directions, key=key,
-                        mesh=mesh),
+                        mesh=mesh, common_random_numbers=common_random_numbers),
         optax.identity(),
         learning_rate,
     )
@@ -259,6 +267,7 @@ def mezo(
     directions: str = "gaussian",
     key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""MeZO: ZO-SGD with central Gaussian differences and decoupled weight decay.
 
@@ -279,6 +288,8 @@ def mezo(
         ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
       mesh: split each step's directions over this mesh's devices (see
         :func:`fixed_estimator`).
+      common_random_numbers: see :func:`fixed_estimator` (objectives that take
+        ``noise_key``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`.
@@ -296,7 +307,7 @@ def mezo(
     checks.non_negative("weight_decay", weight_decay)
     return _chain(
         fixed_estimator(k=k, mu=mu, difference="central", directions=directions, key=key,
-                        mesh=mesh),
+                        mesh=mesh, common_random_numbers=common_random_numbers),
         optax.add_decayed_weights(weight_decay),
         learning_rate,
     )
@@ -316,6 +327,7 @@ def zoar(
     backbone: str = "radazo",
     refresh: int = retained.REFRESH,
     key: KeyLike = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator on a backbone (R-AdaZO by default, as in the paper).
 
@@ -323,7 +335,8 @@ def zoar(
 
     Args:
       learning_rate: step size or schedule.
-      k, n_hist, mu, difference, directions, refresh, key: see :func:`zoar_estimator`.
+      k, n_hist, mu, difference, directions, refresh, key, common_random_numbers: see
+        :func:`zoar_estimator`.
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"``, ``"zo_adamm"`` or ``"sgd"``.
 
@@ -342,7 +355,8 @@ def zoar(
       2025.
     """
     estimator = zoar_estimator(k=k, n_hist=n_hist, mu=mu, difference=difference,
-                               directions=directions, refresh=refresh, key=key)
+                               directions=directions, refresh=refresh, key=key,
+                               common_random_numbers=common_random_numbers)
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
 
 
@@ -360,6 +374,7 @@ def statzo(
     eps: float = 1e-8,
     backbone: str = "radazo",
     key: KeyLike = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""StatZO: norm-test adaptive sampling on a backbone (stabilized: R-AdaZO default).
 
@@ -368,7 +383,7 @@ def statzo(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, theta, mu, directions, difference, key: see
+      k_min, k_max, theta, mu, directions, difference, key, common_random_numbers: see
         :func:`statzo_estimator` (which also takes ``k_step`` and ``evaluation``).
       b1, b2, eps: backbone moments.
       backbone: ``"radazo"`` (the paper's stabilized StatZO), ``"zo_adamm"`` (the
@@ -389,7 +404,8 @@ def statzo(
       sampling strategies, 2024.
     """
     estimator = statzo_estimator(k_min, k_max, theta=theta, mu=mu, directions=directions,
-                                 difference=difference, key=key)
+                                 difference=difference, key=key,
+                                 common_random_numbers=common_random_numbers)
     return _chain(estimator, backbone_transform(backbone, b1, b2, eps), learning_rate)
 
 
@@ -407,6 +423,7 @@ def auto_k(
     b2: float = 0.99,
     eps: float = 1e-8,
     key: KeyLike = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""A tuning-free query budget on the R-AdaZO backbone (as :func:`zoaq`).
 
@@ -415,7 +432,8 @@ def auto_k(
 
     Args:
       learning_rate: step size or schedule.
-      k_min, k_max, mu, difference, directions, key: see :func:`auto_k_estimator`.
+      k_min, k_max, mu, difference, directions, key, common_random_numbers: see
+        :func:`auto_k_estimator`.
       window, floor: the settings of its rule :func:`budgets.progress` that a user may
         want to set (the others, and another backbone, through
         ``auto_k_estimator(budget=budgets.progress(...))`` in a chain).
@@ -440,5 +458,6 @@ def auto_k(
     estimator = auto_k_estimator(
         k_min, k_max, mu=mu, budget=budgets.progress(window=window, floor=floor),
         difference=difference, directions=directions, key=key,
+        common_random_numbers=common_random_numbers,
     )
     return _chain(estimator, scale_by_radazo(b1=b1, b2=b2, eps=eps), learning_rate)

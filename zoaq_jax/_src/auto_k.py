@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import optax
 
-from zoaq_jax._src import budgets, gates
+from zoaq_jax._src import budgets, gates, oracle
 from zoaq_jax._src.controller import adaptive_estimator
 from zoaq_jax._src.policies import BudgetRule, Grid, KeyLike
 
@@ -19,6 +19,7 @@ def auto_k_estimator(
     difference: str = "central",
     directions: str = "gaussian",
     key: KeyLike = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""A fixed-K estimator whose K follows the objective's progress (``auto_k``).
 
@@ -73,6 +74,8 @@ def auto_k_estimator(
         :mod:`zoaq_jax._src.directions`).
       key: integer seed or typed key; the default 0 is the same in every lane of a
         ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
+      common_random_numbers: see :func:`fixed_estimator` (objectives that take
+        ``noise_key``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator` for
@@ -100,5 +103,5 @@ def auto_k_estimator(
     return adaptive_estimator(
         gates.accept(), budgets.progress() if budget is None else budget,
         grid=Grid(k_min, k_max), mu=mu, difference=difference, directions=directions,
-        predraw=False, key=key,
+        predraw=False, key=key, common_random_numbers=common_random_numbers,
     )

@@ -74,6 +74,7 @@ class Execution(NamedTuple):
     evaluation: str = "loop"  # one of expansion.EVALUATIONS
     mesh: jax.sharding.Mesh | None = None
     combine: str = "psum"  # one of sharded.COMBINES
+    common: bool = oracle.COMMON_RANDOM_NUMBERS  # a difference's calls share a noise key
 
 
 def init(params: Params, policies: Policies, execution: Execution) -> AdaptiveState:
@@ -127,7 +128,7 @@ def step(
     grid, family = execution.grid, execution.family
     schedule, n_hist = execution.schedule, retention.capacity
     query = expansion.open_step(value_fn, params, extra_args, value, execution.mu,
-                               execution.difference, family)
+                               execution.difference, family, state.ledger, execution.common)
     step_key = schedule.step_key(state.ledger)
     scale = dirs.estimator_scale(family, params)
     k_start = jnp.where(query.centre_bad, grid.k_min, budget.start(state.budget))
@@ -193,6 +194,7 @@ def adaptive_estimator(
     key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
     combine: str = "psum",
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""An accept-or-expand estimator from a gate, a budget rule and a retention policy.
 
@@ -241,6 +243,7 @@ def adaptive_estimator(
         :mod:`zoaq_jax._src.sharded`); None (default): one device.
       combine: with ``mesh``, how the devices' records form the estimate:
         ``"psum"`` or ``"gather"`` (see :func:`fixed_estimator`).
+      common_random_numbers: see :func:`fixed_estimator`.
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` whose ``update(updates, state,
@@ -268,7 +271,8 @@ def adaptive_estimator(
     sharded.check(mesh, combine, grid=grid, n_hist=policies.retention.capacity,
                   evaluation=evaluation, second_moment=gate.second_moment)
     execution = Execution(grid, mu, difference, dirs.family(directions),
-                          ledger.KeySchedule.of(key), predraw, evaluation, mesh, combine)
+                          ledger.KeySchedule.of(key), predraw, evaluation, mesh, combine,
+                          oracle.common_random_numbers(common_random_numbers))
 
     def init_fn(params: Params) -> AdaptiveState:
         return init(params, policies, execution)

@@ -136,10 +136,16 @@ class StepOracle(NamedTuple):
 def open_step(
     value_fn: Callable[..., jax.Array], params: chex.ArrayTree, extra_args: dict[str, Any],
     value: jax.Array | None, mu: float | jax.Array,
-    difference: str, family: dirs.Family,
+    difference: str, family: dirs.Family, book: ledger.QueryLedger, common: bool,
 ) -> StepOracle:
-    """Binds ``value_fn`` to its data and queries the centre value if the scheme needs it."""
+    """Binds ``value_fn`` to its data and queries the centre value if the scheme needs it.
+
+    An objective that takes :data:`oracle.NOISE_KEY` gets the step's call keys from
+    ``book`` (the ledger before the step; ``common``: common random numbers), see
+    :func:`ledger.call_keys`."""
     diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
+    if oracle.takes_noise_key(value_fn):
+        diff = diff._replace(keys=ledger.call_keys(book, diff.centre_calls(value), common))
     centre, calls = diff.centre(params, value)
     bad = jnp.asarray(False) if centre is None else ~jnp.isfinite(centre)
     return StepOracle(diff, centre, calls, bad, diff.coarse(params, family))
@@ -185,7 +191,7 @@ def fresh_acquirer(
 
     if drawn is not None and evaluation != "loop":
         drawn = jax.tree.map(lambda x: x[skip:], drawn)
-        all_r, all_v = step.diff.responses(params, drawn, step.centre)
+        all_r, all_v = step.diff.responses(params, drawn, step.centre, 0)
 
         def acquire_precomputed(first: jax.Array | int, size: int, before_loop: bool = False
                                 ) -> tuple[jax.Array, jax.Array, chex.ArrayTree]:
@@ -204,7 +210,7 @@ def fresh_acquirer(
             u = dirs.pick_rows(drawn, skip + jnp.arange(first, first + size))
         else:
             u = jax.tree.map(lambda x: cut(x, skip + first, size), drawn)
-        return (*step.diff.responses(params, u, step.centre), u)
+        return (*step.diff.responses(params, u, step.centre, first), u)
 
     return Acquirer(acquire)
 

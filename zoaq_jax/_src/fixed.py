@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import optax
 
-from zoaq_jax._src import budgets, checks, gates
+from zoaq_jax._src import budgets, checks, gates, oracle
 from zoaq_jax._src.controller import adaptive_estimator
 from zoaq_jax._src.policies import Grid, KeyLike
 
@@ -19,6 +19,7 @@ def fixed_estimator(
     key: KeyLike = 0,
     mesh: jax.sharding.Mesh | None = None,
     combine: str = "psum",
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""Averages ``k`` fresh random-direction finite differences at the current point.
 
@@ -31,6 +32,24 @@ def fixed_estimator(
     plus one centre value a step), :math:`n` the number of finite responses and
     :math:`s` = :math:`d` for sphere directions, else 1. Non-finite responses are discarded
     (counted in ``num_nonfinite``); a step without any finite response returns zeros.
+
+    **Objectives with their own randomness** (every estimator and optimizer): a
+    ``value_fn`` with a parameter named ``noise_key`` (:data:`zoaq_jax.NOISE_KEY`) gets a
+    fresh typed PRNG key at every oracle call, ``value_fn(x, noise_key=k, **data)``,
+    filled by the estimator (a data keyword ``noise_key`` is refused): the key of the
+    call with index :math:`n`, the estimator's count of calls before it, is
+    ``fold_in(fold_in(key, 2**32 - 1), n)`` (a threefry key), so it is counted with its
+    call, reproducible from the state (a resumed run continues the stream), equal under
+    ``vmap`` to the seed's own run, and the same however a step's directions are
+    chunked or split over devices. With ``common_random_numbers=True`` (the default) the
+    two points of a central pair share their first call's key, and forward differences
+    share the key of the centre value the step queries: for noise the key reproduces, a
+    difference sees the change of the objective, not of the noise (the tutorial
+    measures it). Pass ``False`` where the noise stands for a source you could not
+    repeat (a physical measurement, COCO's noisy suite). ``host_oracle`` passes the key
+    on as its uint32 data (:func:`zoaq_jax.numpy_generator`); ``zoaq_jax.run``'s logging
+    evaluations get keys of their own. A ``value_fn`` without ``noise_key`` is called
+    exactly as before.
 
     Args:
       k: directions per step.
@@ -50,6 +69,8 @@ def fixed_estimator(
         sum: one collective fewer, ``k - k / n`` more draws per device); the estimate
         equals one device's to float32 rounding (bit for bit on a one-device mesh with
         ``"psum"``).
+      common_random_numbers: for a ``value_fn`` that takes ``noise_key``, whether the
+        calls of one difference share a key (above); a static bool.
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs`; its ``update(updates, state,
@@ -72,4 +93,5 @@ def fixed_estimator(
     return adaptive_estimator(
         gates.accept(), budgets.constant(k), grid=Grid(k, k), mu=mu, difference=difference,
         directions=directions, key=key, mesh=mesh, combine=combine,
+        common_random_numbers=common_random_numbers,
     )

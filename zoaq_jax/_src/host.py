@@ -24,7 +24,9 @@ def host_oracle(
     The wrapped function calls ``fn`` through :func:`jax.pure_callback` with NumPy
     arrays (convert to ``torch.from_numpy`` inside ``fn`` if needed) and keeps ``fn``'s
     signature, so keyword data is still matched by name; string keywords (a mode, a
-    name) reach ``fn`` unchanged. ``fn`` must be a pure function
+    name) reach ``fn`` unchanged. A ``fn`` naming ``noise_key`` gets every call's PRNG
+    key (see :func:`fixed_estimator`) as its raw uint32 data, as it gets any typed key
+    (``jax.random.key_data``; :func:`numpy_generator` makes a NumPy generator of it). ``fn`` must be a pure function
     of its arguments: JAX may call it in any order, and under ``jax.vmap`` or a batched
     ``while_loop`` it is also called for lanes whose result is discarded (those calls
     are not counted in ``num_queries``; they are wasted host work).
@@ -79,6 +81,8 @@ def host_oracle(
         _ERRORS.used += 1  # a host computation: an un-jitted update waits for it
         text = {k: v for k, v in kwargs.items() if isinstance(v, (str, bytes))}
         kwargs = {k: v for k, v in kwargs.items() if k not in text}
+        # typed PRNG keys (noise_key, carried key leaves) cross as their uint32 data
+        args, kwargs = jax.tree.map(_key_data, (args, kwargs))
         shapes = [jnp.shape(x) for x in jax.tree.leaves((args, kwargs))]
 
         @_recorded
@@ -100,6 +104,56 @@ def host_oracle(
         return jax.pure_callback(on_host, result, *args, vmap_method=method, **kwargs)
 
     return value_fn
+
+
+def _key_data(x: Any) -> Any:
+    """A typed PRNG key array as its raw uint32 data (NumPy cannot hold typed keys)."""
+    if jnp.issubdtype(jnp.result_type(x), jax.dtypes.prng_key):
+        return jax.random.key_data(x)
+    return x
+
+
+def numpy_generator(noise_key: Any) -> np.random.Generator:
+    r"""A NumPy random generator seeded by a call's key, for host objectives.
+
+    .. math:: \mathrm{noise\_key} \mapsto \mathrm{Generator}(\mathrm{PCG64}(
+      \mathrm{SeedSequence}(\mathrm{noise\_key})))
+
+    A :func:`host_oracle` function that names ``noise_key`` receives the call's key as
+    its raw data (``jax.random.key_data``: a uint32 array of shape ``(2,)``; one row
+    per evaluation, ``(n, 2)``, when ``vectorized``). This turns one key's data into a
+    :class:`numpy.random.Generator` whose stream is a function of the key alone
+    (its words are the :class:`numpy.random.SeedSequence`'s entropy), so a simulator
+    drawing from it is as reproducible as the keys: the same call gets the same draws,
+    other calls independent ones.
+
+    Args:
+      noise_key: one key's data (uint32 words), or a typed JAX key.
+
+    Returns:
+      A :class:`numpy.random.Generator`.
+
+    Example:
+      >>> import numpy as np, jax.numpy as jnp, zoaq_jax
+      >>> def simulate(x, noise_key):  # a NumPy simulator with its own randomness
+      ...     rng = zoaq_jax.numpy_generator(noise_key)
+      ...     return float(np.sum((x - rng.normal(size=x.shape)) ** 2))
+      >>> est = zoaq_jax.fixed_estimator(k=2)
+      >>> f = zoaq_jax.host_oracle(simulate)
+      >>> g, state = est.update(None, est.init(jnp.zeros(3)), jnp.zeros(3), value_fn=f)
+      >>> g.shape
+      (3,)
+
+    References:
+      NumPy documentation, Random Generator and SeedSequence.
+    """
+    words = np.asarray(_key_data(noise_key), np.uint32)
+    if words.ndim != 1:
+        raise ValueError(
+            f"numpy_generator takes one key's data (shape (2,) for threefry keys), got "
+            f"shape {words.shape}; with host_oracle(vectorized=True), make one generator "
+            "per row: [numpy_generator(k) for k in noise_key].")
+    return np.random.default_rng(np.random.SeedSequence(words.tolist()))
 
 
 class _Errors:

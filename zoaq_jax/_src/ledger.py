@@ -32,7 +32,13 @@ The counters are int32 scalars (per lane under ``vmap``) that **saturate** at
 ``COUNT_MAX`` is exact, a count equal to it means "at least that many".
 
 Keys follow one schedule: the direction with index ``i`` at step ``t`` is drawn from
-``fold_in(fold_in(key, t), i)``, so a record is reproducible from ``(t, i)`` alone.
+``fold_in(fold_in(key, t), i)``, so a record is reproducible from ``(t, i)`` alone. An
+objective that takes a key (:data:`zoaq_jax.NOISE_KEY`) gets, at the oracle call with
+index ``n`` (the count of calls before it), ``fold_in(noise_root, n)``: a stream of its
+own, ``noise_root = fold_in(key, NOISE_STREAM)`` with ``NOISE_STREAM = 2**32 - 1``
+above every step index (:func:`noise_root`, :func:`call_keys`); :func:`zoaq_jax.run`'s
+logging evaluations take ``fold_in(noise_root, LOG_CALLS + t)`` at step ``t``, above
+every call index (:func:`log_key`).
 
 The run key is stored as its raw ``uint32`` data (``jax.random.key_data``, a private
 copy) and wrapped again at use with the key implementation fixed when the estimator
@@ -147,6 +153,53 @@ class KeySchedule(NamedTuple):
                            first_value=jnp.full((), jnp.nan, jnp.float32),
                            best_value=jnp.full((), jnp.inf, jnp.float32),
                            blind_steps=zero())
+
+
+NOISE_STREAM = 2**32 - 1
+"""``fold_in`` data of the objective's key stream (:func:`noise_root`): never a step
+index (int32), so the stream is not any step's key."""
+
+LOG_CALLS = 2**31
+"""Where :func:`log_key`'s indices start: above every oracle call's index (an int32
+count), so a logging evaluation's key is never an estimator call's."""
+
+
+def noise_root(ledger: QueryLedger) -> jax.Array:
+    """The run key's stream of keys for an objective that takes one (``noise_key``).
+
+    ``fold_in(run_key, NOISE_STREAM)``, where the run key is taken as a threefry2x32 key
+    whatever the directions' implementation (its data's first two words; the further
+    words of an rbg key folded in): the objective's keys are counter-based threefry keys,
+    the same numbers on every backend and under any sharding, and derived from the state
+    alone, without the estimator's static settings (:func:`log_key` needs that).
+    """
+    words = ledger.key_data
+    root = jax.random.wrap_key_data(words[:2], impl="threefry2x32")
+    for i in range(2, words.shape[0]):
+        root = jax.random.fold_in(root, words[i])
+    return jax.random.fold_in(root, jnp.uint32(NOISE_STREAM))
+
+
+def call_keys(ledger: QueryLedger, centre_calls: int, common: bool) -> oracle.CallKeys:
+    """The keys of a step's oracle calls (:class:`oracle.CallKeys`): call ``n`` of the
+    estimator's life (``n`` = ``num_queries`` before it) gets ``fold_in(noise_root, n)``.
+
+    Args:
+      ledger: the ledger before the step.
+      centre_calls: 1 when the step queries a forward centre value (its first call).
+      common: the calls of one difference share a key (common random numbers).
+    """
+    return oracle.CallKeys(noise_root(ledger), ledger.num_queries.astype(jnp.uint32),
+                           centre_calls, common)
+
+
+def log_key(ledger: QueryLedger) -> jax.Array:
+    """The key of a logging evaluation (:func:`zoaq_jax.run`) after ``ledger.step`` steps:
+    ``fold_in(noise_root, LOG_CALLS + step)``; never an oracle call's key (their
+    indices are below ``LOG_CALLS``, and ``fold_in`` is one-to-one in its data), the
+    same at the same step of a resumed run."""
+    return jax.random.fold_in(noise_root(ledger),
+                              jnp.uint32(LOG_CALLS) + ledger.step.astype(jnp.uint32))
 
 
 def direction_keys(key: jax.Array, first: jax.Array | int, size: int) -> jax.Array:

@@ -56,6 +56,11 @@ class Trace(NamedTuple):
     are counted in ``num_log_evaluations`` (0 with ``log_values=False``, ``value`` is
     then NaN). With ``max_queries`` they are paid from the budget (see :func:`run`): a
     log point whose iterate has not moved since the last evaluation repeats its value.
+    An objective that takes ``noise_key`` (:data:`zoaq_jax.NOISE_KEY`) gets a key of
+    the logging evaluation's own: after the estimator's ``t``-th step,
+    ``fold_in(noise_root, 2**31 + t)`` (``noise_root`` the stream of its calls' keys,
+    whose indices stay below ``2**31``), so a logged value never reuses a call's noise,
+    and a resumed run logs what the uninterrupted one does.
     Diagnostics that the optimizer does not have are NaN (``last_score``, ``tau``) or 0.
     Every field has one row per log point except ``best_params``.
     """
@@ -272,7 +277,9 @@ def run(
         computes its updates from the keyword ``value_fn`` (``run`` passes no gradient).
       value_fn: the objective ``value_fn(params, **fn_kwargs) -> scalar``, a JAX
         function (wrap NumPy, PyTorch or simulator code in
-        :func:`zoaq_jax.host_oracle`).
+        :func:`zoaq_jax.host_oracle`); one with a parameter ``noise_key`` gets a fresh
+        key at every call (:func:`zoaq_jax.fixed_estimator`), and at every logging
+        evaluation a key of that evaluation's own (:class:`Trace`).
       params: initial parameters (any PyTree).
       num_steps: number of updates (at most, with a budget), a multiple of ``log_every``.
       log_every: trace period in steps.
@@ -469,6 +476,13 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
         _check_state(state, ledger.limit_queries(fresh, None))
         state = _capped(state, own)
     has_ledger = optax.tree.get(fresh, "num_queries") is not None
+    noisy = log_values and oracle.takes_noise_key(value_fn)  # logged with keys of their own
+    if noisy and not ledgers:
+        raise TypeError(
+            f"value_fn takes {oracle.NOISE_KEY!r}, a key that zoaq_jax estimators fill at "
+            "every call, but opt has no zoaq_jax estimator (no query ledger) to derive "
+            "the logging evaluations' keys from: use a zoaq_jax optimizer, or "
+            "log_values=False.")
     if max_queries is not None and not has_ledger:
         raise ValueError("max_queries: the optimizer has no query ledger (num_queries); "
                          "use a zoaq_jax estimator or drop max_queries.")
@@ -495,16 +509,23 @@ def _run(init, update, value_fn, params, kwargs, init_state, seed, max_queries, 
         logs: jax.Array  # int32, logging evaluations made
         moved: jax.Array  # bool, the iterate moved since the last logging evaluation
 
+    def logged(params: optax.Params, state: optax.OptState) -> jax.Array:
+        """The logged value at ``params``; an objective that takes a key gets the log
+        point's own (:func:`ledger.log_key`), never an estimator call's."""
+        if not noisy:
+            return f(params).astype(jnp.float32)
+        return f(params, ledger.log_key(_ledgers(state)[0])).astype(jnp.float32)
+
     def evaluate(carry: Carry) -> Carry:
         """The logged value at ``carry.params`` (and its cost, with a budget)."""
         if not log_values:
             return carry
         if not paid:
-            return carry._replace(value=f(carry.params).astype(jnp.float32),
+            return carry._replace(value=logged(carry.params, carry.state),
                                   logs=carry.logs + 1)
         used = _diagnostic(carry.state, "num_queries", 0, jnp.int32) - start + carry.logs
         call = carry.moved & (used < max_queries)
-        value = jax.lax.cond(call, lambda p: f(p).astype(jnp.float32),
+        value = jax.lax.cond(call, lambda p: logged(p, carry.state),
                              lambda p: jnp.where(carry.moved, jnp.nan, carry.value),
                              carry.params)
         logs = carry.logs + call.astype(jnp.int32)

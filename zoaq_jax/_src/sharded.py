@@ -5,7 +5,9 @@ With ``mesh=`` (a :class:`jax.sharding.Mesh` of :math:`n` devices, ``K`` divisib
 :math:`jK/n, \\dots, (j+1)K/n - 1` of the step. It regenerates those directions from the
 replicated step key with the single-device key schedule (direction :math:`i` from
 ``fold_in(step_key, i)``), evaluates the objective at its perturbed points (the params
-are replicated) and keeps its :math:`K/n` scalar responses. Only keys, scalars and at most
+are replicated; an objective that takes ``noise_key`` gets the keys of the calls'
+global indices, :class:`oracle.CallKeys`, as on one device) and keeps its :math:`K/n`
+scalar responses. Only keys, scalars and at most
 one all-reduce cross between devices. The estimate
 :math:`\\sum_i r_i u_i` is formed in one of two ways (``combine``):
 
@@ -135,13 +137,15 @@ def split_records(
     axes = tuple(mesh.axis_names)
     per_device = k // mesh.size
 
-    def local(params, key, centre):
+    def local(params, key, centre, calls):
         first = jax.lax.axis_index(axes) * per_device
         drawn = None
         if combine == "gather" and dirs.fits_in_batch(k, params):
             drawn = dirs.sample_many(kind, ledger.direction_keys(key, 0, k), params)
-        acquirer = expansion.fresh_acquirer(step._replace(centre=centre), params, key, kind,
-                                            drawn)
+        diff = step.diff if calls is None else step.diff._replace(
+            keys=step.diff.keys._replace(root=calls[0], first=calls[1]))
+        acquirer = expansion.fresh_acquirer(step._replace(diff=diff, centre=centre), params,
+                                            key, kind, drawn)
         own = expansion.accept_or_expand(expansion.Expansion(
             acquirer._replace(acquire=lambda i, size, before_loop: acquirer.acquire(
                 first + i, size, before_loop)),
@@ -162,8 +166,10 @@ def split_records(
     # The outputs are replicated (all-gathered, psum-med, or formed from those and the
     # replicated inputs), which JAX does not infer through all_gather: check_vma=False.
     replicated = PartitionSpec()
+    keys = step.diff.keys  # the objective's call keys (global direction indices), if any
+    calls = None if keys is None else (keys.root, keys.first)
     return jax.shard_map(local, mesh=mesh, in_specs=replicated, out_specs=replicated,
-                         check_vma=False)(params, key, step.centre)
+                         check_vma=False)(params, key, step.centre, calls)
 
 
 def candidate(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import optax
 
-from zoaq_jax._src import budgets, gates
+from zoaq_jax._src import budgets, gates, oracle
 from zoaq_jax._src.controller import adaptive_estimator
 from zoaq_jax._src.policies import Grid, KeyLike, valid_grid
 
@@ -20,6 +20,7 @@ def statzo_estimator(
     difference: str = "forward",
     evaluation: str = "loop",
     key: KeyLike = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""Adaptive sampling: grow K until the classical norm test holds.
 
@@ -55,6 +56,8 @@ def statzo_estimator(
         its candidates (see :func:`adaptive_estimator`).
       key: integer seed or typed key; the default 0 is the same in every lane of a
         ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
+      common_random_numbers: see :func:`fixed_estimator` (objectives that take
+        ``noise_key``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator`):
@@ -79,4 +82,5 @@ def statzo_estimator(
     return adaptive_estimator(
         gates.norm_test(theta=theta), budgets.constant(grid.k_min), grid=grid, mu=mu,
         difference=difference, directions=directions, evaluation=evaluation, key=key,
+        common_random_numbers=common_random_numbers,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import optax
 
-from zoaq_jax._src import budgets, gates
+from zoaq_jax._src import budgets, gates, oracle
 from zoaq_jax._src import retention as retentions
 from zoaq_jax._src.controller import adaptive_estimator
 from zoaq_jax._src.policies import BudgetRule, Gate, Grid, KeyLike, Retention
@@ -24,6 +24,7 @@ def zoaq_estimator(
     directions: str = "gaussian",
     evaluation: str = "loop",
     key: KeyLike = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAQ's accept-or-expand estimator with query reuse (Algorithm 1 of the paper).
 
@@ -82,6 +83,8 @@ def zoaq_estimator(
         its candidates (see :func:`adaptive_estimator`).
       key: integer seed or typed key; the default 0 is the same in every lane of a
         ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
+      common_random_numbers: see :func:`fixed_estimator` (objectives that take
+        ``noise_key``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` whose ``update(updates, state,
@@ -109,4 +112,5 @@ def zoaq_estimator(
         retentions.fifo() if retention is None else retention,
         grid=Grid(k_min, k_max, k_step), mu=mu, difference=difference,
         directions=directions, evaluation=evaluation, key=key,
+        common_random_numbers=common_random_numbers,
     )

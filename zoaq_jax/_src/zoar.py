@@ -35,6 +35,7 @@ def zoar_estimator(
     directions: str = "gaussian",
     refresh: int = retained.REFRESH,
     key: int | jax.Array = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""ZoAR's history-reuse estimator; history is counted in steps.
 
@@ -81,6 +82,9 @@ def zoar_estimator(
         rounding drift; see ``docs/design.md``).
       key: integer seed or typed key; the default 0 is the same in every lane of a
         ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
+      common_random_numbers: see :func:`fixed_estimator` (objectives that take
+        ``noise_key``); the central form's pairs share a key, the forward form has no
+        pairs (each value its own key).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator`
@@ -104,6 +108,7 @@ def zoar_estimator(
     retained.check_refresh(refresh)
     schedule = ledger.KeySchedule.of(key)
     checks.choice("difference", difference, oracle.DIFFERENCES)
+    common = oracle.common_random_numbers(common_random_numbers)
     family = dirs.family(directions)
     capacity = (n_hist + 1) * k
     forward = difference == "forward"
@@ -131,6 +136,8 @@ def zoar_estimator(
     def step_fn(state, params, value_fn, extra_args):
         """One step of ``k`` fresh directions."""
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
+        if oracle.takes_noise_key(value_fn):  # the calls' keys (no centre value)
+            diff = diff._replace(keys=ledger.call_keys(state.ledger, 0, common))
         keys = schedule.step_and_record_keys(  # every record's keys, fresh and retained
             state.ledger, k, *history.oldest(state.history, capacity), params)
         oldest = None  # the k oldest records, which a full buffer evicts: drawn at once
@@ -138,9 +145,9 @@ def zoar_estimator(
             oldest = dirs.sample_many(family, keys[1][:k], params)
         u = dirs.sample_many(family, keys[0], params)
         if forward:
-            fresh = midpoints = diff.values(params, u)
+            fresh = midpoints = diff.values(params, u, jnp.arange(k, dtype=jnp.uint32))
         else:
-            fresh, midpoints = diff.responses(params, u, None)
+            fresh, midpoints = diff.responses(params, u, None, 0)
         ok = jnp.isfinite(fresh)
         n_ok = jnp.sum(ok, dtype=jnp.int32)
         # mean f(x + mu u) (forward) or midpoint (central)
