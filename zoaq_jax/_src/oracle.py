@@ -154,12 +154,18 @@ def bind(value_fn: Callable[..., jax.Array], params: optax.Params,
 
 def takes_noise_key(value_fn: Callable[..., Any]) -> bool:
     """Whether ``value_fn`` receives a PRNG key at every call: it names a data parameter
-    :data:`NOISE_KEY` that ``functools.partial`` has not bound (a key bound by the caller
-    is the caller's choice, kept as it is)."""
+    :data:`NOISE_KEY` that ``functools.partial`` has not bound, itself or inside a
+    wrapper that keeps its signature (a key bound by the caller is the caller's choice,
+    kept as it is)."""
     signature = signature_of(value_fn)
     if signature is None or NOISE_KEY not in data_parameters(signature):
         return False
-    return not (isinstance(value_fn, functools.partial) and NOISE_KEY in value_fn.keywords)
+    fn: Any = value_fn
+    while fn is not None:  # through wrappers (functools.wraps: host_oracle, sequential)
+        if isinstance(fn, functools.partial) and NOISE_KEY in fn.keywords:
+            return False
+        fn = getattr(fn, "__wrapped__", None)
+    return True
 
 
 @functools.cache

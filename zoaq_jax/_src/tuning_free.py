@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from zoaq_jax._src import checks, gates, ledger
+from zoaq_jax._src import checks, gates, ledger, oracle
 from zoaq_jax._src import directions as dirs
 from zoaq_jax._src.budgets import ResetState, window_length, window_statistics
 from zoaq_jax._src.chain import Estimator
@@ -258,6 +258,7 @@ def tuning_free(
     q_data: float = 0.5,
     precision: float = 0.1,
     scale: float | None = None,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""A complete zeroth-order optimizer with no learning rate, K or smoothing to choose.
 
@@ -350,6 +351,8 @@ def tuning_free(
         of :math:`s`, so a start near but not at 0 (e.g. ``1e-6`` everywhere, where 0
         gives :math:`s = 1`) moves by steps of about :math:`10^{-8}` at first, never
         gets far, and its responses round to 0 (``num_zero_responses``).
+      common_random_numbers: see :func:`fixed_estimator` (objectives that take
+        ``noise_key``).
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (an :class:`Estimator`): its
@@ -414,7 +417,7 @@ def tuning_free(
     mu_e = MU_RATIO * learning_rate if mu is None else mu
     estimator = adaptive_estimator(
         gates.accept(), _external_budget(1), grid=Grid(1, k_max), mu=mu_e, predraw=False,
-        key=key)
+        key=key, common_random_numbers=common_random_numbers)
     f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
 
     def init_fn(params):
