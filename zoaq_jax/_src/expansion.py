@@ -144,8 +144,7 @@ def open_step(
     ``book`` (the ledger before the step; ``common``: common random numbers), see
     :func:`ledger.call_keys`."""
     diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
-    if oracle.takes_noise_key(value_fn):
-        diff = diff._replace(keys=ledger.call_keys(book, diff.centre_calls(value), common))
+    diff = ledger.with_call_keys(diff, value_fn, book, diff.centre_calls(value), common)
     centre, calls = diff.centre(params, value)
     bad = jnp.asarray(False) if centre is None else ~jnp.isfinite(centre)
     return StepOracle(diff, centre, calls, bad, diff.coarse(params, family))

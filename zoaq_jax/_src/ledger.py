@@ -180,6 +180,16 @@ def noise_root(ledger: QueryLedger) -> jax.Array:
     return jax.random.fold_in(root, jnp.uint32(NOISE_STREAM))
 
 
+def with_call_keys(diff: oracle.FiniteDifference, value_fn: Callable[..., Any],
+                   ledger: QueryLedger, centre_calls: int, common: bool
+                   ) -> oracle.FiniteDifference:
+    """``diff`` with the step's call keys (:func:`call_keys`) when ``value_fn`` takes one
+    (:func:`oracle.takes_noise_key`); else ``diff`` itself, the program unchanged."""
+    if not oracle.takes_noise_key(value_fn):
+        return diff
+    return diff._replace(keys=call_keys(ledger, centre_calls, common))
+
+
 def call_keys(ledger: QueryLedger, centre_calls: int, common: bool) -> oracle.CallKeys:
     """The keys of a step's oracle calls (:class:`oracle.CallKeys`): call ``n`` of the
     estimator's life (``n`` = ``num_queries`` before it) gets ``fold_in(noise_root, n)``.

@@ -136,8 +136,7 @@ def zoar_estimator(
     def step_fn(state, params, value_fn, extra_args):
         """One step of ``k`` fresh directions."""
         diff = oracle.FiniteDifference(oracle.bind(value_fn, params, extra_args), mu, difference)
-        if oracle.takes_noise_key(value_fn):  # the calls' keys (no centre value)
-            diff = diff._replace(keys=ledger.call_keys(state.ledger, 0, common))
+        diff = ledger.with_call_keys(diff, value_fn, state.ledger, 0, common)  # no centre
         keys = schedule.step_and_record_keys(  # every record's keys, fresh and retained
             state.ledger, k, *history.oldest(state.history, capacity), params)
         oldest = None  # the k oldest records, which a full buffer evicts: drawn at once
