@@ -25,7 +25,8 @@ from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.history import History
 from zoaq_jax._src.host import host_errors, host_oracle, numpy_generator
 from zoaq_jax._src.ledger import QueryLedger, check_responses
-from zoaq_jax._src.loop import BLIND_STEPS, STATUSES, Trace, run
+from zoaq_jax._src.loop import BLIND_STEPS, STATUSES, Trace
+from zoaq_jax._src.run import run
 from zoaq_jax._src.policies import (
     BudgetRule,
     Evidence,
