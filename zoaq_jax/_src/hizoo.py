@@ -153,13 +153,16 @@ def hizoo_estimator(
 
     Args:
       k: directions per step (the paper: 1).
-      mu: perturbation scale :math:`\mu > 0` (the paper's and MeZO's 1e-3).
+      mu: perturbation scale :math:`\mu > 0` (the paper's and MeZO's 1e-3). In float32
+        keep :math:`\mu \gtrsim 3 \cdot 10^{-4} \sqrt{|f|}`: below it the rounding of
+        :math:`\delta` dominates :math:`\hat H` and :math:`h` grows without bound.
       alpha: smooth scale :math:`\alpha \in [0, 1)` of the Hessian's moving average;
         the default 1e-8 is the public code's documented setting for LLMs
         (``HESSIAN_SMOOTH_TYPE=constant1e-8``). The estimate's noise is of order
         :math:`d` times its mean at every coordinate, so a useful :math:`\alpha` falls
-        with the dimension: at :math:`d` = 100, 1e-8 leaves :math:`h` at 1 for any
-        practical run (measured in ``docs/design.md``, HiZOO).
+        with the dimension (of order :math:`1/d^2`); 1e-8 moves :math:`h` by about
+        :math:`\alpha\, \mathrm{tr}(H) / 2` relative per step, nothing at
+        :math:`d` = 100 (both derived in ``docs/design.md``, HiZOO).
       hessian_estimate: ``"paper"`` (default) or ``"code"``, the public code's biased
         estimate (see above).
       key: integer seed or typed key; the default 0 is the same in every lane of a
