@@ -197,7 +197,7 @@ def hizoo_estimator(
     def init_fn(params):
         return HiZOOState(
             ledger=schedule.init(params),
-            hessian=jax.tree.map(lambda z: None if z is None else z + 1, dirs.zeros(params)),
+            hessian=jax.tree.map(lambda z: z + 1, dirs.zeros(params)),  # None on key leaves
             hessian_skips=jnp.zeros((), jnp.int32))
 
     def update_fn(updates, state, params, *, value_fn, value=None, **extra_args):
@@ -213,8 +213,7 @@ def hizoo_estimator(
         f0, centre_calls = oracle.FiniteDifference(fn, mu, "forward").centre(params, value)
         pair = oracle.FiniteDifference(fn, mu, "central")
         coarse = pair.coarse(params, _GAUSSIAN)
-        h = state.hessian
-        scale = jax.tree.map(lambda hi: None if hi is None else jax.lax.rsqrt(hi), h)
+        scale = jax.tree.map(jax.lax.rsqrt, state.hessian)  # Sigma^{1/2} = h^{-1/2}
         step_key = schedule.step_key(state.ledger)
         chunk = _chunk(k, params)
 
