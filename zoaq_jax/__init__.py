@@ -27,7 +27,8 @@ from zoaq_jax._src.history import History
 from zoaq_jax._src.hizoo import HiZOOState, hizoo_estimator
 from zoaq_jax._src.host import host_errors, host_oracle
 from zoaq_jax._src.ledger import QueryLedger, check_responses
-from zoaq_jax._src.loop import BLIND_STEPS, STATUSES, Trace, run
+from zoaq_jax._src.loop import BLIND_STEPS, STATUSES, Trace
+from zoaq_jax._src.run import run
 from zoaq_jax._src.policies import (
     BudgetRule,
     Evidence,

@@ -376,7 +376,7 @@ def test_every_hyperparameter_and_diagnostic_has_a_unique_name(name):
 @pytest.mark.parametrize("name", REPRESENTATIVES)
 def test_vmap_over_seeds_equals_unbatched_runs(name):
     """Lane 0 of a vmapped run is the unbatched run with seed 0: counts exactly, floats
-    to rounding (XLA may fuse batched arithmetic differently; see design.md)."""
+    to rounding (XLA may fuse batched arithmetic differently; see docs/design/determinism.md)."""
     entry = REGISTRY[name]
     batched = jax.jit(jax.vmap(lambda seed: scanned(entry.make(key=seed), entry, INJECTABLE)))(
         jnp.arange(2))

@@ -6,8 +6,7 @@ another transformation), so ``optax.tree.get(state, ...)`` reaches the estimator
 diagnostics and any member can be swapped by building the chain by hand.
 ``learning_rate`` must be a finite number > 0 (a Python number or an array of shape
 ``()``) or an Optax schedule. Parameter leaves are floating-point arrays or Python
-floats; PRNG key leaves are carried (their update is ``None``; see ``docs/design.md``,
-Dtypes).
+floats; PRNG key leaves are carried (their update is ``None``; see ``docs/design/dtypes.md``).
 """
 
 from __future__ import annotations

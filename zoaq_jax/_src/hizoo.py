@@ -16,7 +16,7 @@ from zoaq_jax._src.policies import KeyLike
 
 HESSIAN_ESTIMATES = ("paper", "code")
 """The diagonal Hessian estimates :func:`hizoo_estimator` offers: the paper's (default)
-and the public code's (``docs/design.md``, Where the paper and public code differ)."""
+and the public code's (``docs/design/paper_and_code.md``)."""
 
 _GAUSSIAN = dirs.family("gaussian")  # the estimate's algebra needs E[u_j^4] = 3
 
@@ -162,7 +162,7 @@ def hizoo_estimator(
         :math:`d` times its mean at every coordinate, so a useful :math:`\alpha` falls
         with the dimension (of order :math:`1/d^2`); 1e-8 moves :math:`h` by about
         :math:`\alpha\, \mathrm{tr}(H) / 2` relative per step, nothing at
-        :math:`d` = 100 (both derived in ``docs/design.md``, HiZOO).
+        :math:`d` = 100 (both derived in ``docs/design/hizoo.md``).
       hessian_estimate: ``"paper"`` (default) or ``"code"``, the public code's biased
         estimate (see above).
       key: integer seed or typed key; the default 0 is the same in every lane of a

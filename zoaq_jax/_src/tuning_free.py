@@ -22,7 +22,7 @@ from zoaq_jax._src.radazo import ScaleByRAdaZOState, refined_moments
 
 DECAY = 0.25
 """The fraction of a told budget over which the step decays to 0 (chosen on the tuning
-set: ``docs/design.md``, tuning_free)."""
+set: ``docs/design/tuning_free.md``)."""
 
 
 def final_decay(spent: jax.Array, budget: int) -> jax.Array:
@@ -35,7 +35,7 @@ def final_decay(spent: jax.Array, budget: int) -> jax.Array:
 
 MU_RATIO = 16.0
 r"""The smoothing radius per unit of step, :math:`\mu_t = \kappa\, \eta_t` (chosen on the
-tuning set: ``docs/design.md``, tuning_free)."""
+tuning set: ``docs/design/tuning_free.md``)."""
 
 RAMP_CEILING = 1.0
 """The start-up ramp's largest step, in units of :math:`s` (a step the size of the start
@@ -517,11 +517,11 @@ def _control(c: StepControl, est: AdaptiveState, took, informed, unit, divisor, 
         q_data=q_data, precision=precision)
     stalled, rose = stalled & c.have_prev, rose & c.have_prev
     # A data-noise stall confirms the pending one only if the two windows together did not
-    # fall significantly either (a slow fall shows over their span: docs/design.md).
+    # fall significantly either (a slow fall shows over their span: docs/design/tuning_free_rounds_6_to_8.md).
     span_fell = c.before_mean - mean > z * jnp.sqrt(c.before_se2 + se2)
     stalled = stalled & ~(c.pending & data_noise & span_fell)
     # Data noise halves the step only when two windows in a row stall on it (one such stall
-    # is as likely a slow fall that one window's noise hides: docs/design.md).
+    # is as likely a slow fall that one window's noise hides: docs/design/tuning_free.md).
     data_stall = stalled & ~rose & data_noise
     blamed = data_stall & c.pending & ~c.data_noise_off
     opened = data_stall & ~c.pending  # a first data-noise stall: pending from here
