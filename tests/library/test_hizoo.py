@@ -179,3 +179,13 @@ def test_bad_options_are_refused_at_construction():
         zoaq_jax.hizoo_estimator(0)
     with pytest.raises(TypeError, match="alpha must be a real scalar"):
         zoaq_jax.hizoo(1e-3, alpha="1e-3")
+
+
+def test_a_new_alpha_under_inject_hyperparams_does_not_recompile():
+    opt = optax.inject_hyperparams(zoaq_jax.hizoo, static_args=("k",))(
+        learning_rate=1e-2, alpha=0.1, key=0)
+    step = jax.jit(lambda s: opt.update(None, s, X, value_fn=bowl)[1])
+    state = opt.init(X)
+    first = optax.tree.get(step(state), "hessian")
+    other = optax.tree.get(step(optax.tree.set(state, alpha=jnp.float32(0.5))), "hessian")
+    assert not np.array_equal(first, other) and step._cache_size() == 1
