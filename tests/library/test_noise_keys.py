@@ -73,7 +73,8 @@ def steps(est, value_fn, n, x=X, **kw):
 @pytest.mark.parametrize("make", [
     lambda: zoaq_jax.statzo_estimator(2, 5, common_random_numbers=False),  # forward: centre
     lambda: zoaq_jax.zoar_estimator(2, n_hist=2, common_random_numbers=False),
-], ids=["statzo-forward", "zoar"])
+    lambda: zoaq_jax.hizoo_estimator(2, alpha=1e-2, common_random_numbers=False),
+], ids=["statzo-forward", "zoar", "hizoo"])
 def test_each_call_gets_the_key_of_its_index_and_retained_records_take_none(make):
     rec = Recorder()
     est = make()

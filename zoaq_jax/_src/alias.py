@@ -322,6 +322,7 @@ def hizoo(
     hessian_estimate: str = "paper",
     weight_decay: float = 0.0,
     key: KeyLike = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""HiZOO: MeZO's step preconditioned by a diagonal Hessian learned from one more call.
 
@@ -336,7 +337,8 @@ def hizoo(
 
     Args:
       learning_rate: step size :math:`\eta` or an Optax schedule.
-      k, mu, alpha, hessian_estimate, key: see :func:`hizoo_estimator`.
+      k, mu, alpha, hessian_estimate, key, common_random_numbers: see
+        :func:`hizoo_estimator`.
       weight_decay: :math:`\lambda \ge 0`.
 
     Returns:
@@ -355,7 +357,8 @@ def hizoo(
     """
     checks.non_negative("weight_decay", weight_decay)
     return _chain(
-        hizoo_estimator(k, mu=mu, alpha=alpha, hessian_estimate=hessian_estimate, key=key),
+        hizoo_estimator(k, mu=mu, alpha=alpha, hessian_estimate=hessian_estimate, key=key,
+                        common_random_numbers=common_random_numbers),
         optax.add_decayed_weights(weight_decay),
         learning_rate,
     )

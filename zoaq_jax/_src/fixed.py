@@ -42,8 +42,9 @@ def fixed_estimator(
     call, reproducible from the state (a resumed run continues the stream), equal under
     ``vmap`` to the seed's own run, and the same however a step's directions are
     chunked or split over devices. With ``common_random_numbers=True`` (the default) the
-    two points of a central pair share their first call's key, and forward differences
-    share the key of the centre value the step queries: for noise the key reproduces, a
+    two points of a central pair share their first call's key, and where the step
+    queries a centre value (forward differences, HiZOO), which is in all of its
+    differences, every call shares the centre's key: for noise the key reproduces, a
     difference sees the change of the objective, not of the noise (the tutorial
     measures it). Pass ``False`` where the noise stands for a source you could not
     repeat (a physical measurement, COCO's noisy suite). ``host_oracle`` passes the key

@@ -108,6 +108,7 @@ def hizoo_estimator(
     alpha: float = 1e-8,
     hessian_estimate: str = "paper",
     key: KeyLike = 0,
+    common_random_numbers: bool = oracle.COMMON_RANDOM_NUMBERS,
 ) -> optax.GradientTransformationExtraArgs:
     r"""HiZOO's estimate: central pairs along :math:`\Sigma_t^{1/2} u`, with
     :math:`\Sigma_t^{-1}` a diagonal Hessian learned from one more call a step.
@@ -167,6 +168,9 @@ def hizoo_estimator(
         estimate (see above).
       key: integer seed or typed key; the default 0 is the same in every lane of a
         ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
+      common_random_numbers: see :func:`fixed_estimator` (objectives that take
+        ``noise_key``); with it the centre :math:`f_0` and the step's pairs share the
+        centre's key, so :math:`\delta_i` too differences out the noise.
 
     Returns:
       An :class:`optax.GradientTransformationExtraArgs` (see :func:`fixed_estimator`
@@ -193,6 +197,7 @@ def hizoo_estimator(
     checks.decay("alpha", alpha)
     checks.choice("hessian_estimate", hessian_estimate, HESSIAN_ESTIMATES)
     schedule = ledger.KeySchedule.of(key)
+    common = oracle.common_random_numbers(common_random_numbers)
 
     def init_fn(params):
         return HiZOOState(
@@ -209,9 +214,13 @@ def hizoo_estimator(
 
     def step_fn(state, params, value_fn, value, extra_args):
         fn = oracle.bind(value_fn, params, extra_args)
-        # the centre f(x) through the library's centre helper (counted unless given)
-        f0, centre_calls = oracle.FiniteDifference(fn, mu, "forward").centre(params, value)
-        pair = oracle.FiniteDifference(fn, mu, "central")
+        # the centre f(x) through the library's centre helper (counted unless given),
+        # then the pairs; an objective that takes noise_key gets each call's key
+        centre = oracle.FiniteDifference(fn, mu, "forward")
+        centre = ledger.with_call_keys(centre, value_fn, state.ledger,
+                                       centre.centre_calls(value), common)
+        f0, centre_calls = centre.centre(params, value)
+        pair = centre._replace(scheme="central")
         coarse = pair.coarse(params, _GAUSSIAN)
         scale = jax.tree.map(jax.lax.rsqrt, state.hessian)  # Sigma^{1/2} = h^{-1/2}
         step_key = schedule.step_key(state.ledger)
@@ -221,8 +230,7 @@ def hizoo_estimator(
             u = dirs.sample_many(_GAUSSIAN, ledger.direction_keys(step_key, first, chunk),
                                  params)
             scaled = jax.tree.map(lambda ui, si: ui * si, u, scale)
-            both = jax.tree.map(lambda x: jnp.concatenate([x, -x]), scaled)
-            plus, minus = jnp.split(pair.values(params, both), 2)  # objective's precision
+            plus, minus = pair.pair_values(params, scaled, first)  # objective's precision
             r = ((plus - minus) / (2 * mu)).astype(jnp.float32)
             ok = jnp.isfinite(r)
             delta = jnp.where(ok, plus + minus - 2 * f0, jnp.nan).astype(jnp.float32)

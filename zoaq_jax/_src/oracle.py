@@ -255,19 +255,21 @@ class CallKeys(NamedTuple):
     (``num_queries``), gets the key ``fold_in(root, n)``, where ``root`` is the run key's
     noise stream (:func:`zoaq_jax._src.ledger.noise_root`). A step's calls are numbered
     in the order they are counted, from ``first``, the ledger's count before the step:
-    a forward centre value the step queries first (offset 0), then fresh direction
-    :math:`i` (its index in the step, whatever chunk buys it) at ``centre_calls + i``
-    (forward) or its plus and minus points at :math:`2i` and :math:`2i + 1` (central).
+    a centre value the step queries first (offset 0), then fresh direction :math:`i`
+    (its index in the step, whatever chunk buys it) at ``centre_calls + i`` (forward) or
+    its plus and minus points at ``centre_calls + 2i`` and ``centre_calls + 2i + 1``
+    (central; HiZOO queries a centre too).
     So a key is counted with its call, reproducible from the ledger alone (a resumed run
     continues the stream), equal under ``vmap`` to the seed's own, and the same however
     the step's directions are chunked, predrawn or split over devices. Retained records
     make no call and take no key.
 
     With ``common`` (common random numbers, ``common_random_numbers=True``), the calls of
-    one difference share the key of its first call: a central pair both use :math:`2i`;
-    forward differences share the key of the centre value the step queries (offset 0),
-    which is in all of them (a centre value the caller passes as ``value`` is the
-    caller's call: the points then have keys of their own). For noise that the points'
+    one difference share the key of its first call: a central pair both use
+    :math:`2i`; a centre value the step queries is in every difference of the step
+    (forward differences, HiZOO's second differences), so then every call of the step
+    shares the centre's key (offset 0). A centre value the caller passes as ``value``
+    is the caller's call: the points then have keys of their own. For noise that the points'
     common key reproduces (a simulation's random draws), a difference then sees how
     the objective changes, not how two draws differ: the noise in the difference falls
     with ``mu`` instead of growing as ``1 / mu``.
@@ -290,11 +292,11 @@ class CallKeys(NamedTuple):
         """The offsets of the keys used at fresh directions ``first .. first+size-1`` of
         the step: their plus points, or with ``minus`` their central minus points."""
         i = jnp.asarray(first, jnp.uint32) + jnp.arange(size, dtype=jnp.uint32)
+        if self.common and self.centre_calls:  # the centre is in every difference
+            return jnp.zeros((size,), jnp.uint32)
         if scheme == "forward":
-            if self.common and self.centre_calls:
-                return jnp.zeros((size,), jnp.uint32)  # the centre value's key
             return self.centre_calls + i
-        return 2 * i + (1 if minus and not self.common else 0)
+        return self.centre_calls + 2 * i + (1 if minus and not self.common else 0)
 
 
 class FiniteDifference(NamedTuple):
@@ -389,13 +391,22 @@ class FiniteDifference(NamedTuple):
                                else keys.offsets(self.scheme, first, size))
             r, value = (plus - centre) / self.mu, plus
         else:
-            both = jax.tree.map(lambda u: jnp.concatenate([u, -u]), directions)
-            offsets = None if keys is None else jnp.concatenate(
-                [keys.offsets(self.scheme, first, size),
-                 keys.offsets(self.scheme, first, size, minus=True)])
-            plus, minus = jnp.split(self.values(params, both, offsets), 2)
+            plus, minus = self.pair_values(params, directions, first)
             r, value = (plus - minus) / (2 * self.mu), (plus + minus) / 2
         return r.astype(jnp.float32), value.astype(jnp.float32)
+
+    def pair_values(self, params: optax.Params, directions: optax.Updates,
+                    first: jax.Array | int = 0) -> tuple[jax.Array, jax.Array]:
+        """``(f(x + mu u_i), f(x - mu u_i))`` for the step's fresh directions ``first,
+        first + 1, ...`` (a leading axis), in one vectorised call, in the objective's
+        precision (at least float32); with ``keys``, each call with its key."""
+        keys, size = self.keys, jax.tree.leaves(directions)[0].shape[0]
+        both = jax.tree.map(lambda u: jnp.concatenate([u, -u]), directions)
+        offsets = None if keys is None else jnp.concatenate(
+            [keys.offsets("central", first, size),
+             keys.offsets("central", first, size, minus=True)])
+        plus, minus = jnp.split(self.values(params, both, offsets), 2)
+        return plus, minus
 
 
 def mean_value(value_sum: jax.Array, n_ok: jax.Array) -> jax.Array:
