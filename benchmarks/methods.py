@@ -229,6 +229,7 @@ BASES: dict[str, Base] = {
                      fixed_budget=True),
     "mezo": Base("MeZO", zoaq_jax.fixed_estimator, backbone="sgd", fixed_budget=True),
     "zoar": Base("ZoAR", zoaq_jax.zoar_estimator),
+    "hizoo": Base("HiZOO", zoaq_jax.hizoo_estimator, backbone="sgd"),
 }
 
 

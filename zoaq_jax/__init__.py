@@ -10,6 +10,7 @@ keyword ``value_fn`` and its data as keywords named after ``value_fn``'s paramet
 from zoaq_jax import budgets, gates, retention
 from zoaq_jax._src.alias import (
     auto_k,
+    hizoo,
     mezo,
     radazo,
     statzo,
@@ -23,9 +24,11 @@ from zoaq_jax._src.chain import Estimator, chain
 from zoaq_jax._src.controller import AdaptiveState, adaptive_estimator
 from zoaq_jax._src.fixed import fixed_estimator
 from zoaq_jax._src.history import History
+from zoaq_jax._src.hizoo import HiZOOState, hizoo_estimator
 from zoaq_jax._src.host import host_errors, host_oracle
 from zoaq_jax._src.ledger import QueryLedger, check_responses
-from zoaq_jax._src.loop import BLIND_STEPS, STATUSES, Trace, run
+from zoaq_jax._src.loop import BLIND_STEPS, STATUSES, Trace
+from zoaq_jax._src.run import run
 from zoaq_jax._src.policies import (
     BudgetRule,
     Evidence,
@@ -59,6 +62,7 @@ __all__ = [
     "Evidence",
     "Gate",
     "Grid",
+    "HiZOOState",
     "History",
     "Outcome",
     "QueryLedger",
@@ -79,6 +83,8 @@ __all__ = [
     "check_responses",
     "fixed_estimator",
     "gates",
+    "hizoo",
+    "hizoo_estimator",
     "host_errors",
     "host_oracle",
     "mezo",

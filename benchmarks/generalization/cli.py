@@ -16,7 +16,8 @@ Examples:
   python -m benchmarks generalization --render docs/results/generalization_heldout.json.xz
   python -m benchmarks generalization --preset tuning --keep-curves --out OUT
   python -m benchmarks generalization --race OUT/generalization_tuning.json.xz --out OUT
-      (racing lanes simulated on a run made with --keep-curves: design round 10)
+      (racing lanes simulated on a run made with --keep-curves: OUT/racing_tuning.json.xz
+      and OUT/racing_tuning.md; --render OUT/racing_tuning.json.xz writes the page again)
 
 Writes OUT/generalization_<set>.json.xz, PNG figures under OUT/generalization/ and the
 Markdown report OUT/generalization_<set>.md.
@@ -121,4 +122,5 @@ COMMAND = Command(
 
 
 def main(args: argparse.Namespace) -> int:
-    return racing.main(args) if args.race else run_command(COMMAND, args)
+    racing_file = args.race or (args.render and racing.is_racing(args.render))
+    return run_command(racing.COMMAND if racing_file else COMMAND, args)

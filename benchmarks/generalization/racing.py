@@ -1,7 +1,7 @@
-"""Racing lanes (issue 32's design (c), design round 10): several (learning rate, K) lanes
-or ``tuning_free`` first steps raced inside one budget by successive halving, simulated on
-stored curves and scored by the generalization pages' own query regret. A measurement, not
-an optimizer.
+"""Racing lanes: several (learning rate, K) lanes or ``tuning_free`` first steps raced
+inside one budget by successive halving, simulated on stored curves and scored by the
+generalization pages' own query regret. A measurement, not an optimizer
+(``docs/design/tuning_free_rounds_8b_to_10.md``, "Design round 10").
 
 The input is a generalization results file written with ``--keep-curves`` (every lane's
 per-seed gap curve). A race on a problem and a seed:
@@ -32,8 +32,16 @@ Gaussian noise of the standard deviation between the seeds of that lane's gap at
 calls (a model, not a measured one-batch spread; on deterministic objectives as
 ``"oracle"``). Each comparison costs one call a compared lane either way.
 
+``python -m benchmarks generalization --race RESULTS`` is a command of the template
+(:class:`benchmarks.experiment.Command`, :data:`COMMAND`): a run record, the results file
+``OUT/racing_<set>.json.xz`` (every race's regret rows under both selections, the prefix
+check's rows) and the page ``OUT/racing_<set>.md``, which ``--render`` writes again from
+that file alone.
+
 Example:
   python -m benchmarks generalization --race /tmp/race12/tuning/generalization_tuning.json.xz \
+      --out /tmp/race12/tuning
+  python -m benchmarks generalization --render /tmp/race12/tuning/racing_tuning.json.xz \
       --out /tmp/race12/tuning
 """
 
@@ -48,10 +56,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import anytime, common, flags, pages
-from benchmarks.experiment import read_results
+from benchmarks import anytime, common, flags, pages, presets
+from benchmarks.experiment import Command, read_results
 from benchmarks.generalization import experiment
 from benchmarks.generalization.objectives import SETS
+from benchmarks.record import RunRecord
 
 FIRST = 250  # calls: the anytime race's first phase (B_0)
 TF = "tuning_free"  # the lane names of tuning_free's first steps (x1/4, x1, x4 of 8e-3)
@@ -70,7 +79,7 @@ class Race:
 
 
 # Candidates, scored on the tuning set; the one chosen there is the only one scored on the
-# held-out set (design round 10).
+# held-out set.
 SETS_OF_LANES = {
     "K1 x0.5-x4": ("K=1", "x0.5 K=1", "x2 K=1", "x4 K=1"),
     "K1 x0.25-x4": ("K=1", "x0.25 K=1", "x0.5 K=1", "x2 K=1", "x4 K=1"),
@@ -301,10 +310,13 @@ def table(rows: Sequence[Mapping[str, Any]], key: str) -> str:
     return pages.table(["problem", "method", *(f"{b:,.0f}" for b in budgets)], body)
 
 
-def summary(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Per method, median and worst over the cells against both envelopes."""
+def summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str] | None = None) -> str:
+    """Per method (of ``methods`` only, if given), median and worst over the cells against
+    both envelopes."""
     body = []
     for method, stats in experiment.overall(list(rows)).items():
+        if methods is not None and method not in methods:
+            continue
         grid = np.concatenate([r["regret_grid"] for r in rows if r["method"] == method])
         body.append([stats["label"], str(stats["cells"]), anytime.fmt(stats["median_grid"]),
                      anytime.fmt(stats["max_grid"]), str(int(np.sum(grid > 2.0))),
@@ -331,33 +343,97 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {REPS})")
 
 
-def main(args: argparse.Namespace) -> int:
-    """Scores the races on ``args.race`` under both selections; writes the page and JSON."""
+@dataclass(frozen=True)
+class Config:
+    """A race scoring: the results file raced (written with ``--keep-curves``), its set, the
+    races, the noise draws a cell, and the prefix check's two files (or none)."""
+
+    source: str
+    set: str
+    races: tuple[str, ...]
+    reps: int = REPS
+    prefix: tuple[str, ...] = ()
+
+
+def configs(args: argparse.Namespace) -> list[Config]:
+    """The scoring of ``--race`` (its file read and checked before anything is scored)."""
     data = experiment_read(args.race)
-    set_name = data["config"]["set"]
-    races = [RACES[n] for n in args.races or RACES]
-    parts, stored = [], {}
-    for noise in NOISE:
-        rows = score(data["results"], races, noise, set_name, args.reps or REPS)
-        stored[noise] = rows
-        parts += [f"## Selection: {noise}", summary(rows),
-                  "### Against the (lr, K) grid's envelope", table(rows, "regret_grid"),
-                  "### Against the fixed-K envelope", table(rows, "regret")]
-    if args.prefix:
-        short, long = (experiment_read(p)["results"] for p in args.prefix)
+    return [Config(str(args.race), data["config"]["set"], tuple(args.races or RACES),
+                   args.reps or REPS, tuple(map(str, args.prefix or ())))]
+
+
+def compute(config: Config, args: argparse.Namespace, _) -> dict[str, list]:
+    """Every race's regret rows under both selections (:data:`NOISE`) and the prefix
+    check's rows."""
+    data = experiment_read(Path(config.source))
+    races = [RACES[n] for n in config.races]
+    scored = [{**row, "selection": noise} for noise in NOISE
+              for row in score(data["results"], races, noise, config.set, config.reps)]
+    prefix = (prefix_rows(*(experiment_read(Path(p))["results"] for p in config.prefix))
+              if config.prefix else [])
+    return {"results": scored, "prefix": prefix}
+
+
+def stored(config: Config, computed: dict[str, list], record: RunRecord) -> dict[str, Any]:
+    return {"record": record.as_dict(), "config": presets.as_dict(config), **computed}
+
+
+def _floats(value: Any) -> Any:
+    """``value`` with the infinities a results file stores as ``"inf"`` / ``"-inf"``
+    (:func:`benchmarks.common.to_jsonable`) read back as floats."""
+    if isinstance(value, dict):
+        return {k: _floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    return float(value) if value in ("inf", "-inf") else value
+
+
+def page(config: Config, data: dict[str, Any], args: argparse.Namespace) -> Path:
+    """The racing page of a results file: the races against ``tuning_free`` (the answer,
+    oracle selection), then every row under both selections and the prefix check."""
+    rows = {noise: [_floats(r) for r in data["results"] if r["selection"] == noise]
+            for noise in NOISE}
+    races = [RACES[n].name for n in config.races]
+    parts = []
+    for noise, mine in rows.items():
+        parts += [f"## Selection: {noise}", summary(mine),
+                  "### Against the (lr, K) grid's envelope", table(mine, "regret_grid"),
+                  "### Against the fixed-K envelope", table(mine, "regret")]
+    if data.get("prefix"):
         parts += ["## Prefix check", pages.table(
-            ["problem", "lane", "shorter run", "largest relative difference"],
-            prefix_rows(short, long))]
-    chosen = " ".join(f"'{n}'" for n in args.races or [])
-    md = args.out / f"racing_{set_name}.md"
-    md.write_text(f"# Racing lanes on the {set_name} set (simulated)\n\nCommand: `python -m "
-                  f"benchmarks generalization --race {args.race}"
-                  f"{' --races ' + chosen if chosen else ''} --reps {args.reps or REPS}"
-                  f"{' --prefix ' + ' '.join(map(str, args.prefix)) if args.prefix else ''} --out "
-                  f"{args.out}`\n\n" + "\n\n".join(parts) + "\n")
-    common.write_json(args.out / f"racing_{set_name}.json", stored)
-    print(md.read_text())
-    return 0
+            ["problem", "lane", "shorter run", "largest relative difference"], data["prefix"])]
+    record = RunRecord.from_dict(data["record"])
+    path = args.report or args.out / f"racing_{config.set}.md"
+    return pages.page(
+        path, f"Racing lanes on the {config.set} set (simulated)",
+        question="Would racing several lanes inside one budget (successive halving, simulated "
+                 "on the stored curves of a generalization run) beat one `tuning_free` run, "
+                 "in query regret against the (learning rate, K) grid and the best fixed K?",
+        answer=summary(rows["oracle"], [*races, TF]) + "\n\n" + pages.columns({
+            "selection": "oracle: a comparison sees each lane's true gap (the section "
+                         "Selection: seeds below has the noisy one)",
+            "cells > 2, ∞ vs grid": "cells of regret above 2 and never reached"}),
+        run=record.command,
+        setup="\n".join([*pages.record_lines(record), pages.bullets([
+            f"Raced: `{config.source}` ({config.set} set), its records' per-seed curves.",
+            f"Races: {', '.join(races)}; {config.reps} noise draws a cell under the seeds "
+            "selection (its median scored).",
+            "Each comparison costs one call a compared lane."])]),
+        sections=parts, command="generalization")
+
+
+COMMAND = Command(
+    "generalization", configs, compute, stored,
+    lambda config, args: args.out / f"racing_{config.set}{common.RESULTS}",
+    lambda data: presets.from_dict(Config, data["config"]), page,
+    skip=("render", "preset", "set", "problems", "methods", "seeds", "budget", "lr_scales",
+          "keep_curves", "workers"))
+"""``generalization --race``, on the command template."""
+
+
+def is_racing(path: Path) -> bool:
+    """Whether ``path`` is a racing results file (one :data:`COMMAND` wrote)."""
+    return "races" in flags.read_results(path, "--render").get("config", {})
 
 
 def experiment_read(path: Path) -> dict[str, Any]:

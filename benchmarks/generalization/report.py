@@ -1,6 +1,7 @@
-"""The generalization page: query regret per problem and budget against the (learning
-rate, K) grid's envelope and the best fixed K's, their median and worst over the set, which
-point makes each envelope, how K moved, and the anytime figures."""
+"""The generalization pages: the median and worst query regret over the set (the answer),
+which point makes each envelope, how K moved and the figures on ``generalization_<set>.md``;
+the query regret per problem and budget against the (learning rate, K) grid's envelope and
+the best fixed K's on ``generalization_<set>_problems.md``."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from benchmarks import record as run_record
 from benchmarks.generalization import experiment
 from benchmarks.generalization.objectives import SETS
 
-# Issue 32's targets on the held-out set: against the (lr, K) envelope median <= 1, worst
-# <= 2; against the fixed-K envelope at the rule's lr worst <= 1.
+# The targets on the held-out set: against the (lr, K) envelope median <= 1, worst <= 2;
+# against the fixed-K envelope at the rule's lr worst <= 1.
 TARGETS = {"median_grid": 1.0, "max_grid": 2.0, "max": 1.0}
 TITLES = {"heldout": "Held-out objectives: query regret against the (learning rate, K) grid "
                      "and the best fixed K",
@@ -26,6 +27,16 @@ ENVELOPE = "best_fixed_k"  # the fixed-K envelope, scored against the grid's
 
 def _calls(b: float) -> str:
     return f"{b:,.0f}"
+
+
+def question(config: experiment.Config) -> str:
+    """What the page answers."""
+    which = {"heldout": "held-out objectives (never used to choose a default)",
+             "tuning": "objectives of the tuning set (the set the defaults were chosen on)"}
+    return (f"Run without tuning, how close does each method come to the best (learning rate, "
+            f"K) point and to the best fixed K chosen in hindsight, on {len(config.problems)} "
+            f"{which[config.set]}? Query regret at a budget: the calls a method needs to reach "
+            "the envelope's gap there, over the budget (at most 1: as good; ∞: never).")
 
 
 def header(config: experiment.Config, record: run_record.RunRecord) -> str:
@@ -58,7 +69,8 @@ def header(config: experiment.Config, record: run_record.RunRecord) -> str:
         "the library defaults. Schedule-free (optax.contrib.schedule_free_*) is left out: "
         "it queries at one point and returns another (its average), and this harness scores "
         "the point the optimizer queries.",
-        f"- Design rounds that scored the held-out set: {config.heldout_rounds}.",
+        f"- Times the held-out set has been scored, this run's included (each score may "
+        f"inform a later default): {config.heldout_rounds}.",
         "- lr and mu from one rule chosen on the tuning set: lr = 1e-3 s, mu = 5e-3 s, with "
         "s the RMS of the start distribution (never tuned per problem).",
         f"- {anytime.rule()} Against the grid: the same, with the grid's envelope. A run "
@@ -84,24 +96,23 @@ def summary_table(summary: dict[str, dict[str, Any]]) -> str:
               met(s, "median_grid"), met(s, "max_grid"), "—" if m == ENVELOPE else met(s, "max"),
               ", ".join(_label(p) for p in s.get("above_1_grid", s["above_1"])) or "none"]
              for m, s in summary.items()]
-    return pages.columns({
-        "(problem, budget) cells": "the query regrets of the tables below, pooled (the best "
-                                   "fixed K's row comes from envelope runs that stop at the "
-                                   "largest budget B, so its cell at B reads <= 1 or ∞, where "
-                                   "a scored method's is measured up to "
+    return pages.table(
+        ["method", "(problem, budget) cells", "median vs (lr, K) grid", "worst vs (lr, K) grid",
+         "median vs fixed K", "worst vs fixed K", f"grid median <= {TARGETS['median_grid']:g}",
+         f"grid worst <= {TARGETS['max_grid']:g}", f"fixed-K worst <= {TARGETS['max']:g}",
+         "problems above 1 vs the grid"], table) + "\n\n" + pages.columns({
+        "(problem, budget) cells": "the query regrets of the per-problem tables, pooled (the "
+                                   "best fixed K's row comes from envelope runs that stop at "
+                                   "the largest budget B, so its cell at B reads <= 1 or ∞, "
+                                   "where a scored method's is measured up to "
                                    f"{experiment.EXTEND}; compare the two rows below B)",
         "median, worst vs (lr, K) grid": "their median and maximum against the grid's "
                                          "envelope",
         "median, worst vs fixed K": "the same against the best fixed K at the rule's lr",
         f"grid median <= {TARGETS['median_grid']:g}, grid worst <= {TARGETS['max_grid']:g}, "
-        f"fixed-K worst <= {TARGETS['max']:g}": "issue 32's targets met",
+        f"fixed-K worst <= {TARGETS['max']:g}": "the held-out targets met",
         "problems above 1 vs the grid": "the problems where some budget has regret above 1 "
-                                        "against the grid's envelope"}) + (
-        "\n\n" + pages.table(
-        ["method", "(problem, budget) cells", "median vs (lr, K) grid", "worst vs (lr, K) grid",
-         "median vs fixed K", "worst vs fixed K", f"grid median <= {TARGETS['median_grid']:g}",
-         f"grid worst <= {TARGETS['max_grid']:g}", f"fixed-K worst <= {TARGETS['max']:g}",
-         "problems above 1 vs the grid"], table))
+                                        "against the grid's envelope"})
 
 
 def regret_table(rows, key: str) -> str:
@@ -126,7 +137,7 @@ def envelope_table(rows) -> str:
              for name, rs in pages.grouped(rows, "problem").items()]
     return pages.columns({
         "best fixed K at each budget": "the K whose mean gap is the fixed-K envelope at the "
-                                       "budgets of the tables above",
+                                       "budgets of the per-problem tables",
         "best (lr, K) point at each budget": "the grid point whose mean gap is the grid's "
                                              "envelope there (xS: S times the rule's lr)"}) + (
         "\n\n" + pages.table(["problem", "best fixed K at each budget",
@@ -138,7 +149,7 @@ def k_table(rows) -> str:
               " → ".join(f"{k:.3g}" for k in r["k_at"]), f"{np.mean(r['k_changes']):.3g}"]
              for r in rows if r["method"] != ENVELOPE and np.mean(r["k_changes"] or [0]) > 0]
     return pages.columns({
-        "mean K at each budget": "the method's K at the budgets of the tables above, mean "
+        "mean K at each budget": "the method's K at the budgets of the per-problem tables, mean "
                                  "over the seeds (methods whose K moves)",
         "K changes a run (logged)": "changes of K between log rows, mean over the seeds"}) + (
         "\n\n" + pages.table(["problem", "method", "mean K at each budget",
@@ -169,20 +180,67 @@ def plot_curves(results, path: Path, key: str, ylabel: str) -> Path:
                         xlim=(experiment.FIRST_BUDGET / 4, None))
 
 
+def plot_summary(rows, summary, path: Path, set_label: str) -> Path:
+    """Every (problem, budget) cell's query regret against the (learning rate, K) grid's
+    envelope, one row of dots per method (∞ at the right edge), its median marked: how
+    close each method, run without tuning, comes to the best grid point in hindsight."""
+    plt = pages.pyplot()
+    methods = [m for m in summary if "median_grid" in summary[m]]
+    fig, ax = plt.subplots(figsize=(7.6, 0.42 * len(methods) + 1.3))
+    top, rng = 100.0, np.random.default_rng(0)
+    for i, m in enumerate(methods):
+        cells = np.concatenate([r["regret_grid"] for r in rows if r["method"] == m])
+        shown = np.where(np.isfinite(cells), np.clip(cells, 1e-2, top), 2 * top)
+        colour = "C1" if m.startswith("tuning_free") else "C0" if m == ENVELOPE else "0.45"
+        ax.scatter(shown, i + rng.uniform(-0.18, 0.18, shown.size), s=9, color=colour,
+                   alpha=0.6, linewidths=0)
+        median = summary[m]["median_grid"]
+        ax.plot([min(median, 2 * top)] * 2, [i - 0.32, i + 0.32], color="k", lw=2)
+    ax.axvline(1.0, color="k", ls="--", lw=0.8)
+    ax.set(xscale="log", xlim=(1e-2 / 1.5, 3 * top), ylim=(len(methods) - 0.5, -0.5),
+           yticks=range(len(methods)), xlabel="query regret against the best (lr, K) point in "
+           "hindsight (≤ 1: as good)")
+    ax.set_yticklabels([summary[m]["label"] for m in methods], fontsize=8)
+    ax.set_xticks([1e-2, 1e-1, 1, 10, 100, 2 * top], ["0.01", "0.1", "1", "10", "100", "∞"])
+    ax.set_title(f"{set_label}, every (problem, budget) cell; bar: the median", fontsize=9)
+    return pages.save_figure(fig, path)
+
+
 def page(config: experiment.Config, results, rows, summary, record, out: Path,
          report_path: Path) -> Path:
+    """The set's page (the answer: the median and worst regret; the figures) and its
+    per-problem page beside it (``<page stem>_problems.md``)."""
     stem = f"generalization_{config.set}"
-    figures = [("Mean gap against oracle calls (fixed K at the rule's lr thin)", plot_curves(
+    report_path = Path(report_path)
+    problems_path = report_path.with_name(f"{report_path.stem}_problems.md")
+    labels = {"heldout": f"{len(config.problems)} held-out objectives",
+              "tuning": f"The tuning set's {len(config.problems)} objectives"}
+    figures = [("Query regret of every cell against the (learning rate, K) grid",
+                plot_summary(rows, summary, out / "generalization" / f"{stem}_summary.png",
+                             labels[config.set])),
+               ("Mean gap against oracle calls (fixed K at the rule's lr thin)", plot_curves(
                    results, out / "generalization" / f"{stem}_gap.png", "curves", "gap")),
                ("K against oracle calls (mean over seeds)", plot_curves(
                    results, out / "generalization" / f"{stem}_k.png", "k_curves", "K"))]
-    return pages.page(report_path, TITLES[config.set], [
-        header(config, record),
-        "## Median and worst query regret over the set", summary_table(summary),
-        "## Query regret against the (learning rate, K) grid's envelope, per problem and "
-        "budget (calls)", regret_table(rows, "regret_grid"),
-        "## Query regret against the best fixed K at the rule's learning rate",
-        regret_table(rows, "regret"),
-        "## Which point makes each envelope", envelope_table(rows),
-        "## How K moved", k_table(rows), "## Figures", pages.images(figures, report_path)],
-        "generalization")
+    setup = header(config, record)
+    pages.page(problems_path, f"{TITLES[config.set]}: per problem",
+               question="Per problem and budget, what is each method's query regret against "
+                        "the (learning rate, K) grid's envelope and against the best fixed "
+                        "K, and which point makes each envelope?",
+               answer=pages.images(figures[1:2], problems_path), run=record.command,
+               setup=f"As on [the set's page]({pages.link(report_path, problems_path)}), "
+                     "whose tables pool these cells.\n\n" + setup,
+               sections=["## Query regret against the (learning rate, K) grid's envelope, per "
+                         "problem and budget (calls)", regret_table(rows, "regret_grid"),
+                         "## Query regret against the best fixed K at the rule's learning "
+                         "rate", regret_table(rows, "regret")],
+               command="generalization")
+    return pages.page(
+        report_path, TITLES[config.set], question=question(config),
+        answer=summary_table(summary), run=record.command, setup=setup,
+        sections=[f"The query regret per problem and budget: [{problems_path.name}]"
+                  f"({pages.link(problems_path, report_path)}).",
+                  "## Which point makes each envelope", envelope_table(rows),
+                  "## How K moved", k_table(rows), "## Figures",
+                  pages.images(figures, report_path)],
+        command="generalization")

@@ -190,7 +190,7 @@ def grid_lines(payload: dict[str, Any]) -> list[str]:
             f"Best dev loss within the run's {payload['config']['budget']:,} FE (mean ± std "
             f"over seeds). The grid run here: {extent}. Best grid point: "
             f"{groups[best][0]['label']}, "
-            f"{pages.pm(*loss[best], '{:.4f}')}. Issue 32's target: a method run without "
+            f"{pages.pm(*loss[best], '{:.4f}')}. The target: a method run without "
             "tuning within the seed spread of it (the sum of the two stds).",
             pages.bullets(lines)]
 

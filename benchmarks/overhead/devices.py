@@ -114,27 +114,41 @@ def measure(args: Preset) -> list[dict]:
 
 
 def render(record: dict, path: Path) -> None:
-    rows = [(f"{r['d']:,}", r["devices"], r["combine"], r["steps"], f"{r['calls_per_s']:,.0f}",
-             f"{r['time_vs_no_mesh']:.2f}") for r in record["rows"]]
+    dims = list(dict.fromkeys(r["d"] for r in record["rows"]))
+    by = {(r["devices"], r["combine"], r["d"]): r for r in record["rows"]}
+    rows = [[n, combine, *(cell for d in dims for cell in (
+        (f"{by[n, combine, d]['calls_per_s']:,.0f}", f"{by[n, combine, d]['time_vs_no_mesh']:.2f}")
+        if (n, combine, d) in by else ("–", "–")))]
+        for n, combine in dict.fromkeys((r["devices"], r["combine"]) for r in record["rows"])]
+    steps = ", ".join(f"{by[key]['steps']} at d = {key[2]:,}" for key in
+                      dict.fromkeys(next(k for k in by if k[2] == d) for d in dims))
     machine = record["machine"]
-    pages.page(path, "Directions across devices: calls/s against device count", [
-        f"Command: `{record['command']}`",
-        f"Run: started {record['started']}; load average before/after "
-        f"{record['load_before']} / {record['load_after']}.",
-        run_record.machine_line(machine) + (
-            f" Devices: {machine['device_count']} fake CPU devices sharing those cores."
-            if machine["backend"] == "cpu" else ""),
-        f"R-AdaZO, K = {record['k']} central directions, quadratic, one seed; median of "
-        f"{record['repeats']} interleaved timings of the steps shown, compilation excluded.",
-        pages.columns({
+    fake = machine["backend"] == "cpu"
+    pages.page(
+        path, "Directions across devices: calls/s against device count",
+        question=f"How do oracle calls per second change when each step's K = {record['k']} "
+                 "directions are split over several devices, against one device without a "
+                 f"mesh{' (fake CPU devices sharing the cores)' if fake else ''}?",
+        answer=pages.table(["devices", "combine", *(h for d in dims for h in (
+            f"calls/s, d = {d:,}", f"time vs no mesh, d = {d:,}"))], rows) + "\n\n"
+        + pages.columns({
             "devices": "devices the directions of a step are split over",
             "combine": "psum: one all-reduce of the devices' partial sums; gather: every "
                        "device draws all K directions and the K responses are all-gathered",
-            "steps": "steps a timing", "calls/s": "oracle calls (2 K a step) per second",
+            "calls/s": "oracle calls (2 K a step) per second",
             "time vs no mesh": "seconds over those of one device without a mesh at the same "
                                "d"}),
-        pages.table(["d", "devices", "combine", "steps", "calls/s", "time vs no mesh"], rows),
-    ], "devices")
+        run=record["command"],
+        setup="\n\n".join([
+            f"Run: started {record['started']}; load average before/after "
+            f"{record['load_before']} / {record['load_after']}.",
+            run_record.machine_line(machine) + (
+                f" Devices: {machine['device_count']} fake CPU devices sharing those cores."
+                if fake else ""),
+            f"R-AdaZO, K = {record['k']} central directions, quadratic, one seed; median of "
+            f"{record['repeats']} interleaved timings, compilation excluded; steps a timing: "
+            f"{steps}."]),
+        sections=[], command="devices")
 
 
 def _configs(args: argparse.Namespace) -> list[Preset]:

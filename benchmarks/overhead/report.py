@@ -1,4 +1,6 @@
-"""The speed page (``overhead.md``) and its figures, rendered from the JSON record alone."""
+"""The speed page (``overhead.md``) and its figures, rendered from the JSON record alone.
+The page opens with its answer: the compare section's calls/s against Open_ES where the run
+has it, else the compile section's latencies, else the dims section's figure."""
 
 from __future__ import annotations
 
@@ -313,6 +315,43 @@ def figures(s: dict, folder: Path) -> list[Path]:
     return out
 
 
+def _answer_compare(s: dict, p: dict) -> tuple[str, str]:
+    records, now = s["compare"], compare_ratios(s["compare"])
+    loop = any(r["method"] == LOOP for r in records)
+    seeds = p["compare_seeds"]
+    lanes = seeds if isinstance(seeds, int) else len(seeds)
+    question = (f"How many oracle calls per second does each method make on a d = "
+                f"{p['compare_dim']:,} quadratic with {lanes} vmapped seeds, against evosax's "
+                "Open_ES"
+                f"{' and a hand-written PyTorch loop' if loop else ''}?")
+    ratios = [VS_OPEN_ES, VS_FIXED, *([VS_LOOP] if loop else [])]
+    rows = [[r["label"], r["kind"], f"{r['calls_per_second']:,.0f}",
+             *(pages.num(now.get((r["method"], name)), "{:,.2f}", "–") for name in ratios)]
+            for r in records]
+    return question, pages.table(["method", "kind", "useful calls/s", VS_OPEN_ES, VS_FIXED,
+                                  *(["calls/s vs the PyTorch loop"] if loop else [])], rows)
+
+
+def _answer_compile(s: dict) -> tuple[str, str]:
+    from benchmarks.overhead import compile as c
+
+    section, now = s["compile"], c.ratios(s["compile"])
+    dims_ = list(dict.fromkeys(r["d"] for r in section["rows"]))
+    by = {(r["method"], r["d"]): r for r in section["rows"]}
+    rows = [[m, *(pages.num(c.median_cpu(by[m, d]) if (m, d) in by else None, "{:.2f}", "–")
+                  for d in dims_),
+             *(pages.num(now.get((m, d, "adam")), "{:.2f}", "–") for d in dims_)]
+            for m in dict.fromkeys(r["method"] for r in section["rows"])]
+    question = ("How long does the first call of each alias's jitted step take (tracing and "
+                "compilation, CPU seconds), against optax.adam's step and evosax's Open_ES?")
+    return question, pages.table(
+        ["program", *(f"CPU s, d = {d:,}" for d in dims_), *(f"÷ adam, d = {d:,}" for d in dims_)],
+        rows) + "\n\n" + pages.columns({
+            "CPU s": "the median over rounds, caches cleared before each (the section below "
+                     "has the minimum, the wall time and every round)",
+            "÷ adam": "over optax.adam's step in the same round, the median over rounds"})
+
+
 def render(record: dict, path: Path, folder: Path, previous: dict | None = None) -> Path:
     """Writes the generated block of the report ``path`` and the figures under ``folder``
     (``previous``: an earlier record of the same command, whose ratios the compare, dims
@@ -321,25 +360,37 @@ def render(record: dict, path: Path, folder: Path, previous: dict | None = None)
     m, p = record["machine"], record["preset"]
     loads = ", ".join(f"{k.removeprefix('load_').replace('_', ' ')} {record[k]}"
                       for k in record if k.startswith("load_"))
-    parts = [f"Command: `{record['command']}`"]
+    setup = []
     if record.get("record"):  # the harness's run record (start, wall time, versions)
-        parts.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
+        setup.append(run_record.run_line(run_record.RunRecord.from_dict(record["record"])))
     clock = {"cpu": " of the process's CPU time", "wall": " of wall time"}.get(
         record.get("clock", "wall"), "")
     timed = "" if not any(s.get(n) for n in SECTIONS) else (
         f" Run time excludes compilation; {record.get('statistic', 'median')}{clock} over "
         f"{p['repeats']} interleaved rounds (compare, dims), {max(1, p['repeats'] // 3)} "
         f"(seeds), order rotated each round{_round_loads(record)}.")
-    parts.append(
+    setup.append(
         f"{run_record.machine_line(m)} {record['pinned_cores']} of the cores used"
         f"{_pinning(record)}. Load "
         f"average (1 min): {loads}. Peak RSS of the process: {record['peak_rss_mib']:,.0f} "
         f"MiB.{timed}")
+    parts = []
     before = previous["sections"] if previous else None
     for name, section in SECTIONS.items():
         if s.get(name):
             parts += section(s, p, before)
     if s.get("compile"):
         parts += compile_latency(s, p, before and before.get("compile"))
-    parts += [f"![{x.stem}]({pages.link(x, path)})" for x in figures(s, Path(folder) / path.stem)]
-    return pages.page(path, "Speed: oracle calls per second", parts, "overhead")
+    drawn = figures(s, Path(folder) / path.stem)
+    if s.get("compare"):
+        question, answer = _answer_compare(s, p)
+    elif s.get("compile"):
+        question, answer = _answer_compile(s)
+    else:
+        question = ("How does the cost of an oracle call grow with d, against R-AdaZO K=10 "
+                    "and evosax's Open_ES (one seed, a quadratic)?")
+        answer, drawn = f"![{drawn[-1].stem}]({pages.link(drawn[-1], path)})", drawn[:-1]
+    parts += [f"![{x.stem}]({pages.link(x, path)})" for x in drawn]
+    return pages.page(path, "Speed: oracle calls per second", question=question, answer=answer,
+                      run=record["command"], setup="\n\n".join(setup), sections=parts,
+                      command="overhead")

@@ -1,4 +1,6 @@
-"""Figures and the Markdown report of a synthetic run."""
+"""Figures and the Markdown pages of a synthetic run: a steps-mode page opens with the
+final gap and calls of every method on every function, a budget-mode page with the median
+and worst query regret of every method."""
 
 from __future__ import annotations
 
@@ -142,6 +144,18 @@ def main_tables(results, protocol: Protocol) -> str:
     return "\n\n".join(parts)
 
 
+def answer_table(results) -> str:
+    """The steps pages' answer: per method (a row), per function, the final gap (mean ±
+    std over seeds) and the mean oracle calls."""
+    functions = list(pages.grouped(results, "function"))
+    by = {(r["function"], r["label"]): r for r in results}
+    rows = [[label, *(cell for f in functions for cell in (
+        _gap_and_calls(by[f, label]) if (f, label) in by else [pages.MISSING] * 2))]
+        for label in dict.fromkeys(r["label"] for r in results)]
+    return pages.table(["method", *(head for f in functions for head in (
+        f"{function_label(f)}: final gap", "calls"))], rows)
+
+
 def speed_table(results) -> str:
     rows = []
     for function, rs in pages.grouped(results, "function").items():
@@ -246,14 +260,30 @@ def budget_summary_table(rows) -> str:
                         if fixed is not None else ("—", "—")),
                       ", ".join(function_label(r["function"]) for r in mine
                                 if r["max_grid"] > 1.0) or "none"])
-    return pages.columns({
-        "cells": "the (function, budget) regrets of the tables below, pooled",
+    return pages.table(
+        ["method", "cells", "median vs (lr, K) grid", "worst vs (lr, K) grid",
+         "median vs fixed K", "worst vs fixed K", "functions above 1 vs the grid"],
+        table) + "\n\n" + pages.columns({
+        "method": "the methods of the R-AdaZO family (the family the grid is made of)",
+        "cells": "the (function, budget) regrets of the per-budget tables, pooled",
         "median, worst vs (lr, K) grid": "their median and maximum against the grid's envelope",
         "median, worst vs fixed K": "the same against the best fixed K at the lr",
         "functions above 1 vs the grid": "where some budget has regret above 1 against the "
-                                         "grid's envelope"}) + "\n\n" + pages.table(
-        ["method", "cells", "median vs (lr, K) grid", "worst vs (lr, K) grid",
-         "median vs fixed K", "worst vs fixed K", "functions above 1 vs the grid"], table)
+                                         "grid's envelope"})
+
+
+def budget_answer(rows) -> str:
+    """A page without the grid: per backbone and scored method, over every (function,
+    budget) cell, the median and worst regret against the best fixed K."""
+    table = [[label, backbone, len(cells), anytime.fmt(np.median(cells)),
+              anytime.fmt(cells.max()), ", ".join(
+                  function_label(r["function"]) for r in mine if r["max"] > 1.0) or "none"]
+             for (backbone, label), mine in pages.grouped(
+                 [dict(r, key=(r["backbone"], r["label"])) for r in rows if not _envelope(r)],
+                 "key").items()
+             for cells in [np.concatenate([r["regret"] for r in mine])]]
+    return pages.table(["method", "backbone", "(function, budget) cells", "median vs fixed K",
+                        "worst vs fixed K", "functions above 1"], table)
 
 
 def _envelope(row) -> bool:
@@ -344,21 +374,34 @@ SPEED = pages.columns({
                 "uncounted evaluations meanwhile)"})
 
 
+def steps_question(p: Protocol) -> str:
+    """What a steps-mode page answers."""
+    run = f"d = {p.dim:,}, {p.steps:,} steps, {len(p.seeds)} seeds"
+    if p.name == "main":
+        return (f"On the paper's synthetic functions ({run}), what final gap does each method "
+                "reach and how many oracle calls does it spend?")
+    if p.name == "switch":
+        return (f"When the objective switches half way (Rosenbrock, then Levy; {run} per "
+                "phase), does ZoAQ's controller follow, and at what final gap and calls?")
+    return (f"The paper's ablation `{p.name}` on the synthetic functions ({run}): how do the "
+            "final gap and the oracle calls change with the setting?")
+
+
 def steps_page(p: Protocol, results, record: run_record.RunRecord, out: Path,
                report_path: Path) -> Path:
     """Figures (into ``out/synthetic``) and the Markdown page of a steps-mode run."""
-    parts = [header(p, record, f"T = {p.steps:,} steps"
-                    f"{' per phase' if SWITCH in p.functions else ''},",
-                    "StatZO: forward differences with one centre value a step; ZoAR: its "
-                    "forward averaged-baseline form, K calls a step")]
+    setup = header(p, record, f"T = {p.steps:,} steps"
+                   f"{' per phase' if SWITCH in p.functions else ''},",
+                   "StatZO: forward differences with one centre value a step; ZoAR: its "
+                   "forward averaged-baseline form, K calls a step")
     if p.name == "main":
-        parts += ["## Final gap and oracle calls",
-                  f"Savings are against {variant(REFERENCE).display}. Paper columns "
-                  "are filled for the paper preset only.",
-                  pages.columns({**GAP_COLUMNS, "saving vs R-AdaZO K=10": CALL_SAVING}),
-                  main_tables(results, p)]
+        parts = ["## Final gap and oracle calls",
+                 f"Savings are against {variant(REFERENCE).display}. Paper columns "
+                 "are filled for the paper preset only.",
+                 pages.columns({**GAP_COLUMNS, "saving vs R-AdaZO K=10": CALL_SAVING}),
+                 main_tables(results, p)]
     else:
-        parts += ["## Results", pages.columns(
+        parts = ["## Results", pages.columns(
             {"variant": "the method or setting compared (the Methods line above)",
              **GAP_COLUMNS}), ablation_table(results, p)]
     if p.name == "trigger":
@@ -369,7 +412,9 @@ def steps_page(p: Protocol, results, record: run_record.RunRecord, out: Path,
                                          report_path),
               "## Speed", SPEED, speed_table(results)]
     title = "Synthetic benchmark" if p.name == "main" else f"Synthetic ablation: {p.name}"
-    return pages.page(report_path, title, parts, "synthetic")
+    return pages.page(report_path, title, question=steps_question(p),
+                      answer=answer_table(results), run=record.command, setup=setup,
+                      sections=parts, command="synthetic")
 
 
 def grid_note(p) -> str:
@@ -394,10 +439,28 @@ BUDGET_TITLES = {
 }
 
 
+def budget_question(p) -> str:
+    """What a budget-mode page answers."""
+    run = f"d = {p.dim:,}, {p.budget:,} oracle calls, {len(p.seeds)} seeds"
+    if p.name == "budget_auto_k":
+        return (f"At equal oracle calls ({run}), how much does `auto_k`'s query regret "
+                "against the best fixed K move when one of its parameters changes?")
+    against = ("the best (learning rate, K) point and the best fixed K chosen in hindsight"
+               if p.lr_scales else "the best fixed K chosen in hindsight")
+    switch = ", the objective switching part way" if p.switch_at else ""
+    return (f"At equal oracle calls ({run}{switch}), how close does each adaptive or untuned "
+            f"method come to {against}? Query regret at a budget: the calls a method needs "
+            "to reach the envelope's gap there, over the budget (at most 1: as good; ∞: "
+            "never).")
+
+
 def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
                 report_path: Path) -> Path:
-    """Figures (into ``out/synthetic``) and the Markdown page of a budget-mode run."""
+    """Figures (into ``out/synthetic``) and the Markdown page of a budget-mode run; with
+    the (learning rate, K) grid, the per-budget tables against the best fixed K go to a
+    second page beside it (``<page stem>_fixed_k.md``)."""
     folder, name = out / "synthetic", stem(p)
+    report_path = Path(report_path)
     # With the grid (many more curves) only the R-AdaZO family's gap figure, the family the
     # grid and the baselines are scored in: docs/results stays under its size cap.
     figures = [(f"Gap against oracle calls, {bb} backbone", plot_budget_curves(
@@ -411,25 +474,41 @@ def budget_page(p, results, rows, record: run_record.RunRecord, out: Path,
               "it)" if p.switch_at else "")
     title = BUDGET_TITLES[p.name] + (": the (learning rate, K) grid and untuned baselines"
                                      if p.lr_scales else "")
-    return pages.page(report_path, title, [
-        header(p, record, f"every run stops once it has spent {p.budget:,} oracle calls"
-               f"{switch};", "StatZO: forward, one centre value a step",
-               " auto_k runs at the library defaults everywhere."),
-        "## Query regret against the best fixed K", budget_regret_table(p, rows),
-        *(["## Query regret against the (learning rate, K) grid", grid_note(p),
-           "Median and worst over the functions and budgets (R-AdaZO family):",
-           budget_summary_table(rows), budget_regret_table(p, rows, "regret_grid")]
-          if p.lr_scales else []),
-        "## Gap against the best fixed K's at the same budget", budget_ratio_table(p, rows),
-        "Best fixed K (the envelope) at each budget:", pages.table(
-            ["function", "backbone", *FRACTIONS],
-            {(r["function"], r["backbone"]): [function_label(r["function"]), r["backbone"],
-                                              *r["best_fixed"]] for r in rows}.values()),
-        *(["Best (learning rate, K) point of the grid at each budget (xS: S times the lr):",
-           pages.table(["function", "backbone", *FRACTIONS],
-                       {(r["function"], r["backbone"]): [
-                           function_label(r["function"]), r["backbone"], *r["best_grid"]]
-                        for r in rows if "best_grid" in r}.values())]
-          if p.lr_scales else []),
-        "## Gap at the budget", budget_final_table(results), "## Figures",
-        pages.images(figures, report_path)], "synthetic")
+    setup = header(p, record, f"every run stops once it has spent {p.budget:,} oracle calls"
+                   f"{switch};", "StatZO: forward, one centre value a step",
+                   " auto_k runs at the library defaults everywhere.")
+    envelope = ["Best fixed K (the envelope) at each budget:", pages.table(
+        ["function", "backbone", *FRACTIONS],
+        {(r["function"], r["backbone"]): [function_label(r["function"]), r["backbone"],
+                                          *r["best_fixed"]] for r in rows}.values())]
+    fixed_k = ["## Query regret against the best fixed K", budget_regret_table(p, rows),
+               "## Gap against the best fixed K's at the same budget",
+               budget_ratio_table(p, rows), *envelope]
+    final = ["## Gap at the budget", budget_final_table(results)]
+    if not p.lr_scales:
+        return pages.page(report_path, title, question=budget_question(p),
+                          answer=budget_answer(rows), run=record.command, setup=setup,
+                          sections=[*fixed_k, *final, "## Figures",
+                                    pages.images(figures, report_path)],
+                          command="synthetic")
+    second = report_path.with_name(f"{report_path.stem}_fixed_k.md")
+    pages.page(second, f"{title}: against the best fixed K",
+               question="Per function and budget, what is each method's query regret "
+                        "against the best fixed K chosen in hindsight, and its mean gap "
+                        "over that K's?", answer=pages.images(figures[:1], second),
+               run=record.command,
+               setup=f"As on [the grid's page]({pages.link(report_path, second)}).\n\n"
+                     + setup, sections=fixed_k, command="synthetic")
+    return pages.page(report_path, title, question=budget_question(p),
+                      answer=budget_summary_table(rows), run=record.command, setup=setup,
+                      sections=[
+        f"Against the best fixed K per function and budget: [{second.name}]"
+        f"({pages.link(second, report_path)}).",
+        "## Query regret against the (learning rate, K) grid", grid_note(p),
+        budget_regret_table(p, rows, "regret_grid"),
+        "Best (learning rate, K) point of the grid at each budget (xS: S times the lr):",
+        pages.table(["function", "backbone", *FRACTIONS],
+                    {(r["function"], r["backbone"]): [
+                        function_label(r["function"]), r["backbone"], *r["best_grid"]]
+                     for r in rows if "best_grid" in r}.values()),
+        *final, "## Figures", pages.images(figures, report_path)], command="synthetic")

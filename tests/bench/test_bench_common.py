@@ -46,6 +46,36 @@ def test_write_markdown_keeps_hand_written_text(tmp_path):
     assert text.startswith("# My title\n\nabove\n") and text.endswith("below\n")
 
 
+def test_a_page_opens_with_its_question_answer_and_command_and_keeps_its_notes(tmp_path):
+    """The skeleton: question, answer, command, then the setup; notes written by hand after
+    the generated block survive a re-render; text above it, or an answer too long for the
+    page's first 25 lines, is refused before anything is written."""
+    path = tmp_path / "page.md"
+
+    def write(answer_rows):
+        return pages.page(path, "Title", question="Which is faster?",
+                          answer=pages.table(["method", "calls/s"], answer_rows),
+                          run="python -m benchmarks overhead --out x", setup="- Machine: m.",
+                          sections=["## More", None, "text"], command="overhead")
+
+    write([["a", "1"]])
+    lines = path.read_text().splitlines()
+    assert lines[3:12] == ["**Question.** Which is faster?", "", "| method | calls/s |",
+                           "|---|---|", "| a | 1 |", "",
+                           "Command: `python -m benchmarks overhead --out x`", "", "## Setup"]
+    assert pages.opening_problems(path.read_text()) == []
+    path.write_text(path.read_text() + "\n## Notes\n\nby hand\n")
+    write([["a", "2"]])
+    assert "| a | 2 |" in path.read_text() and path.read_text().endswith("## Notes\n\nby hand\n")
+    before = path.read_text()
+    with pytest.raises(ValueError, match="no command"):
+        write([[f"m{i}", str(i)] for i in range(30)])
+    path.write_text(before.replace("# Title\n", "# Title\n" + "\nabove the block\n" * 12, 1))
+    with pytest.raises(ValueError, match="no line starting with"):
+        write([["a", "3"]])
+    assert "| a | 2 |" in path.read_text()  # nothing written
+
+
 @pytest.mark.parametrize("args", [["--compare-calls", "0"], ["--dims", "-5"], ["--repeats", "0"]])
 def test_overhead_rejects_counts_below_one(args, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:

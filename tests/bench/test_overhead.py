@@ -17,6 +17,7 @@ import optax
 import pytest
 
 import zoaq_jax
+from benchmarks import pages
 from benchmarks.__main__ import main as bench_main
 from benchmarks.common import read_json
 from benchmarks.overhead import measure
@@ -215,7 +216,9 @@ def test_devices_command_runs_and_renders(tmp_path):
     record = read_json(tmp_path / "devices.json.xz")
     assert [(r["devices"], r["combine"]) for r in record["rows"]] == [
         (1, "none (no mesh)"), (2, "psum"), (2, "gather")]
-    assert "| 8 | 2 | psum |" in (tmp_path / "devices.md").read_text()
+    page = (tmp_path / "devices.md").read_text()
+    assert "| devices | combine | calls/s, d = 8 | time vs no mesh, d = 8 |" in page
+    assert "| 2 | psum | " in page and pages.opening_problems(page) == []
     with pytest.raises(SystemExit):
         bench_main(["devices", "--devices", "3", "--k", "2", "--out", str(tmp_path)])
 

@@ -148,3 +148,35 @@ def test_a_first_step_lane_passes_its_learning_rate(monkeypatch):
         {"method": v.name, "told_budget": None}) == "tf x4"
     with pytest.raises(ValueError, match="must be > 0"):
         experiment.variant("tuning_free:learning_rate=0")
+
+
+def test_race_goes_through_the_command_template_and_renders_again(tmp_path):
+    """``generalization --race`` writes a run record, the results file and the page (its
+    answer first); ``--render`` of that file writes the same page from it alone."""
+    from benchmarks import common
+    from benchmarks.__main__ import main as cli
+    from benchmarks.pages import opening_problems
+
+    def lane(scale, method, k=None, lr=1.0):
+        return _record(10_000, lambda g: scale / (1.0 + g), problem="quadratic", method=method,
+                       label=method, fixed_k=k if lr == 1.0 else None, grid_k=k, lr_scale=lr)
+
+    records = [lane(3.0, "radazo:k=1", 1), lane(2.0, "radazo:k=1,lr_scale=2", 1, 2.0),
+               lane(2.5, "tuning_free"), lane(2.2, "tuning_free:learning_rate=0.002"),
+               lane(2.8, "tuning_free:learning_rate=0.032")]
+    source = common.write_json(tmp_path / "generalization_tuning.json.xz",
+                               {"config": {"set": "tuning"}, "results": records})
+    out = tmp_path / "out"
+    assert cli(["generalization", "--race", str(source), "--races", "tf x1/4,1,4, anytime",
+                "--reps", "2", "--out", str(out), "--quiet"]) == 0
+    data = common.read_json(out / f"racing_tuning{common.RESULTS}")
+    assert "--race" in data["record"]["command"] and "--preset" not in data["record"]["command"]
+    assert {r["selection"] for r in data["results"]} == {"oracle", "seeds"}
+    assert "race tf x1/4,1,4, anytime" in {r["method"] for r in data["results"]}
+    page = out / "racing_tuning.md"
+    written = page.read_text()
+    assert opening_problems(written) == []
+    page.unlink()
+    assert cli(["generalization", "--render", str(out / f"racing_tuning{common.RESULTS}"),
+                "--out", str(out), "--quiet"]) == 0
+    assert page.read_text() == written

@@ -140,6 +140,10 @@ REGISTRY = {
                            backbone="zo_adamm")),
     "auto_k_estimator": Entry(auto_k_estimator_window, dict(k_max=4, window=2),
                               estimator=True),
+    # HiZOO (a large smooth scale, so that the Hessian moves within the tests' few steps).
+    "hizoo": Entry(zoaq_jax.hizoo, dict(learning_rate=1e-2, k=2, alpha=0.1, weight_decay=1e-3)),
+    "hizoo_estimator_code": Entry(zoaq_jax.hizoo_estimator,
+                                  dict(k=2, alpha=0.1, hessian_estimate="code"), estimator=True),
     # The skeleton itself with a user's budget rule.
     "adaptive_estimator_user_rule": Entry(user_budget_rule, dict(k_max=3), estimator=True),
 }

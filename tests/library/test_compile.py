@@ -25,7 +25,7 @@ import pytest
 
 import zoaq_jax
 
-ALIASES = ("zoaq", "zoar", "auto_k", "radazo", "zo_adamm", "zo_sgd", "mezo", "statzo")
+ALIASES = ("zoaq", "zoar", "auto_k", "radazo", "zo_adamm", "zo_sgd", "mezo", "statzo", "hizoo")
 SIZES = ("k", "k_min", "k_max", "k_step", "n_hist")
 D = 6
 
@@ -108,7 +108,7 @@ def test_run_with_injected_hyperparameters_compiles_once():
 # "tests: the two workers take the longest files first"). All recorded again when the
 # QueryLedger gained blind_steps (stop 46): every other leaf of (params, state), and so
 # every parameter and query count, was checked equal to the previous code's, under the
-# suite's flags and under XLA's defaults.
+# suite's flags and under XLA's defaults. HiZOO's recorded when it was added (issue 49).
 STEPS = 6
 GOLDEN = {
     ("zoaq", D, None): "b51475f9c78abd91",
@@ -119,6 +119,7 @@ GOLDEN = {
     ("zo_sgd", D, None): "93023771c221e8af",
     ("mezo", D, None): "81c8578a09a0d3fd",
     ("statzo", D, None): "99c68b0a6fd34505",
+    ("hizoo", D, None): "a4b60c92e0feff05",
     ("zoaq", D, 2): "6e0e69c78fd6dc8d",
     ("zoar", D, 2): "50dfcf10685e7669",
     ("zoaq", 20_000, 2): "84bda39c20c959e7",

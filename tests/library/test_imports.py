@@ -1,4 +1,4 @@
-"""The import graph of ``zoaq_jax/_src`` is the layer drawing of ``docs/design.md``.
+"""The import graph of ``zoaq_jax/_src`` is the layer drawing of ``docs/design/layers.md``.
 
 The drawing's rows (between its rules) list each layer's modules, top layer first; every
 module of ``_src`` sits in exactly one layer, imports only modules of its own layer or
@@ -17,9 +17,9 @@ SRC = ROOT / "zoaq_jax" / "_src"
 
 
 def drawn_layers() -> list[set[str]]:
-    """The modules of each layer of design.md's drawing, top layer first."""
-    text = (ROOT / "docs" / "design.md").read_text()
-    drawing = text.split("## The layers", 1)[1].split("```", 2)[1].split("═")[0]
+    """The modules of each layer of the drawing in docs/design/layers.md, top layer first."""
+    text = (ROOT / "docs" / "design" / "layers.md").read_text()
+    drawing = text.split("# The layers", 1)[1].split("```", 2)[1].split("═")[0]
     rows = re.split(r"\n\s*─+\n", drawing)[1:]  # the first row is the user's code
     return [set(re.findall(r"\b(\w+)\.py\b", row)) for row in rows]
 

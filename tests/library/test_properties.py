@@ -55,18 +55,20 @@ SCALE = np.linspace(0.5, 2.0, 6).astype(np.float32)
 # (zoaq_norm_forward); sphere directions without a buffer, the ZO-AdaMM backbone
 # (zoaq_sphere_nohist_zo_adamm); the variance test (statzo_estimator_central); auto_k's
 # rule; a user's rule; ZoAR forward and central on the SGD backbone; the fixed-budget chain
-# with weight decay (mezo); AMSGrad's maximum (zo_adamm_amsgrad). The other entries
+# with weight decay (mezo); AMSGrad's maximum (zo_adamm_amsgrad); HiZOO's Hessian (hizoo).
+# The other entries
 # combine these same pieces (other grids, resets, monitors, estimators without a
 # backbone); every entry has every property of the jitted step (``drive``).
 REPRESENTATIVES = ("zoaq", "zoaq_norm_forward", "zoaq_sphere_nohist_zo_adamm",
                    "statzo_estimator_central", "auto_k", "adaptive_estimator_user_rule",
-                   "zoar", "zoar_central_sgd", "mezo", "zo_adamm_amsgrad")
+                   "zoar", "zoar_central_sgd", "mezo", "zo_adamm_amsgrad", "hizoo")
 # Optax's wrappers carry the state through a cond and a select: the skeleton with ZoAQ's,
 # auto_k's and a user's rule state, and ZoAR's state.
 WRAPPED = ("zoaq", "zoar", "auto_k", "adaptive_estimator_user_rule")
 # The code that touches parameter leaves: the skeleton with and without a buffer (its
-# budget rules, auto_k's or a user's, never see a leaf), ZoAR, the chain with weight decay.
-LEAF_CODE = ("zoaq", "zoaq_sphere_nohist_zo_adamm", "zoar", "mezo")
+# budget rules, auto_k's or a user's, never see a leaf), ZoAR, the chain with weight decay,
+# HiZOO's per-leaf Hessian.
+LEAF_CODE = ("zoaq", "zoaq_sphere_nohist_zo_adamm", "zoar", "mezo", "hizoo")
 # Under x64 (float64 and float16 leaves, int32 counters): the code that touches leaves and
 # the rules that keep counters of their own (the variance test's, auto_k's).
 X64 = LEAF_CODE + ("statzo_estimator_central", "auto_k")
@@ -374,7 +376,7 @@ def test_every_hyperparameter_and_diagnostic_has_a_unique_name(name):
 @pytest.mark.parametrize("name", REPRESENTATIVES)
 def test_vmap_over_seeds_equals_unbatched_runs(name):
     """Lane 0 of a vmapped run is the unbatched run with seed 0: counts exactly, floats
-    to rounding (XLA may fuse batched arithmetic differently; see design.md)."""
+    to rounding (XLA may fuse batched arithmetic differently; see docs/design/determinism.md)."""
     entry = REGISTRY[name]
     batched = jax.jit(jax.vmap(lambda seed: scanned(entry.make(key=seed), entry, INJECTABLE)))(
         jnp.arange(2))
@@ -494,7 +496,7 @@ def test_float16_estimates_saturate_instead_of_overflowing(name):
 # host-counted objective with a key leaf, a budget that is no multiple of any step's
 # cost, logging every 2 steps and a progress callback.
 ALIASES = ("zoaq", "radazo", "zo_adamm_amsgrad", "zo_sgd", "mezo", "zoar",
-           "statzo_nondividing", "auto_k")
+           "statzo_nondividing", "auto_k", "hizoo")
 BUDGET = 23
 
 
@@ -550,8 +552,8 @@ def test_a_state_of_another_configuration_is_refused_by_run(name):
 
 # Runs that leave the objective's domain (inf outside: central pairs give inf - inf,
 # forward centres inf): the skeleton's forward centre, ZoAR's forward values, the
-# fixed chain, auto_k's rule.
-DOMAIN = ("zoaq_norm_forward", "zoar", "mezo", "auto_k")
+# fixed chain, auto_k's rule, HiZOO's centre.
+DOMAIN = ("zoaq_norm_forward", "zoar", "mezo", "auto_k", "hizoo")
 
 
 def outside_is_infinite(x):
@@ -568,7 +570,7 @@ def test_a_run_leaving_the_domain_stops_nonfinite_and_warns(name):
     assert float(outside_is_infinite(trace.best_params)) <= 24.0  # a finite best iterate
 
 
-@pytest.mark.parametrize("name", ("zoaq", "zoar"))
+@pytest.mark.parametrize("name", ("zoaq", "zoar", "hizoo"))
 def test_a_resumed_run_equals_the_uninterrupted_one(name):
     """8 + 8 steps through the state equal 16 (one program for both halves; the two
     programs may round the running sums differently in the last bit: counts exactly)."""

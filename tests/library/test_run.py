@@ -16,7 +16,7 @@ import pytest
 import zoaq_jax
 from zoaq_jax.retention import fifo
 from helpers import zoaq_chain
-from zoaq_jax._src import loop
+from zoaq_jax._src import programs
 
 D = 6
 
@@ -93,7 +93,7 @@ def test_best_params_track_the_lowest_free_estimate():
 def _programs():
     """The keys of ``run``'s program cache now (entries other tests' live objects keep
     when the whole suite runs in one process)."""
-    return set(loop._PROGRAMS)
+    return set(programs._PROGRAMS)
 
 
 def test_compiles_once_per_optimizer_and_objective_and_keeps_neither_alive():
@@ -292,7 +292,7 @@ def test_a_large_closed_over_array_is_freed_after_the_run():
     del data, f
     gc.collect()
     assert alive() is None
-    assert all(id(opt.init) in key for key in set(loop._PROGRAMS) - before)
+    assert all(id(opt.init) in key for key in set(programs._PROGRAMS) - before)
 
 
 def test_a_progress_callback_that_raises_stops_the_run_with_its_exception():

@@ -23,12 +23,13 @@ def test_run_trace_layout_and_progress():
 
 def test_run_compiles_once_for_new_values():
     """New params, data and states reuse the compiled run; a new length compiles again."""
-    from zoaq_jax._src import loop
+    from zoaq_jax._src import loop, programs
 
     opt = zoaq_jax.zoaq(1e-2, key=0)
     for start in (1.0, 2.0, 3.0):
         zoaq_jax.run(opt, quadratic, jnp.zeros(10), 20, log_every=10, a=jnp.ones(10) * start)
-    program = loop._program(opt, quadratic)  # the cached program of this opt and objective
+    # the cached program of this opt and objective
+    program = programs.cached((opt.init, opt.update, quadratic), loop.compile)
     assert program._cache_size() == 1
     zoaq_jax.run(opt, quadratic, jnp.ones(10), 30, log_every=10, a=jnp.zeros(10))
     assert program._cache_size() == 2

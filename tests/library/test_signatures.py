@@ -11,8 +11,9 @@ import zoaq_jax
 # everything else is keyword-only.
 POSITIONAL = {
     **{name: ("learning_rate",) for name in (
-        "zoaq", "radazo", "zo_adamm", "zo_sgd", "mezo", "zoar", "statzo", "auto_k")},
-    "fixed_estimator": ("k",), "zoar_estimator": ("k",),
+        "zoaq", "radazo", "zo_adamm", "zo_sgd", "mezo", "zoar", "statzo", "auto_k",
+        "hizoo")},
+    "fixed_estimator": ("k",), "zoar_estimator": ("k",), "hizoo_estimator": ("k",),
     "zoaq_estimator": ("k_min", "k_max"), "statzo_estimator": ("k_min", "k_max"),
     "auto_k_estimator": ("k_min", "k_max"),
     "adaptive_estimator": ("gate", "budget", "retention"),

@@ -6,8 +6,7 @@ another transformation), so ``optax.tree.get(state, ...)`` reaches the estimator
 diagnostics and any member can be swapped by building the chain by hand.
 ``learning_rate`` must be a finite number > 0 (a Python number or an array of shape
 ``()``) or an Optax schedule. Parameter leaves are floating-point arrays or Python
-floats; PRNG key leaves are carried (their update is ``None``; see ``docs/design.md``,
-Dtypes).
+floats; PRNG key leaves are carried (their update is ``None``; see ``docs/design/dtypes.md``).
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from zoaq_jax._src import retention as retentions
 from zoaq_jax._src.auto_k import auto_k_estimator
 from zoaq_jax._src.chain import chain
 from zoaq_jax._src.fixed import fixed_estimator
+from zoaq_jax._src.hizoo import hizoo_estimator
 from zoaq_jax._src.policies import KeyLike
 from zoaq_jax._src.radazo import scale_by_radazo
 from zoaq_jax._src.statzo import statzo_estimator
@@ -297,6 +297,54 @@ def mezo(
     return _chain(
         fixed_estimator(k=k, mu=mu, difference="central", directions=directions, key=key,
                         mesh=mesh),
+        optax.add_decayed_weights(weight_decay),
+        learning_rate,
+    )
+
+
+def hizoo(
+    learning_rate: ScalarOrSchedule,
+    *,
+    k: int = 1,
+    mu: float = 1e-3,
+    alpha: float = 1e-8,
+    hessian_estimate: str = "paper",
+    weight_decay: float = 0.0,
+    key: KeyLike = 0,
+) -> optax.GradientTransformationExtraArgs:
+    r"""HiZOO: MeZO's step preconditioned by a diagonal Hessian learned from one more call.
+
+    .. math:: x_{t+1} = x_t - \eta \Big(\frac1k \sum_i r_i\, h_{t+1}^{-1/2} \odot u_i
+      + \lambda x_t\Big), \quad
+      r_i = \frac{f(x + \mu h_t^{-1/2} \odot u_i) - f(x - \mu h_t^{-1/2} \odot u_i)}{2\mu}
+
+    with :math:`h` the moving average of the diagonal Hessian estimate of
+    :func:`hizoo_estimator` (smooth scale ``alpha``), and decoupled weight decay as in
+    :func:`mezo` (the public code's form). ``alpha=0`` is :func:`mezo` bit for bit, at
+    one more call a step.
+
+    Args:
+      learning_rate: step size :math:`\eta` or an Optax schedule.
+      k, mu, alpha, hessian_estimate, key: see :func:`hizoo_estimator`.
+      weight_decay: :math:`\lambda \ge 0`.
+
+    Returns:
+      An :class:`optax.GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import jax.numpy as jnp, zoaq_jax
+      >>> opt = zoaq_jax.hizoo(learning_rate=1e-2, alpha=1e-2)
+      >>> _, state, trace = zoaq_jax.run(opt, lambda x: x @ x, jnp.ones(4), 5)
+      >>> int(trace.num_queries[-1])  # 5 steps x (1 centre + 2 forward passes)
+      15
+
+    References:
+      Zhao et al., Second-Order Fine-Tuning without Pain for LLMs: A Hessian Informed
+      Zeroth-Order Optimizer, ICLR 2025, arXiv:2402.15173.
+    """
+    checks.non_negative("weight_decay", weight_decay)
+    return _chain(
+        hizoo_estimator(k, mu=mu, alpha=alpha, hessian_estimate=hessian_estimate, key=key),
         optax.add_decayed_weights(weight_decay),
         learning_rate,
     )

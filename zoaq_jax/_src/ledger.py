@@ -215,7 +215,7 @@ def is_ledger(node: Any) -> bool:
     return isinstance(node, QueryLedger)
 
 
-def limit_queries(state: optax.OptState, max_queries: int | jax.Array,
+def limit_queries(state: optax.OptState, max_queries: int | jax.Array | None,
                   start: jax.Array | None = None) -> optax.OptState:
     """``state`` allowed ``max_queries`` more oracle calls by every :class:`QueryLedger` in it.
 

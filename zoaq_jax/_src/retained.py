@@ -15,7 +15,7 @@ records it evicts, drawing only those directions (:func:`leaving_sums`), and eve
 running updates of at most :math:`K` added and :math:`K` evicted records, a float32
 sum is within :math:`N (K + 3) u B` of the exact one, per component, with
 :math:`u = 2^{-24}` and :math:`B` the largest :math:`\sum |c_i| |u_i|` over two
-consecutive buffers (``docs/design.md``, ``tests/library/test_retained.py``).
+consecutive buffers (``docs/design/retained.md``, ``tests/library/test_retained.py``).
 :func:`retain` is that call sequence, written once for every estimator that retains
 records (the FIFO retention policy of :mod:`zoaq_jax._src.retention` and ZoAR).
 """

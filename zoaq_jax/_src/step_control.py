@@ -243,7 +243,7 @@ def window_verdict(window: Window, history: WindowHistory, noise: DataNoise,
     previous one, as if it closed now: :func:`noise_diagnosis`, then the data-noise
     span confirmation (a data-noise stall confirms the pending one only if the two
     windows together did not fall significantly either: a slow fall shows over their
-    span, ``docs/design.md``)."""
+    span, ``docs/design/tuning_free_rounds_6_to_8.md``)."""
     ref, sq = window.window_ref, window.window_sq
     assert ref is not None and sq is not None  # the controller's windows are shifted
     shifted_mean, se2 = window_mean(window)

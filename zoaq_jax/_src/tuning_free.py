@@ -29,7 +29,7 @@ from zoaq_jax._src.step_control import (ControlState, Settings, StepSize, contro
 
 DECAY = 0.25
 """The fraction of a told budget over which the step decays to 0 (chosen on the tuning
-set: ``docs/design.md``, tuning_free)."""
+set: ``docs/design/tuning_free.md``)."""
 
 
 def final_decay(spent: jax.Array, budget: int) -> jax.Array:
@@ -50,7 +50,7 @@ def applied_step(step: StepSize, spent: jax.Array, budget: int | None) -> jax.Ar
 
 MU_RATIO = 16.0
 r"""The smoothing radius per unit of step, :math:`\mu_t = \kappa\, \eta_t` (chosen on the
-tuning set: ``docs/design.md``, tuning_free)."""
+tuning set: ``docs/design/tuning_free.md``)."""
 
 
 TUNED_DIMENSION = 100

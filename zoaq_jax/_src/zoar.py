@@ -78,7 +78,7 @@ def zoar_estimator(
       difference: ``"forward"`` (averaged baseline) or ``"central"``.
       directions: the family of directions (see :func:`fixed_estimator`).
       refresh: steps between exact recomputations of the running sums (bounds their
-        rounding drift; see ``docs/design.md``).
+        rounding drift; see ``docs/design/retained.md``).
       key: integer seed or typed key; the default 0 is the same in every lane of a
         ``vmap`` (see the ``seed`` of :func:`zoaq_jax.run`).
 
