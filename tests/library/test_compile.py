@@ -207,11 +207,11 @@ GOLDEN_CONTROL = {
                False),
 }
 GOLDEN_CONTROL_DIGESTS = {
-    "tuning_free": "8c77e1d111cc8058",
-    "tuning_free_told_noisy": "a65c86b86c6604e5",
-    "tuning_free_ramp": "6f3366e1a1eccb96",
-    "tuning_free_edge": "494d881bd4682ea7",
-    "auto_k": "e426c9710588992a",
+    "tuning_free": "452f0f9fcbbe39f3",
+    "tuning_free_told_noisy": "14311401ec6b7bcf",
+    "tuning_free_ramp": "4b7f15e1bd96d8d9",
+    "tuning_free_edge": "5dd290eaf3cb7529",
+    "auto_k": "46ce384f6dcf4ec1",
 }
 
 
