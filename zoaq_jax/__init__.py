@@ -44,7 +44,8 @@ from zoaq_jax._src.radazo import ScaleByRAdaZOState, scale_by_radazo
 from zoaq_jax._src.sequential import sequential
 from zoaq_jax._src.sharded import replicate
 from zoaq_jax._src.statzo import statzo_estimator
-from zoaq_jax._src.tuning_free import StepControl, TuningFreeState, tuning_free
+from zoaq_jax._src.step_control import ControlState
+from zoaq_jax._src.tuning_free import TuningFreeState, tuning_free
 from zoaq_jax._src.updates import apply_updates
 from zoaq_jax._src.zo_adamm import ScaleByZOAdaMMState, scale_by_zo_adamm
 from zoaq_jax._src.zoaq import zoaq_estimator
@@ -57,6 +58,7 @@ __all__ = [
     "BLIND_STEPS",
     "BudgetRule",
     "ConsistencyState",
+    "ControlState",
     "Estimator",
     "Evidence",
     "Gate",
@@ -69,7 +71,6 @@ __all__ = [
     "Records",
     "Retention",
     "STATUSES",
-    "StepControl",
     "ScaleByRAdaZOState",
     "ScaleByZOAdaMMState",
     "Trace",

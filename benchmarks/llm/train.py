@@ -225,12 +225,12 @@ def chosen_step(state: Any) -> float | None:
     ``None`` for an optimizer without that controller. Told the budget, the final decay
     (the budget's last quarter, once a window has stalled: ``settled``) multiplies the step
     it applies further; that factor is not included."""
-    found = [x for x in jax.tree.leaves(state, is_leaf=_is_control) if _is_control(x)]
-    return float(found[0].learning_rate * found[0].scale) if found else None
+    found = [x for x in jax.tree.leaves(state, is_leaf=_is_tuning_free) if _is_tuning_free(x)]
+    return float(optax.tree.get(found[0], "learning_rate") * found[0].scale) if found else None
 
 
-def _is_control(x: Any) -> bool:
-    return isinstance(x, zoaq_jax.StepControl)
+def _is_tuning_free(x: Any) -> bool:
+    return isinstance(x, zoaq_jax.TuningFreeState)
 
 
 def run(method: Method | Complete, seed: int, bundle: Bundle, cfg: Config) -> dict:

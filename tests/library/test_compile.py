@@ -152,6 +152,95 @@ def test_golden_snapshot(name, d, refresh):
     assert _digest(name, d, refresh) == GOLDEN[name, d, refresh]
 
 
+# tuning_free's controller (windows, halvings, K doublings, the ramp above d = 100, a told
+# budget's decay, data keywords, the unit of an objective far from 1, steps without a
+# finite response) and auto_k's progress rule, each over enough steps for its windows to
+# close: digests of (params, state) after STEPS_TF jitted steps (a scan), each leaf keyed
+# by its field's name (`_named_digest`), so that a state regrouped into other NamedTuples
+# keeps its digest when every field keeps its name and value. Recorded before the refactor
+# of tuning_free into module-level functions over a state split by concern (issue 49),
+# which kept all five under the suite's flags and XLA's defaults.
+STEPS_TF = 80
+
+
+def _named_digest(params, state):
+    """sha256 (first 16 hex digits) of every leaf's field name and bytes, in name order:
+    a leaf's name is its path from the innermost NamedTuple field (dict keys below it
+    kept; the params, a plain array, are named ``0``)."""
+    items = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path((params, state)):
+        last = max([i for i, k in enumerate(path) if hasattr(k, "name")], default=0)
+        keys = [str(getattr(k, "name", getattr(k, "key", getattr(k, "idx", "?"))))
+                for k in path[last:]]
+        name = "/".join(keys)
+        assert name not in items, name
+        items[name] = np.asarray(leaf).tobytes()
+    h = hashlib.sha256()
+    for name in sorted(items):
+        h.update(name.encode())
+        h.update(items[name])
+    return h.hexdigest()[:16]
+
+
+def _noisy(x, batch):
+    """The suite's objective times 1e30 plus minibatch-like noise from the data key."""
+    return 1e30 * (0.5 * jnp.sum(x**2) + jnp.sum(jnp.sin(3 * x))
+                   + 0.05 * jax.random.normal(batch))
+
+
+def _edge(x):
+    """x - log x near its domain's edge (x > 0): wide radii make non-finite pairs."""
+    return jnp.sum(x - jnp.log(x))
+
+
+GOLDEN_CONTROL = {
+    # name: (factory, kwargs, d, start, objective, data keyword), digest
+    "tuning_free": ("tuning_free", dict(key=0, window=4, growth=0.0, learning_rate=0.2), D,
+                    "linspace", "suite", False),
+    "tuning_free_told_noisy": ("tuning_free", dict(budget=200, key=1, window=4, growth=0.0),
+                               D, "linspace", "noisy", True),
+    "tuning_free_ramp": ("tuning_free", dict(key=2, window=4), 400, "linspace", "suite",
+                         False),
+    "tuning_free_edge": ("tuning_free", dict(budget=300, key=3, window=4, learning_rate=0.2),
+                         D, "fives", "edge", False),
+    "auto_k": ("auto_k", dict(learning_rate=1e-2, key=0, window=2), D, "linspace", "suite",
+               False),
+}
+GOLDEN_CONTROL_DIGESTS = {
+    "tuning_free": "452f0f9fcbbe39f3",
+    "tuning_free_told_noisy": "14311401ec6b7bcf",
+    "tuning_free_ramp": "4b7f15e1bd96d8d9",
+    "tuning_free_edge": "5dd290eaf3cb7529",
+    "auto_k": "46ce384f6dcf4ec1",
+}
+
+
+def _control_digest(case):
+    factory, kwargs, d, start, objective, data = GOLDEN_CONTROL[case]
+    opt = getattr(zoaq_jax, factory)(**kwargs)
+    f = {"suite": _counting([]), "noisy": _noisy, "edge": _edge}[objective]
+    x = jnp.linspace(-1.0, 1.0, d) if start == "linspace" else jnp.full(d, 5.0)
+
+    @jax.jit
+    def run(x):
+        def step(carry, t):
+            x, s = carry
+            kw = {"batch": jax.random.fold_in(jax.random.key(5), t)} if data else {}
+            u, s = opt.update(None, s, x, value_fn=f, **kw)
+            return (zoaq_jax.apply_updates(x, u), s), None
+
+        return jax.lax.scan(step, (x, opt.init(x)), jnp.arange(STEPS_TF))[0]
+
+    return _named_digest(*run(x))
+
+
+@pytest.mark.skipif(not version("jaxlib").startswith("0.10.") or jax.default_backend() != "cpu",
+                    reason="digests recorded with jaxlib 0.10 on CPU")
+@pytest.mark.parametrize("case", list(GOLDEN_CONTROL))
+def test_golden_snapshot_of_the_controllers(case):
+    assert _control_digest(case) == GOLDEN_CONTROL_DIGESTS[case]
+
+
 def _step_text(opt, d=D):
     """What XLA compiled for a jitted step of ``opt`` at ``d`` (its optimised HLO text)."""
     x = jnp.linspace(-1.0, 1.0, d)

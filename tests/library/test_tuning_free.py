@@ -9,7 +9,8 @@ import pytest
 
 import zoaq_jax
 from zoaq_jax._src.budgets import window_statistics
-from zoaq_jax._src.tuning_free import MU_RATIO, noise_diagnosis, value_unit
+from zoaq_jax._src.step_control import noise_diagnosis, value_unit
+from zoaq_jax._src.tuning_free import MU_RATIO
 
 D = 8
 WEIGHTS = jnp.linspace(1.0, 30.0, D)
@@ -274,7 +275,7 @@ def test_a_told_run_that_never_stalls_never_decays():
     free = path(zoaq_jax.tuning_free(key=0), jnp.sum, x0, 500)
     np.testing.assert_array_equal(told[0], free[0])
     assert int(optax.tree.get(told[1], "num_queries")) == 1000
-    assert not bool(told[1].control.settled)
+    assert not bool(optax.tree.get(told[1], "settled"))
 
 
 def test_every_call_is_counted_and_the_budget_holds():
@@ -318,8 +319,9 @@ def test_the_radius_follows_the_step():
         for mu in (None, MU_RATIO * 8e-3 * factor):
             opt = zoaq_jax.tuning_free(key=0, mu=mu)
             state = opt.init(x0)
-            control = state.control._replace(learning_rate=state.control.learning_rate * factor)
-            _, state = opt.update(None, state._replace(control=control), x0, value_fn=bowl)
+            lr = optax.tree.get(state, "learning_rate") * factor
+            _, state = opt.update(None, optax.tree.set(state, learning_rate=lr), x0,
+                                  value_fn=bowl)
             seen[factor, mu is None] = float(optax.tree.get(state, "value_estimate"))
         np.testing.assert_allclose(seen[factor, True], seen[factor, False], rtol=1e-6)
     assert seen[1.0, True] > seen[0.25, True] * (1 + 1e-3)
@@ -360,7 +362,7 @@ def test_bad_options_name_the_argument(kwargs, name):
 @pytest.mark.parametrize("factor", [2.0**100, 2.0**-100])
 def test_an_objective_far_from_unit_scale_takes_the_same_path(factor):
     """Times 2**100 (about 1e30) or 2**-100 the path is bit for bit the objective's own:
-    the estimates and values are divided by a power of 2 (``StepControl.unit``), where
+    the estimates and values are divided by a power of 2 (``ControlState.unit``), where
     the raw squares in the second moment overflowed to inf (no step moved) or underflowed
     to 0 (the first step jumped to 1e26)."""
     x0 = jnp.linspace(-2.0, 3.0, D)
@@ -451,12 +453,12 @@ def test_a_radius_reaching_out_of_the_domain_shrinks_with_the_step(mu):
     params = jnp.full(D, 3.0)
     state = opt.init(params)
     for c in (1.0, 0.0):
-        before = state.control
+        before = state
         _, state = step(params, state, jnp.float32(c))
     halved = mu is None
-    assert float(state.control.learning_rate) == float(before.learning_rate) * (
-        0.5 if halved else 1.0)
-    assert int(state.control.num_lr_down) == int(before.num_lr_down) + halved
+    lr, down = (optax.tree.get(state, "learning_rate"), optax.tree.get(state, "num_lr_down"))
+    assert float(lr) == float(optax.tree.get(before, "learning_rate")) * (0.5 if halved else 1.0)
+    assert int(down) == int(optax.tree.get(before, "num_lr_down")) + halved
     if mu is None:
         f = lambda x: jnp.sum(x - jnp.log(x))
         final = jax.vmap(lambda seed: f(zoaq_jax.run(

@@ -32,20 +32,80 @@ class ResetState(NamedTuple):
     next_k: jax.Array  # int32
 
 
+class Window(NamedTuple):
+    """The open window of a run's value estimates :math:`v_t`: its running sums.
+
+    Shared by :func:`progress` and :func:`zoaq_jax.tuning_free`'s controller. A shifted
+    window (:func:`open_window` with ``shifted=True``) sums :math:`v_t - v_{ref}`, with
+    :math:`v_{ref}` its first value, and their squares: float32 sums then keep the spread
+    of values that lie far from 0 (a sum of :math:`10^6 + \epsilon_t` loses the
+    :math:`\epsilon_t`). An unshifted window (``window_ref`` and ``window_sq`` None, no
+    leaves) sums the values themselves.
+    """
+
+    window_len: jax.Array  # int32, steps the window closes at
+    window_n: jax.Array  # int32, steps in the window
+    window_sum: jax.Array  # float32, sum of v - ref (ref = 0 unshifted)
+    window_sq_diff: jax.Array  # float32, sum of squared successive differences
+    last_value: jax.Array  # float32, the last value estimate (the previous window's too)
+    window_ref: jax.Array | None = None  # float32, the window's first value (the shift)
+    window_sq: jax.Array | None = None  # float32, sum of (v - ref)^2
+
+
+def open_window(length: int, *, shifted: bool) -> Window:
+    """An empty window of ``length`` steps (``shifted``: it keeps the shift and the sum of
+    squares); one buffer a field, so that the state can be donated to jit."""
+    def f0():
+        return jnp.zeros((), jnp.float32)
+
+    return Window(jnp.asarray(length, jnp.int32), jnp.zeros((), jnp.int32), f0(), f0(), f0(),
+                  f0() if shifted else None, f0() if shifted else None)
+
+
+def window_add(window: Window, value: jax.Array) -> Window:
+    """``window`` with one more value: the sums of (shifted) values, their squares and
+    their squared successive differences (the first value of a window starts no
+    difference: the last value of the previous window is not one of its own)."""
+    first = window.window_n == 0
+    ref, sq, shifted = None, None, value
+    if window.window_ref is not None and window.window_sq is not None:  # shifted
+        ref = jnp.where(first, value, window.window_ref)
+        shifted = value - ref
+        sq = window.window_sq + shifted**2
+    step_diff = jnp.where(first, 0.0, value - window.last_value)
+    return Window(
+        window_len=window.window_len, window_n=window.window_n + 1,
+        window_sum=window.window_sum + shifted,
+        window_sq_diff=window.window_sq_diff + step_diff**2, last_value=value,
+        window_ref=ref, window_sq=sq)
+
+
+def window_mean(window: Window) -> tuple[jax.Array, jax.Array]:
+    """The window's mean (of the shifted values: add ``window_ref`` for the values') and
+    the squared standard error of that mean (:func:`window_statistics`)."""
+    return window_statistics(window.window_sum, window.window_sq_diff, window.window_n)
+
+
+def close_window(window: Window, length: jax.Array) -> Window:
+    """The next, empty window of ``length`` steps after ``window`` closed (its last value
+    and shift kept: the next window's first value replaces the shift)."""
+    zero = jnp.zeros((), jnp.float32)
+    return window._replace(window_len=length, window_n=jnp.zeros((), jnp.int32),
+                           window_sum=zero, window_sq_diff=zero,
+                           window_sq=None if window.window_sq is None else zero)
+
+
 class ProgressState(NamedTuple):
     """State of :func:`progress`.
 
-    The current window accumulates the steps' value estimates; the previous window is
-    kept as its mean and the squared standard error of that mean.
+    The current window (:class:`Window`, unshifted) accumulates the steps' value
+    estimates; the previous window is kept as its mean and the squared standard error of
+    that mean.
     """
 
     next_k: jax.Array  # int32, the budget of the next step
     elapsed: jax.Array  # int32, usable steps seen (the run's elapsed time)
-    window_len: jax.Array  # int32, steps the current window closes at
-    window_n: jax.Array  # int32, steps in the current window
-    window_sum: jax.Array  # float32, sum of value estimates
-    window_sq_diff: jax.Array  # float32, sum of squared successive differences
-    last_value: jax.Array  # float32, the last value estimate
+    window: Window  # the open window
     prev_mean: jax.Array  # float32, mean of the previous window
     prev_se2: jax.Array  # float32, squared standard error of that mean
     have_prev: jax.Array  # bool, a previous window exists
@@ -231,8 +291,7 @@ def progress(
 
         return ProgressState(
             next_k=jnp.asarray(grid.k_min, jnp.int32), elapsed=jnp.zeros((), jnp.int32),
-            window_len=jnp.asarray(window, jnp.int32), window_n=jnp.zeros((), jnp.int32),
-            window_sum=f0(), window_sq_diff=f0(), last_value=f0(), prev_mean=f0(),
+            window=open_window(window, shifted=False), prev_mean=f0(),
             prev_se2=f0(), have_prev=jnp.zeros((), bool), fast=jnp.zeros((), bool),
             target=f0())
 
@@ -241,10 +300,9 @@ def progress(
         k_min, k_max, _ = outcome.grid
         value = outcome.value.astype(jnp.float32) - floor
         ok = outcome.usable & jnp.isfinite(value)
-        step_diff = jnp.where(state.window_n > 0, value - state.last_value, 0.0)
-        n, elapsed = state.window_n + 1, state.elapsed + 1
-        total, sq_diff = state.window_sum + value, state.window_sq_diff + step_diff**2
-        mean, se2 = window_statistics(total, sq_diff, n)
+        running = window_add(state.window, value)
+        elapsed = state.elapsed + 1
+        mean, se2 = window_mean(running)
         stalled, fast = progress_decision(state.prev_mean, state.prev_se2, mean, se2,
                                           r=r, r_up=r_up, z=z, z_stall=z_stall)
         stalled, fast = stalled & state.have_prev, fast & state.have_prev
@@ -257,20 +315,15 @@ def progress(
         closed = ProgressState(
             next_k=jnp.asarray(new_k, jnp.int32),
             elapsed=elapsed,
-            window_len=window_length(elapsed, window, growth),
-            window_n=jnp.zeros((), jnp.int32),
-            window_sum=jnp.zeros((), jnp.float32),
-            window_sq_diff=jnp.zeros((), jnp.float32),
-            last_value=value,
+            window=close_window(running, window_length(elapsed, window, growth)),
             prev_mean=mean,
             prev_se2=se2,
             have_prev=jnp.ones((), bool),
             fast=fast & ~halve & (new_k == k),
             target=next_target(state.target, mean, stalled, early, halve, ahead),
         )
-        running = state._replace(elapsed=elapsed, window_n=n, window_sum=total,
-                                 window_sq_diff=sq_diff, last_value=value)
-        new = jax.tree.map(lambda a, b: jnp.where(n >= state.window_len, a, b), closed, running)
+        new = jax.tree.map(lambda a, b: jnp.where(running.window_n >= running.window_len, a, b),
+                           closed, state._replace(elapsed=elapsed, window=running))
         return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state)
 
     return BudgetRule(init=init, start=lambda state: state.next_k, update=update)

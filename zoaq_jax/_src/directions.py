@@ -485,6 +485,11 @@ def zeros(like: Any) -> Any:
         lambda x: jnp.zeros(jnp.shape(x), compute_dtype(x)) if optimised(x) else None, like)
 
 
+def tree_max(tree: Any) -> jax.Array:
+    """The largest entry of ``tree``'s leaves that are not empty."""
+    return jnp.max(jnp.stack([jnp.max(x) for x in jax.tree.leaves(tree) if jnp.size(x)]))
+
+
 def cast_like(tree: Any, params: Any) -> Any:
     """``tree`` (compute dtypes, ``None`` on carried leaves) cast to the params' dtypes.
 

@@ -32,6 +32,29 @@ def refined_moments(updates: optax.Updates, state: ScaleByRAdaZOState, b1: float
     return ScaleByRAdaZOState(m=m, v=optax.tree.update_moment_per_elem_norm(m, state.v, b2, 2))
 
 
+def relative_eps_scaled(moments: ScaleByRAdaZOState, eps: float) -> optax.Updates:
+    r"""R-AdaZO's step direction with a relative :math:`\epsilon`,
+    :math:`m_t / (\sqrt{v_t} + \epsilon \max_i \sqrt{v_{t,i}} + \text{tiny})` (tiny:
+    float32's smallest normal number, for :math:`v_t = 0`).
+
+    Multiplying every estimate by a constant leaves it unchanged (an absolute
+    :math:`\epsilon` would not: :func:`zoaq_jax.tuning_free`, scale-free)."""
+    root = jax.tree.map(jnp.sqrt, moments.v)
+    floor = eps * dirs.tree_max(root) + jnp.finfo(jnp.float32).tiny
+    return jax.tree.map(lambda mi, ri: mi / (ri + floor), moments.m, root)
+
+
+def masked_step(informed: jax.Array, step: optax.Updates, moments: ScaleByRAdaZOState,
+                previous: ScaleByRAdaZOState) -> tuple[optax.Updates, ScaleByRAdaZOState]:
+    """``(step, moments)`` after a step with a finite response (``informed``); after one
+    without (every pair left the objective's domain, or the budget skipped the step), a
+    zero step and the ``previous`` moments: a step that knows nothing moves nothing,
+    rather than coast on the momentum out of the domain."""
+    step = jax.tree.map(lambda d: jnp.where(informed, d, 0.0), step)
+    kept = jax.tree.map(lambda new, old: jnp.where(informed, new, old), moments, previous)
+    return step, kept
+
+
 def scale_by_radazo(
     *,
     b1: float = 0.9,
