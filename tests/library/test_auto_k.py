@@ -91,7 +91,7 @@ def test_non_finite_responses_are_counted_and_leave_the_budget_state_alone():
     assert int(optax.tree.get(state, "num_nonfinite")) > 0
     for g, s in steps:
         assert np.all(np.isfinite(np.asarray(g)))
-        assert np.isfinite(float(s.budget.window.window_sum)) and np.isfinite(float(s.budget.prev_mean))
+        assert np.isfinite(float(s.budget.current.window_sum)) and np.isfinite(float(s.budget.prev_mean))
     # every direction NaN: zero updates, and the progress window does not move
     blind = zoaq_jax.auto_k_estimator(k_max=8, budget=progress(window=2), key=1)
     start = blind.init(x)

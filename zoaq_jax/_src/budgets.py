@@ -105,7 +105,7 @@ class ProgressState(NamedTuple):
 
     next_k: jax.Array  # int32, the budget of the next step
     elapsed: jax.Array  # int32, usable steps seen (the run's elapsed time)
-    window: Window  # the open window
+    current: Window  # the open window
     prev_mean: jax.Array  # float32, mean of the previous window
     prev_se2: jax.Array  # float32, squared standard error of that mean
     have_prev: jax.Array  # bool, a previous window exists
@@ -291,7 +291,7 @@ def progress(
 
         return ProgressState(
             next_k=jnp.asarray(grid.k_min, jnp.int32), elapsed=jnp.zeros((), jnp.int32),
-            window=open_window(window, shifted=False), prev_mean=f0(),
+            current=open_window(window, shifted=False), prev_mean=f0(),
             prev_se2=f0(), have_prev=jnp.zeros((), bool), fast=jnp.zeros((), bool),
             target=f0())
 
@@ -300,7 +300,7 @@ def progress(
         k_min, k_max, _ = outcome.grid
         value = outcome.value.astype(jnp.float32) - floor
         ok = outcome.usable & jnp.isfinite(value)
-        running = window_add(state.window, value)
+        running = window_add(state.current, value)
         elapsed = state.elapsed + 1
         mean, se2 = window_mean(running)
         stalled, fast = progress_decision(state.prev_mean, state.prev_se2, mean, se2,
@@ -315,7 +315,7 @@ def progress(
         closed = ProgressState(
             next_k=jnp.asarray(new_k, jnp.int32),
             elapsed=elapsed,
-            window=close_window(running, window_length(elapsed, window, growth)),
+            current=close_window(running, window_length(elapsed, window, growth)),
             prev_mean=mean,
             prev_se2=se2,
             have_prev=jnp.ones((), bool),
@@ -323,7 +323,7 @@ def progress(
             target=next_target(state.target, mean, stalled, early, halve, ahead),
         )
         new = jax.tree.map(lambda a, b: jnp.where(running.window_n >= running.window_len, a, b),
-                           closed, state._replace(elapsed=elapsed, window=running))
+                           closed, state._replace(elapsed=elapsed, current=running))
         return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state)
 
     return BudgetRule(init=init, start=lambda state: state.next_k, update=update)

@@ -84,7 +84,7 @@ class ControlState(NamedTuple):
     next_k: jax.Array  # int32, the next step's K
     unit: jax.Array  # float32, the power of 2 estimates and values are divided by (0: unset)
     step: StepSize  # the step size and its regime
-    window: Window  # the open window of values (shifted)
+    current: Window  # the open window of values (shifted)
     history: WindowHistory  # what the closed windows left
     data_noise: DataNoise  # the data-noise rule's memory
     counters: Counters  # the decisions so far (diagnostics)
@@ -134,7 +134,7 @@ def init_control(learning_rate: float, factor: float, k_min: int, window: int) -
         next_k=jnp.asarray(k_min, jnp.int32), unit=f0(),
         step=StepSize(jnp.asarray(learning_rate * factor, jnp.float32),
                       jnp.asarray(factor < 1.0), jnp.zeros((), bool)),
-        window=open_window(window, shifted=True),
+        current=open_window(window, shifted=True),
         history=WindowHistory(i0(), f0(), f0(), jnp.zeros((), bool), f0(), f0()),
         data_noise=DataNoise(jnp.zeros((), bool), f0(), f0(), jnp.zeros((), bool),
                              jnp.zeros((), bool)),
@@ -349,7 +349,7 @@ def closed(c: ControlState, window: Window, v: Verdict, d: Decision, s: Settings
         step=StepSize(learning_rate=c.step.learning_rate * jnp.where(d.lr_down, 0.5, 1.0)
                       * jnp.where(d.undo, 2.0, 1.0) * d.ramp, ramping=d.ramping,
                       settled=c.step.settled | v.stalled),
-        window=close_window(window, window_length(elapsed, s.window, s.growth)),
+        current=close_window(window, window_length(elapsed, s.window, s.growth)),
         history=WindowHistory(
             elapsed=elapsed, prev_mean=mean, prev_se2=v.se2, have_prev=jnp.ones((), bool),
             origin=jnp.maximum(origin, mean),
@@ -381,12 +381,12 @@ def observe(c: ControlState, outcome: Outcome, s: Settings) -> ControlState:
     unit = step_unit(c.unit, jax.tree.map(lambda x: x / rho, outcome.estimate))
     value = in_unit(outcome.value, unit_divisor(unit))
     ok = (outcome.k > 0) & jnp.isfinite(value)
-    window = window_add(c.window, value)
-    running = c._replace(window=window, history=c.history._replace(
+    window = window_add(c.current, value)
+    running = c._replace(current=window, history=c.history._replace(
         elapsed=c.history.elapsed + 1))
     v = window_verdict(window, c.history, c.data_noise, s)
     d = decide(v, c.step, c.history, c.data_noise, c.next_k, outcome.grid.k_max, s.eta0)
-    close = window.window_n >= c.window.window_len
+    close = window.window_n >= c.current.window_len
     new = jax.tree.map(lambda a, b: jnp.where(close, a, b), closed(c, window, v, d, s),
                        running)
     new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, c)
